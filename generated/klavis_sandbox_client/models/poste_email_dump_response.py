@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from ..models.sandbox_mcp_server import SandboxMCPServer
+
+if TYPE_CHECKING:
+    from ..models.poste_email_data_output import PosteEmailDataOutput
+
+
+T = TypeVar("T", bound="PosteEmailDumpResponse")
+
+
+@_attrs_define
+class PosteEmailDumpResponse:
+    """
+    Attributes:
+        sandbox_id (str): Identifier of the sandbox.
+        server_name (SandboxMCPServer): Every MCP server type known to the Klavis sandbox service (used to label typed
+            data dumps).
+        dumped_at (datetime.datetime): When the data was exported.
+        data (PosteEmailDataOutput): Mail data exported from a sandbox's poste_email_toolathlon server (free-form
+            object).
+    """
+
+    sandbox_id: str
+    server_name: SandboxMCPServer
+    dumped_at: datetime.datetime
+    data: PosteEmailDataOutput
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        sandbox_id = self.sandbox_id
+
+        server_name = self.server_name.value
+
+        dumped_at = self.dumped_at.isoformat()
+
+        data = self.data.to_dict()
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "sandbox_id": sandbox_id,
+                "server_name": server_name,
+                "dumped_at": dumped_at,
+                "data": data,
+            }
+        )
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.poste_email_data_output import PosteEmailDataOutput  # noqa: PLC0415
+
+        d = dict(src_dict)
+        sandbox_id = d.pop("sandbox_id")
+
+        server_name = SandboxMCPServer(d.pop("server_name"))
+
+        dumped_at = datetime.datetime.fromisoformat(d.pop("dumped_at"))
+
+        data = PosteEmailDataOutput.from_dict(d.pop("data"))
+
+        poste_email_dump_response = cls(
+            sandbox_id=sandbox_id,
+            server_name=server_name,
+            dumped_at=dumped_at,
+            data=data,
+        )
+
+        poste_email_dump_response.additional_properties = d
+        return poste_email_dump_response
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties
