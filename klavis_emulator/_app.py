@@ -1,0 +1,610 @@
+"""The emulator's HTTP layer: a FastAPI app with thin routes over :class:`EmulatorState`."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, BinaryIO, Final, Literal
+
+import anyio.to_thread
+import platformdirs
+from fastapi import Body, Depends, FastAPI, Query, Request, Security
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPBearer
+from starlette.routing import Match, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ._archive import ArchiveLimits, ArchiveRejected, ArchiveTooLarge
+from ._clock import Clock, OffsetClock, isoformat
+from ._faults import FAULT_MODES, FaultInjectionMiddleware, FaultSettings
+from ._models import (
+    AcquireLocalSandboxRequest,
+    AcquireLocalSandboxResponse,
+    ClockAdvanceRequest,
+    DumpUrlResponse,
+    ErrorResponse,
+    ExecutionNameRequest,
+    FaultSettingsRequest,
+    InitializeSandboxResponse,
+    ListLocalSandboxesResponse,
+    LocalSandboxInfo,
+    MessageResponse,
+    UploadUrlResponse,
+)
+from ._signing import SignatureError
+from ._state import (
+    EmulatorError,
+    EmulatorState,
+    NoUploadedArchive,
+    ObjectNotFound,
+    SandboxNotFound,
+    ServerNotInSandbox,
+    UploadTooLarge,
+    tenant_for_token,
+)
+
+__all__ = ["create_app", "default_data_dir"]
+
+logger = logging.getLogger("klavis_emulator")
+
+_API_PREFIX: Final = "/local-sandbox"
+_DOWNLOAD_CHUNK: Final = 256 * 1024
+_ERRORS: Final[dict[int | str, dict[str, Any]]] = {
+    401: {"model": ErrorResponse, "description": "Missing, empty or unknown bearer token"},
+    404: {"model": ErrorResponse, "description": "No such sandbox for this API key"},
+}
+_SERVER_DATA_SERVERS: Final[tuple[str, ...]] = ("google_cloud", "poste_email_toolathlon", "canvas")
+
+RegionQuery = Annotated[
+    Literal["us", "asia"], Query(description="Storage region of the signed URL (us or asia).")
+]
+
+
+def default_data_dir() -> Path:
+    """The per-user folder the emulator keeps its state in when no data dir is given."""
+    return Path(platformdirs.user_data_dir("klavis-emulator", appauthor=False))
+
+
+def _is_api_path(path: str) -> bool:
+    return path == _API_PREFIX or path.startswith(_API_PREFIX + "/")
+
+
+class BearerAuthMiddleware:
+    """Require ``Authorization: Bearer <token>`` on ``/local-sandbox`` routes.
+
+    The tenant (a hash of the token) is put in ``scope["state"]["tenant"]``. Checked
+    before the body is parsed, so an unauthenticated request answers 401, never 422.
+    """
+
+    def __init__(self, app: ASGIApp, allowed_tenants: frozenset[str] | None) -> None:
+        self.app = app
+        self.allowed_tenants = allowed_tenants
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Authenticate API requests; pass everything else through."""
+        if scope["type"] == "http" and _is_api_path(scope["path"]):
+            token = _bearer_token(scope)
+            if token is None:
+                await _send_401(
+                    send,
+                    "Missing API key: send the header 'Authorization: Bearer <your API key>'.",
+                )
+                return
+            tenant = tenant_for_token(token)
+            if self.allowed_tenants is not None and tenant not in self.allowed_tenants:
+                await _send_401(send, "Invalid API key: this emulator does not know it.")
+                return
+            scope.setdefault("state", {})["tenant"] = tenant
+        await self.app(scope, receive, send)
+
+
+def _bearer_token(scope: Scope) -> str | None:
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").strip().partition(" ")
+            token = token.strip()
+            if scheme.lower() == "bearer" and token:
+                return token
+            return None
+    return None
+
+
+async def _send_401(send: Send, detail: str) -> None:
+    response = JSONResponse(
+        {"detail": detail}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
+    )
+    await send({"type": "http.response.start", "status": 401, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body})
+
+
+def _tenant(request: Request) -> str:
+    tenant: str = request.state.tenant
+    return tenant
+
+
+Tenant = Annotated[str, Depends(_tenant)]
+
+
+def _error(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+
+def create_app(
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    latency_ms: int = 0,
+    fault_rate: float = 0.0,
+    fault_mode: str = "mixed",
+    fault_seed: int | None = None,
+    signed_url_minutes: int = 30,
+    max_upload_mb: float = 1024,
+    api_keys: Iterable[str] | None = None,
+    clock: Clock | None = None,
+    public_url: str | None = None,
+    archive_limits: ArchiveLimits | None = None,
+) -> FastAPI:
+    """Build the emulator's FastAPI application.
+
+    Args:
+        data_dir: folder for the SQLite file, workspaces and stored objects (created if
+            needed); default: a per-user data folder (see :func:`default_data_dir`).
+        latency_ms: delay added before every API and storage request.
+        fault_rate: fraction (0..1) of API and storage requests that answer 429/5xx.
+        fault_mode: ``before`` (nothing happens), ``after`` (the operation takes effect,
+            the answer is lost) or ``mixed`` (half each).
+        fault_seed: seed of the fault generator, for deterministic tests.
+        signed_url_minutes: validity of signed upload/download URLs.
+        max_upload_mb: size cap of an upload to a signed URL (413 above).
+        api_keys: if given, only these bearer tokens are accepted (401 for others).
+        clock: the clock for timestamps, TTLs and URL expiry (default: an
+            :class:`~klavis_emulator.OffsetClock` that ``/_emulator/clock/advance`` moves).
+        public_url: base URL written into signed and MCP URLs (default: the request's).
+        archive_limits: caps on the members and unpacked bytes of an uploaded archive.
+    """
+    if fault_mode not in FAULT_MODES:
+        raise ValueError(f"fault_mode must be one of {', '.join(FAULT_MODES)}")
+    if max_upload_mb <= 0:
+        raise ValueError("max_upload_mb must be positive")
+    state = EmulatorState(
+        data_dir if data_dir is not None else default_data_dir(),
+        clock=clock if clock is not None else OffsetClock(),
+        signed_url_minutes=signed_url_minutes,
+        max_upload_bytes=int(max_upload_mb * 1024 * 1024),
+        archive_limits=archive_limits,
+    )
+    faults = FaultSettings()
+    faults.configure(rate=fault_rate, mode=fault_mode, latency_ms=latency_ms, seed=fault_seed)
+    allowed = None if api_keys is None else frozenset(tenant_for_token(k) for k in api_keys)
+    if allowed is not None and not allowed:
+        raise ValueError("api_keys must name at least one key (or be None to accept any)")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        state.close()
+
+    app = FastAPI(
+        title="Klavis local-sandbox emulator",
+        version="0.1.0",
+        description="A local implementation of the Klavis /local-sandbox API for tests.",
+        lifespan=lifespan,
+    )
+    app.state.emulator = state
+    app.state.faults = faults
+    app.add_middleware(BearerAuthMiddleware, allowed_tenants=allowed)
+    app.add_middleware(FaultInjectionMiddleware, settings=faults)
+    _install_error_handlers(app)
+
+    def base_url(request: Request) -> str:
+        return (public_url or str(request.base_url)).rstrip("/")
+
+    bearer = Security(HTTPBearer(auto_error=False, description="Your API key (any for tests)."))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @app.post(
+        _API_PREFIX,
+        status_code=201,
+        response_model=AcquireLocalSandboxResponse,
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+    )
+    def acquire_local_sandbox(
+        body: AcquireLocalSandboxRequest, tenant: Tenant, request: Request
+    ) -> dict[str, Any]:
+        """Acquire a sandbox hosting the requested MCP servers."""
+        record = state.acquire(
+            tenant,
+            body.server_names,
+            benchmark=body.benchmark,
+            test_account_email=body.test_account_email,
+            ttl_seconds=body.ttl_seconds,
+        )
+        info = record.to_info(base_url(request))
+        del info["created_at"]
+        names = ", ".join(record.server_names)
+        info["message"] = f"Local sandbox acquired with {len(record.servers)} servers: {names}."
+        return info
+
+    @app.get(
+        _API_PREFIX,
+        response_model=ListLocalSandboxesResponse,
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+    )
+    def list_local_sandboxes(tenant: Tenant, request: Request) -> dict[str, Any]:
+        """List the caller's live sandboxes."""
+        records = state.list_sandboxes(tenant)
+        url = base_url(request)
+        return {
+            "local_sandboxes": [record.to_info(url) for record in records],
+            "total_count": len(records),
+        }
+
+    @app.get(
+        _API_PREFIX + "/{local_sandbox_id}",
+        response_model=LocalSandboxInfo,
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+    )
+    def get_local_sandbox(
+        local_sandbox_id: str, tenant: Tenant, request: Request
+    ) -> dict[str, Any]:
+        """One sandbox of the caller."""
+        return state.get(tenant, local_sandbox_id).to_info(base_url(request))
+
+    @app.delete(
+        _API_PREFIX + "/{local_sandbox_id}",
+        response_model=MessageResponse,
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+    )
+    def release_local_sandbox(
+        local_sandbox_id: str, tenant: Tenant, is_ttl: bool = False
+    ) -> dict[str, str]:
+        """Release a sandbox (its workspace and stored objects are deleted)."""
+        return {"message": state.release(tenant, local_sandbox_id, is_ttl=is_ttl)}
+
+    @app.post(
+        _API_PREFIX + "/{local_sandbox_id}/reset",
+        response_model=MessageResponse,
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+    )
+    def reset_local_sandbox(local_sandbox_id: str, tenant: Tenant) -> dict[str, str]:
+        """Empty the sandbox's workspace."""
+        return {"message": state.reset(tenant, local_sandbox_id)}
+
+    # ------------------------------------------------------------------ workspace archives
+
+    @app.post(
+        _API_PREFIX + "/{local_sandbox_id}/upload-url",
+        response_model=UploadUrlResponse,
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+    )
+    def get_upload_url(
+        local_sandbox_id: str, tenant: Tenant, request: Request, region: RegionQuery = "us"
+    ) -> dict[str, Any]:
+        """A signed URL to PUT the workspace tar.gz to."""
+        signed = state.upload_url(tenant, local_sandbox_id, region, base_url(request))
+        return {"upload_url": signed.url, "expires_in_minutes": signed.expires_in_minutes}
+
+    @app.post(
+        _API_PREFIX + "/{local_sandbox_id}/initialize",
+        response_model=InitializeSandboxResponse,
+        responses={
+            **_ERRORS,
+            400: {"model": ErrorResponse, "description": "The archive is unsafe or unreadable"},
+            409: {"model": ErrorResponse, "description": "No archive was uploaded"},
+            413: {"model": ErrorResponse, "description": "The archive exceeds the caps"},
+        },
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+    )
+    def initialize_workspace(
+        local_sandbox_id: str, tenant: Tenant, region: RegionQuery = "us"
+    ) -> dict[str, Any]:
+        """Extract the uploaded tar.gz into the workspace."""
+        state.initialize(tenant, local_sandbox_id, region)
+        return {
+            "sandbox_id": local_sandbox_id,
+            "status": "occupied",
+            "message": "Extracted archive to workspace",
+        }
+
+    @app.get(
+        _API_PREFIX + "/{local_sandbox_id}/dump",
+        response_model=DumpUrlResponse,
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+    )
+    def dump_workspace(
+        local_sandbox_id: str, tenant: Tenant, request: Request, region: RegionQuery = "us"
+    ) -> dict[str, Any]:
+        """Archive the workspace behind a signed download URL."""
+        signed = state.dump(tenant, local_sandbox_id, base_url(request))
+        return {"download_url": signed.url, "expires_in_minutes": signed.expires_in_minutes}
+
+    # ------------------------------------------------------------------ not yet emulated
+
+    def not_implemented(what: str) -> JSONResponse:
+        return _error(501, f"{what} is not implemented by the emulator yet.")
+
+    @app.post(
+        _API_PREFIX + "/{local_sandbox_id}/execution-upload-url",
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+    )
+    def get_execution_upload_url(
+        local_sandbox_id: str,
+        tenant: Tenant,
+        body: ExecutionNameRequest,
+        region: RegionQuery = "us",
+    ) -> JSONResponse:
+        """Not emulated yet (501)."""
+        state.get(tenant, local_sandbox_id)
+        return not_implemented("execution-upload-url")
+
+    @app.post(
+        _API_PREFIX + "/{local_sandbox_id}/execute",
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+    )
+    def execute_script(
+        local_sandbox_id: str,
+        tenant: Tenant,
+        body: ExecutionNameRequest,
+        region: RegionQuery = "us",
+    ) -> JSONResponse:
+        """Not emulated yet (501)."""
+        state.get(tenant, local_sandbox_id)
+        return not_implemented("execute")
+
+    @app.get(
+        _API_PREFIX + "/{local_sandbox_id}/execution-status",
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+    )
+    def get_execution_status(
+        local_sandbox_id: str, tenant: Tenant, execution_name: str
+    ) -> JSONResponse:
+        """Not emulated yet (501)."""
+        state.get(tenant, local_sandbox_id)
+        return not_implemented("execution-status")
+
+    @app.get(
+        _API_PREFIX + "/{local_sandbox_id}/execution-logs",
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+    )
+    def get_execution_logs(
+        local_sandbox_id: str,
+        tenant: Tenant,
+        execution_name: str,
+        cursor: Annotated[int, Query(ge=0)] = 0,
+    ) -> JSONResponse:
+        """Not emulated yet (501)."""
+        state.get(tenant, local_sandbox_id)
+        return not_implemented("execution-logs")
+
+    @app.post(
+        _API_PREFIX + "/{local_sandbox_id}/export-artifacts",
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+    )
+    def export_artifacts(
+        local_sandbox_id: str,
+        tenant: Tenant,
+        body: ExecutionNameRequest,
+        region: RegionQuery = "us",
+    ) -> JSONResponse:
+        """Not emulated yet (501)."""
+        state.get(tenant, local_sandbox_id)
+        return not_implemented("export-artifacts")
+
+    for server_name in _SERVER_DATA_SERVERS:
+        _add_server_data_routes(app, state, server_name, bearer, not_implemented)
+
+    # ------------------------------------------------------------------ signed storage
+
+    @app.put("/_storage/upload/{key:path}", tags=["storage"])
+    async def storage_upload(
+        key: str,
+        request: Request,
+        expires: str | None = None,
+        signature: str | None = None,
+    ) -> JSONResponse:
+        """Receive an upload to a signed URL (streamed to disk)."""
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        length_header = request.headers.get("content-length")
+        content_length = int(length_header) if length_header and length_header.isdigit() else None
+        writer = await anyio.to_thread.run_sync(
+            lambda: state.begin_upload(
+                key, expires=expires, signature=signature, content_length=content_length
+            )
+        )
+        if content_type not in ("application/gzip", "application/x-gzip"):
+            writer.abort()
+            return _error(
+                400,
+                "Uploads must carry the header 'Content-Type: application/gzip' "
+                f"(got {content_type[:80] or 'none'!r}).",
+            )
+        try:
+            async for chunk in request.stream():
+                if chunk:
+                    writer.write(chunk)
+            await anyio.to_thread.run_sync(writer.commit)
+        except BaseException:
+            writer.abort()
+            raise
+        return JSONResponse({"message": "Upload stored", "size": writer.size})
+
+    @app.get("/_storage/download/{key:path}", tags=["storage"])
+    def storage_download(
+        key: str, expires: str | None = None, signature: str | None = None
+    ) -> StreamingResponse:
+        """Stream an object behind a signed download URL."""
+        stream, size = state.open_download(key, expires=expires, signature=signature)
+        return StreamingResponse(
+            _iter_file(stream),
+            media_type="application/gzip",
+            headers={"Content-Length": str(size)},
+        )
+
+    # ------------------------------------------------------------------ control routes
+
+    @app.get("/_emulator/health", tags=["emulator"])
+    def health() -> dict[str, str]:
+        """Liveness probe."""
+        return {"status": "ok"}
+
+    @app.get("/_emulator/faults", tags=["emulator"])
+    async def get_faults() -> dict[str, object]:
+        """The current fault-injection settings."""
+        return faults.as_dict()
+
+    @app.post("/_emulator/faults", tags=["emulator"])
+    async def set_faults(body: FaultSettingsRequest) -> dict[str, object]:
+        """Change fault injection at run time (omitted fields keep their value)."""
+        faults.configure(
+            rate=body.rate,
+            mode=body.mode,
+            latency_ms=body.latency_ms,
+            seed=body.seed,
+            statuses=body.statuses,
+        )
+        return faults.as_dict()
+
+    @app.get("/_emulator/clock", tags=["emulator"])
+    def get_clock() -> dict[str, object]:
+        """The emulator clock's current time."""
+        now = state.now()
+        return {"time": now, "now": isoformat(now)}
+
+    @app.post(
+        "/_emulator/clock/advance", tags=["emulator"], responses={409: {"model": ErrorResponse}}
+    )
+    def advance_clock(body: ClockAdvanceRequest) -> Any:
+        """Move the emulator clock forward (expires TTLs and signed URLs)."""
+        advance = getattr(state.clock, "advance", None)
+        if advance is None:
+            return _error(409, "This emulator's clock cannot be moved.")
+        now = float(advance(body.seconds))
+        return {"time": now, "now": isoformat(now)}
+
+    return app
+
+
+def _iter_file(stream: BinaryIO) -> Iterator[bytes]:
+    with stream:
+        while chunk := stream.read(_DOWNLOAD_CHUNK):
+            yield chunk
+
+
+def _add_server_data_routes(
+    app: FastAPI,
+    state: EmulatorState,
+    server_name: str,
+    bearer: Any,
+    not_implemented: Any,
+) -> None:
+    prefix = f"{_API_PREFIX}/{server_name}/{{sandbox_id}}"
+
+    def initialize_server_data(
+        sandbox_id: str,
+        tenant: Tenant,
+        body: Annotated[dict[str, Any] | None, Body()] = None,
+        init_default_data: bool = False,
+    ) -> JSONResponse:
+        state.require_server(tenant, sandbox_id, server_name)
+        response: JSONResponse = not_implemented(f"{server_name} initialize")
+        return response
+
+    def dump_server_data(sandbox_id: str, tenant: Tenant) -> JSONResponse:
+        state.require_server(tenant, sandbox_id, server_name)
+        response: JSONResponse = not_implemented(f"{server_name} dump")
+        return response
+
+    app.add_api_route(
+        prefix + "/initialize",
+        initialize_server_data,
+        methods=["POST"],
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+        name=f"initialize_{server_name}_data",
+        summary=f"Initialize {server_name} data (not emulated yet: 501)",
+    )
+    app.add_api_route(
+        prefix + "/dump",
+        dump_server_data,
+        methods=["GET"],
+        responses=_ERRORS,
+        dependencies=[bearer],
+        tags=["local-sandbox"],
+        name=f"dump_{server_name}_data",
+        summary=f"Dump {server_name} data (not emulated yet: 501)",
+    )
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    statuses: tuple[tuple[type[Exception], int], ...] = (
+        (SandboxNotFound, 404),
+        (ServerNotInSandbox, 404),
+        (ObjectNotFound, 404),
+        (NoUploadedArchive, 409),
+        (UploadTooLarge, 413),
+        (ArchiveTooLarge, 413),
+        (ArchiveRejected, 400),
+        (SignatureError, 403),
+    )
+    for exc_type, status in statuses:
+        app.add_exception_handler(exc_type, _handler_for(status))
+    app.add_exception_handler(EmulatorError, _handler_for(400))
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unexpected error on %s %s", request.method, request.url.path)
+        return _error(500, f"Internal emulator error ({type(exc).__name__}).")
+
+    app.add_exception_handler(Exception, unexpected)
+
+    async def method_not_allowed(request: Request, exc: Exception) -> JSONResponse:
+        allowed: set[str] = set()
+        for route in app.router.routes:
+            match, _ = route.matches(request.scope)
+            if match is not Match.NONE and isinstance(route, APIRoute | Route):
+                allowed.update(route.methods or ())
+        return _error(
+            405,
+            f"Method {request.method} is not allowed here; allowed: "
+            f"{', '.join(sorted(allowed)) or 'none'}.",
+            headers={"Allow": ", ".join(sorted(allowed))},
+        )
+
+    app.add_exception_handler(405, method_not_allowed)
+
+
+def _handler_for(status: int) -> Any:
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        return _error(status, str(exc))
+
+    return handler

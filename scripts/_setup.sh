@@ -1,0 +1,22 @@
+# Sourced by scripts/test, scripts/demo and scripts/bench: make .venv with everything installed.
+# Idempotent and quick when nothing changed: reinstalls only when pyproject.toml changes.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${KLAVIS_VENV:-$ROOT/.venv}"
+PYTHON="${PYTHON:-python3}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "==> creating $VENV with $("$PYTHON" --version)"
+    "$PYTHON" -m venv "$VENV"
+fi
+stamp="$VENV/.installed-$( (cat "$ROOT/pyproject.toml"; echo "${EXTRAS:-dev}") | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+    echo "==> installing klavis-sandbox[${EXTRAS:-dev}] into $VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[${EXTRAS:-dev}]" 2>&1 | grep -v '^WARNING: Location' || true
+    "$VENV/bin/python" -c "import workflows, klavis_emulator, klavis_sandbox_client" \
+        || { echo "installation failed" >&2; exit 1; }
+    rm -f "$VENV"/.installed-*
+    touch "$stamp"
+fi
+export PATH="$VENV/bin:$PATH"

@@ -1,0 +1,190 @@
+"""Unsafe or broken archives are refused with a 400 (or 413), nothing is written outside the
+workspace, and the workspace stays as it was."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import httpx
+import pytest
+
+from klavis_emulator import ArchiveLimits, EmulatorServer
+
+MakeTarGz = Callable[[Mapping[str, bytes | str]], bytes]
+Member = tuple[tarfile.TarInfo, bytes | None]
+
+
+def _file(name: str, data: bytes = b"x") -> Member:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def _special(name: str, kind: bytes, linkname: str = "") -> Member:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = linkname
+    return info, None
+
+
+def _tar_gz(*members: Member) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buffer.getvalue()
+
+
+def _acquire(client: httpx.Client) -> str:
+    response = client.post("/local-sandbox", json={"server_names": ["filesystem"]})
+    assert response.status_code == 201
+    sandbox_id: str = response.json()["local_sandbox_id"]
+    return sandbox_id
+
+
+def _upload_and_initialize(client: httpx.Client, sandbox_id: str, archive: bytes) -> httpx.Response:
+    url = client.post(f"/local-sandbox/{sandbox_id}/upload-url").json()["upload_url"]
+    put = client.put(url, content=archive, headers={"Content-Type": "application/gzip"})
+    assert put.status_code == 200, put.text
+    return client.post(f"/local-sandbox/{sandbox_id}/initialize")
+
+
+def _snapshot(root: Path) -> dict[str, bytes | str | None]:
+    """Every path under ``root`` -> file bytes, link target, or None for folders."""
+    result: dict[str, bytes | str | None] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            result[rel] = str(path.readlink())
+        elif path.is_file():
+            result[rel] = path.read_bytes()
+        else:
+            result[rel] = None
+    return result
+
+
+def _paths_outside(data_dir: Path, workspace: Path) -> set[Path]:
+    """Every path of the emulator's data dir outside the workspace and the object store."""
+    skip = (workspace, data_dir / "storage", data_dir / "tmp")
+    return {
+        path
+        for path in data_dir.rglob("*")
+        if not any(path == s or s in path.parents for s in skip) and "sqlite3" not in path.name
+    }
+
+
+UNSAFE: dict[str, tuple[bytes, str]] = {
+    "absolute path": (_tar_gz(_file("ok.txt"), _file("/tmp/klavis-evil.txt")), "absolute"),
+    "dot-dot": (_tar_gz(_file("ok.txt"), _file("../evil.txt")), "'..'"),
+    "nested dot-dot": (_tar_gz(_file("a/../../evil.txt")), "'..'"),
+    "absolute symlink": (
+        _tar_gz(_special("link", tarfile.SYMTYPE, "/etc/passwd")),
+        "absolute",
+    ),
+    "symlink out": (
+        _tar_gz(_file("ok.txt"), _special("sub/link", tarfile.SYMTYPE, "../../outside")),
+        "outside",
+    ),
+    "write through a symlink": (
+        _tar_gz(
+            _special("escape", tarfile.SYMTYPE, "."),
+            _special("escape/up", tarfile.SYMTYPE, ".."),
+            _file("escape/up/evil.txt"),
+        ),
+        "outside",
+    ),
+    "hard link out": (_tar_gz(_special("hard", tarfile.LNKTYPE, "../../etc/passwd")), "hard link"),
+    "hard link to nothing": (
+        _tar_gz(_special("hard", tarfile.LNKTYPE, "missing.txt")),
+        "hard link",
+    ),
+    "char device": (_tar_gz(_file("ok.txt"), _special("dev", tarfile.CHRTYPE)), "device"),
+    "block device": (_tar_gz(_special("blk", tarfile.BLKTYPE)), "device"),
+    "fifo": (_tar_gz(_special("pipe", tarfile.FIFOTYPE)), "FIFO"),
+    "not gzip": (b"PK\x03\x04 this is a zip, not a tar.gz", "not gzip"),
+    "plain tar": (b"x" * 1024, "not gzip"),
+    "gzip but not tar": (gzip.compress(b"hello, I am not a tar archive" * 40), "tar.gz"),
+    "truncated": (_tar_gz(_file("big.bin", bytes(range(256)) * 400))[:300], "tar.gz"),
+    "empty": (b"", "not gzip"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNSAFE))
+def test_unsafe_archive_is_refused_and_changes_nothing(
+    client: httpx.Client, emulator: EmulatorServer, make_tar_gz: MakeTarGz, case: str
+) -> None:
+    archive, expected = UNSAFE[case]
+    sandbox_id = _acquire(client)
+    good = _upload_and_initialize(client, sandbox_id, make_tar_gz({"keep.txt": "k", "d/": b""}))
+    assert good.status_code == 200
+    workspace = emulator.state.workspace_path(sandbox_id)
+    before = _snapshot(workspace)
+    outside_before = _paths_outside(emulator.data_dir, workspace)
+
+    response = _upload_and_initialize(client, sandbox_id, archive)
+    assert response.status_code == 400, response.text
+    assert expected in response.json()["detail"]
+    assert _snapshot(workspace) == before
+    assert _paths_outside(emulator.data_dir, workspace) == outside_before
+    assert not Path("/tmp/klavis-evil.txt").exists()
+    assert not (workspace.parent / "evil.txt").exists()
+    assert not (workspace.parent.parent / "evil.txt").exists()
+    # Nothing left behind in the staging area either.
+    assert list((emulator.data_dir / "tmp").iterdir()) == []
+
+
+def test_links_inside_the_tree_are_fine(client: httpx.Client, emulator: EmulatorServer) -> None:
+    sandbox_id = _acquire(client)
+    archive = _tar_gz(
+        _file("data/real.txt", b"real"),
+        _special("data/alias.txt", tarfile.SYMTYPE, "real.txt"),
+        _special("top.txt", tarfile.SYMTYPE, "data/real.txt"),
+        _special("hard.txt", tarfile.LNKTYPE, "data/real.txt"),
+        _file("./dotted.txt", b"dot"),
+    )
+    response = _upload_and_initialize(client, sandbox_id, archive)
+    assert response.status_code == 200, response.text
+    workspace = emulator.state.workspace_path(sandbox_id)
+    assert (workspace / "data" / "alias.txt").read_text() == "real"
+    assert (workspace / "top.txt").is_symlink()
+    assert (workspace / "hard.txt").read_text() == "real"
+    assert (workspace / "dotted.txt").read_text() == "dot"
+
+
+def test_file_permissions_are_kept_but_not_setuid(
+    client: httpx.Client, emulator: EmulatorServer
+) -> None:
+    sandbox_id = _acquire(client)
+    script, _ = info_data = _file("run.sh", b"#!/bin/sh\necho hi\n")
+    script.mode = 0o4755
+    response = _upload_and_initialize(client, sandbox_id, _tar_gz(info_data))
+    assert response.status_code == 200
+    mode = (emulator.state.workspace_path(sandbox_id) / "run.sh").stat().st_mode
+    assert mode & 0o777 == 0o755
+    assert not mode & 0o4000
+
+
+def test_archive_caps_answer_413(tmp_path: Path, token: str, make_tar_gz: MakeTarGz) -> None:
+    limits = ArchiveLimits(max_members=5, max_bytes=1000)
+    with (
+        EmulatorServer(data_dir=tmp_path, archive_limits=limits) as server,
+        httpx.Client(
+            base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}
+        ) as http,
+    ):
+        sandbox_id = _acquire(http)
+        many = make_tar_gz({f"f{i}.txt": "x" for i in range(6)})
+        too_many = _upload_and_initialize(http, sandbox_id, many)
+        assert too_many.status_code == 413
+        assert "more than 5 members" in too_many.json()["detail"]
+        bomb = make_tar_gz({"zeros.bin": bytes(5000)})  # compresses to a few dozen bytes
+        too_big = _upload_and_initialize(http, sandbox_id, bomb)
+        assert too_big.status_code == 413
+        assert "1000 bytes" in too_big.json()["detail"]
+        assert list(server.state.workspace_path(sandbox_id).iterdir()) == []
+        fine = _upload_and_initialize(http, sandbox_id, make_tar_gz({"a": "1", "b": "2"}))
+        assert fine.status_code == 200

@@ -1,0 +1,140 @@
+"""The state module on its own (no HTTP): TTLs on a manual clock, tenants, threads, archives."""
+
+from __future__ import annotations
+
+import tarfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from klavis_emulator import EmulatorState, ManualClock, SignatureError, UrlSigner, tenant_for_token
+from klavis_emulator._archive import make_archive
+from klavis_emulator._state import SandboxNotFound
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def state(tmp_path: Path, clock: ManualClock) -> Iterator[EmulatorState]:
+    backend = EmulatorState(tmp_path, clock=clock)
+    yield backend
+    backend.close()
+
+
+def test_tenant_is_a_hash() -> None:
+    assert tenant_for_token("abc") == tenant_for_token("abc")
+    assert tenant_for_token("abc") != tenant_for_token("abd")
+    assert "abc" not in tenant_for_token("abc")
+
+
+def test_ttl_expiry_on_a_manual_clock(state: EmulatorState, clock: ManualClock) -> None:
+    record = state.acquire("t", ["git"], ttl_seconds=60)
+    assert record.expires_ts == clock.time() + 60
+    clock.advance(59.9)
+    assert [r.id for r in state.list_sandboxes("t")] == [record.id]
+    clock.advance(0.1)
+    assert state.list_sandboxes("t") == []
+    with pytest.raises(SandboxNotFound):
+        state.get("t", record.id)
+    assert not state.workspace_path(record.id).exists()
+
+
+def test_created_at_comes_from_the_clock(state: EmulatorState, clock: ManualClock) -> None:
+    info = state.acquire("t", "ALL").to_info("http://x")
+    assert info["created_at"] == "2026-01-01T00:00:00+00:00"
+    assert len(info["servers"]) == 16
+
+
+def test_tenants_are_isolated(state: EmulatorState) -> None:
+    record = state.acquire("alice", ["git"])
+    with pytest.raises(SandboxNotFound):
+        state.get("bob", record.id)
+    with pytest.raises(SandboxNotFound):
+        state.release("bob", record.id)
+    assert state.list_sandboxes("bob") == []
+    assert state.get("alice", record.id).id == record.id
+
+
+def test_invalid_arguments_are_refused(state: EmulatorState) -> None:
+    with pytest.raises(ValueError, match="server names"):
+        state.acquire("t", ["nope"])
+    with pytest.raises(ValueError, match="server names"):
+        state.acquire("t", [])
+    with pytest.raises(ValueError, match="ttl_seconds"):
+        state.acquire("t", ["git"], ttl_seconds=59)
+    with pytest.raises(ValueError, match="benchmark"):
+        state.acquire("t", ["git"], benchmark="Other")
+
+
+def test_concurrent_use_from_threads(state: EmulatorState) -> None:
+    def work(index: int) -> str:
+        record = state.acquire(f"tenant-{index % 4}", ["git", "word"])
+        state.reset(record.tenant, record.id)
+        state.dump(record.tenant, record.id, "http://x")
+        return record.id
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        ids = list(pool.map(work, range(40)))
+    assert len(set(ids)) == 40
+    assert sum(len(state.list_sandboxes(f"tenant-{i}")) for i in range(4)) == 40
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda i: state.release(f"tenant-{i % 4}", ids[i]), range(40)))
+    assert sum(len(state.list_sandboxes(f"tenant-{i}")) for i in range(4)) == 0
+
+
+def test_signer_binds_method_key_and_expiry(clock: ManualClock) -> None:
+    signer = UrlSigner(b"0123456789abcdef", clock)
+    assert "0123456789abcdef" not in repr(signer)
+    signed = signer.sign(base_url="http://h/", route="/r", method="PUT", key="a/b.gz", minutes=1)
+    query = dict(part.split("=") for part in signed.url.split("?")[1].split("&"))
+    signer.verify(method="PUT", key="a/b.gz", **query)
+    with pytest.raises(SignatureError, match="does not match"):
+        signer.verify(method="GET", key="a/b.gz", **query)
+    with pytest.raises(SignatureError, match="does not match"):
+        signer.verify(method="PUT", key="a/c.gz", **query)
+    with pytest.raises(SignatureError, match=r"not a valid|does not name"):
+        signer.verify(method="PUT", key="../b.gz", **query)
+    clock.advance(60)
+    with pytest.raises(SignatureError, match="expired"):
+        signer.verify(method="PUT", key="a/b.gz", **query)
+
+
+def test_make_archive_order_and_members(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "b" / "inner").mkdir(parents=True)
+    (root / "a.txt").write_text("a")
+    (root / "b" / "z.txt").write_text("z")
+    (root / "b" / "inner" / "deep.txt").write_text("deep")
+    (root / "c-link").symlink_to("a.txt")
+    target = tmp_path / "out.tar.gz"
+    assert make_archive(root, target) == 7
+    with tarfile.open(target, "r:gz") as tar:
+        names = tar.getnames()
+        assert tar.getmember("./c-link").issym()
+        deep = tar.extractfile("./b/inner/deep.txt")
+        assert deep is not None
+        assert deep.read() == b"deep"
+    assert names == [
+        ".",
+        "./a.txt",
+        "./b",
+        "./b/inner",
+        "./b/inner/deep.txt",
+        "./b/z.txt",
+        "./c-link",
+    ]
+    assert target.read_bytes()[:2] == b"\x1f\x8b"
+
+
+def test_one_emulator_per_data_dir(tmp_path: Path) -> None:
+    first = EmulatorState(tmp_path)
+    with pytest.raises(RuntimeError, match="already using the data folder"):
+        EmulatorState(tmp_path)
+    first.close()
+    second = EmulatorState(tmp_path)  # free again once the first one is closed
+    second.close()
