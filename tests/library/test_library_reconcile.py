@@ -1,0 +1,125 @@
+"""Acquire's reconciliation, driven step by step through its sans-I/O flow (no HTTP at all)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from http import HTTPStatus
+from typing import Any
+
+import httpx
+import pytest
+from klavis_sandbox_client.models import AcquireLocalSandboxResponse, ListLocalSandboxesResponse
+from klavis_sandbox_client.types import Response
+
+import workflows
+from workflows import AcquireAmbiguousError, ApiTimeoutError, BadRequestError, ServerError
+from workflows._flows import Call, acquire_attempt
+from workflows._models import check_acquire
+from workflows._reconcile import AcquireDidNotHappen, is_ambiguous
+
+
+def _sandbox(sid: str, *names: str) -> dict[str, Any]:
+    return {
+        "local_sandbox_id": sid,
+        "created_at": "2026-01-01T00:00:00Z",
+        "status": "occupied",
+        "servers": [{"id": f"{sid}-{n}", "server_name": n} for n in names],
+    }
+
+
+def _listing(*sandboxes: dict[str, Any]) -> Response[Any]:
+    body = {"local_sandboxes": list(sandboxes), "total_count": len(sandboxes)}
+    return Response(HTTPStatus.OK, b"", {}, ListLocalSandboxesResponse.from_dict(body))
+
+
+def _acquired(sid: str, *names: str) -> Response[Any]:
+    body = _sandbox(sid, *names)
+    body.pop("created_at")
+    return Response(HTTPStatus.CREATED, b"", {}, AcquireLocalSandboxResponse.from_dict(body))
+
+
+def _drive(flow: Generator[Any, Any, Any], answers: list[Any]) -> Any:
+    """Feed scripted answers (a response, or an exception to throw) to a flow."""
+    step = next(flow)
+    seen = [step]
+    for answer in answers:
+        try:
+            step = flow.throw(answer) if isinstance(answer, Exception) else flow.send(answer)
+        except StopIteration as stop:
+            return stop.value, seen
+        seen.append(step)
+    raise AssertionError(f"flow wants more steps: {seen[-1]}")
+
+
+def _timeout() -> ApiTimeoutError:
+    return ApiTimeoutError("timed out", method="POST", path="/local-sandbox")
+
+
+def test_ambiguous_failure_adopts_the_new_sandbox() -> None:
+    request = check_acquire(["git"])
+    flow = acquire_attempt(request, "http://adopt.test")
+    info, steps = _drive(
+        flow,
+        [
+            _listing(_sandbox("old", "git")),
+            _timeout(),
+            _listing(_sandbox("old", "git"), _sandbox("new", "git"), _sandbox("x", "filesystem")),
+        ],
+    )
+    assert info.id == "new"
+    assert [s.op for s in steps if isinstance(s, Call)] == [
+        "list_local_sandboxes",
+        "acquire_local_sandbox",
+        "list_local_sandboxes",
+    ]
+    assert steps[1].retry is False
+
+
+def test_ambiguous_failure_with_nothing_new_is_safe_to_retry() -> None:
+    flow = acquire_attempt(check_acquire(["git"]), "http://retry.test")
+    with pytest.raises(AcquireDidNotHappen) as caught:
+        _drive(flow, [_listing(), ServerError("boom", status_code=502), _listing()])
+    assert isinstance(caught.value.cause, ServerError)
+
+
+def test_two_acquires_never_share_one_sandbox() -> None:
+    base = "http://share.test"
+    first = acquire_attempt(check_acquire(["git"]), base)
+    adopted, _ = _drive(first, [_listing(), _timeout(), _listing(_sandbox("s1", "git"))])
+    assert adopted.id == "s1"
+    # a concurrent acquire whose answer names s1 must not take it: it reconciles instead
+    second = acquire_attempt(check_acquire(["git"]), base)
+    got, _ = _drive(
+        second,
+        [
+            _listing(),
+            _acquired("s1", "git"),
+            _listing(_sandbox("s1", "git"), _sandbox("s2", "git")),
+        ],
+    )
+    assert got.id == "s2"
+
+
+def test_reconcile_listing_failure_is_reported_as_ambiguous() -> None:
+    flow = acquire_attempt(check_acquire(["git"]), "http://amb.test")
+    with pytest.raises(AcquireAmbiguousError, match="reap"):
+        _drive(flow, [_listing(), _timeout(), ServerError("down", status_code=503)])
+
+
+def test_client_errors_are_final() -> None:
+    flow = acquire_attempt(check_acquire(["git"]), "http://final.test")
+    with pytest.raises(BadRequestError):
+        _drive(flow, [_listing(), BadRequestError("no", status_code=400)])
+
+
+def test_refused_connections_are_not_ambiguous() -> None:
+    from workflows._http import connection_error
+
+    request = httpx.Request("POST", "http://x/local-sandbox")
+    try:
+        raise connection_error(httpx.ConnectError("refused"), request)
+    except workflows.ApiConnectionError as exc:  # chained like the real call site
+        refused = exc
+    refused.__cause__ = httpx.ConnectError("refused")
+    assert not is_ambiguous(refused)
+    assert is_ambiguous(_timeout())

@@ -1,0 +1,349 @@
+"""Connections to the API: one sync and one async twin over the generated client.
+
+Both twins do the same three things around a generated ``*_detailed`` function: translate
+transport failures, retry safe operations with stamina (honouring ``Retry-After``, within an
+overall deadline), and check the parsed body. Status codes >= 400 are turned into our errors by
+the httpx event hooks of :mod:`workflows._http`, before the generated code sees them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import IO, Any, TypeVar
+
+import httpx
+import stamina
+from klavis_sandbox_client import AuthenticatedClient
+from klavis_sandbox_client.types import Response
+
+from ._config import Settings
+from ._endpoints import OPERATIONS
+from ._errors import ApiError, TransferError
+from ._flows import Call, Download, Flow, Step, Upload
+from ._http import (
+    connection_error,
+    make_async_client,
+    make_sync_client,
+    redact_url,
+    retry_backoff,
+)
+from ._progress import Progress
+
+__all__ = ["AsyncApi", "SyncApi", "expect", "sync_api_for"]
+
+T = TypeVar("T")
+CHUNK = 1024 * 1024
+_PLACEHOLDER_TOKEN = "unused: workflows adds the Authorization header itself"  # noqa: S105
+
+
+def expect(response: Response[Any], model: type[T]) -> T:
+    """The parsed body of a 2xx response, or an ApiError if it is not what the contract says."""
+    parsed = response.parsed
+    if isinstance(parsed, model):
+        return parsed
+    raise ApiError(
+        f"unexpected response body (wanted {model.__name__})",
+        status_code=int(response.status_code),
+        body=response.content[:500],
+    )
+
+
+def _request_of(exc: httpx.TransportError) -> httpx.Request | None:
+    try:
+        return exc.request
+    except RuntimeError:
+        return None
+
+
+def _transfer_error(action: str, url: str, response: httpx.Response) -> TransferError:
+    detail = response.text[:300].strip() if response.content else ""
+    return TransferError(
+        f"{action} {redact_url(url)} failed with {response.status_code}"
+        + (f": {detail}" if detail else ""),
+        status_code=response.status_code,
+    )
+
+
+def _transfer_connection_error(action: str, url: str, exc: httpx.TransportError) -> TransferError:
+    return TransferError(f"{action} {redact_url(url)} failed: {type(exc).__name__}: {exc}")
+
+
+def _read_chunks(fileobj: IO[bytes], progress: Progress) -> Iterator[bytes]:
+    while chunk := fileobj.read(CHUNK):
+        progress(len(chunk))
+        yield chunk
+
+
+class SyncApi:
+    """A pooled sync connection: the generated client, an API httpx client, a transfer client."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._http = make_sync_client(settings)
+        self._transfer = make_sync_client(settings, authenticated=False)
+        self.client = AuthenticatedClient(base_url=settings.base_url, token=_PLACEHOLDER_TOKEN)
+        self.client.set_httpx_client(self._http)
+
+    def __repr__(self) -> str:
+        return f"SyncApi(base_url={self.settings.base_url!r})"
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._http.close()
+        self._transfer.close()
+
+    def _once(self, fn: Callable[..., Response[Any]], kwargs: dict[str, Any]) -> Response[Any]:
+        try:
+            return fn(client=self.client, **kwargs)
+        except httpx.TransportError as exc:
+            raise connection_error(exc, _request_of(exc)) from exc
+
+    def call(
+        self, fn: Callable[..., Response[Any]], *, retry: bool, **kwargs: Any
+    ) -> Response[Any]:
+        """Run a generated ``*_detailed`` function; retry it only when ``retry`` says it is safe."""
+        if not retry:
+            return self._once(fn, kwargs)
+        for attempt in stamina.retry_context(
+            on=retry_backoff,
+            attempts=self.settings.retry_attempts,
+            timeout=self.settings.retry_deadline,
+        ):
+            with attempt:
+                return self._once(fn, kwargs)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def perform(self, step: Step) -> Any:
+        """Carry out one step of a flow."""
+        if isinstance(step, Call):
+            fn = OPERATIONS[step.op].sync_detailed
+            return self.call(fn, retry=step.retry, **step.kwargs)
+        if isinstance(step, Upload):
+            return self.upload(step.url, step.fileobj, step.size, step.progress)
+        if isinstance(step, Download):
+            return self.download(step.url, step.sink, step.progress)
+        return step.fn(*step.args, **step.kwargs)
+
+    def run(self, flow: Flow[T]) -> T:
+        """Drive a flow to its end, feeding each step's result or exception back into it."""
+        value: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                step = flow.throw(error) if error is not None else flow.send(value)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, error = None, None
+            try:
+                value = self.perform(step)
+            except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
+                error = exc
+
+    def run_retrying(
+        self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
+    ) -> T:
+        """Run a fresh flow until it succeeds or ``on`` says the failure is final."""
+        for attempt in stamina.retry_context(
+            on=on, attempts=self.settings.retry_attempts, timeout=self.settings.retry_deadline
+        ):
+            with attempt:
+                return self.run(make_flow())
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def upload(self, url: str, fileobj: IO[bytes], size: int, progress: Progress) -> None:
+        """PUT a file to a signed URL, streamed from disk with a Content-Length; retried."""
+        for attempt in stamina.retry_context(
+            on=retry_backoff,
+            attempts=self.settings.retry_attempts,
+            timeout=self.settings.retry_deadline,
+        ):
+            with attempt:
+                fileobj.seek(0)
+                headers = {"Content-Type": "application/gzip", "Content-Length": str(size)}
+                try:
+                    response = self._transfer.put(
+                        url, content=_read_chunks(fileobj, progress), headers=headers
+                    )
+                except httpx.TransportError as exc:
+                    raise _transfer_connection_error("upload to", url, exc) from exc
+                if response.status_code >= 400:
+                    raise _transfer_error("upload to", url, response)
+
+    def download(self, url: str, sink: IO[bytes], progress: Progress) -> int:
+        """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start."""
+        for attempt in stamina.retry_context(
+            on=retry_backoff,
+            attempts=self.settings.retry_attempts,
+            timeout=self.settings.retry_deadline,
+        ):
+            with attempt:
+                sink.seek(0)
+                sink.truncate()
+                written = 0
+                try:
+                    with self._transfer.stream("GET", url) as response:
+                        if response.status_code >= 400:
+                            response.read()
+                            raise _transfer_error("download from", url, response)
+                        for chunk in response.iter_bytes(CHUNK):
+                            sink.write(chunk)
+                            written += len(chunk)
+                            progress(len(chunk))
+                except httpx.TransportError as exc:
+                    raise _transfer_connection_error("download from", url, exc) from exc
+                sink.seek(0)
+                return written
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+class AsyncApi:
+    """The async twin of :class:`SyncApi`; owned by one sandbox or one batch, closed with it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._http = make_async_client(settings)
+        self._transfer = make_async_client(settings, authenticated=False)
+        self.client = AuthenticatedClient(base_url=settings.base_url, token=_PLACEHOLDER_TOKEN)
+        self.client.set_async_httpx_client(self._http)
+
+    def __repr__(self) -> str:
+        return f"AsyncApi(base_url={self.settings.base_url!r})"
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()
+        await self._transfer.aclose()
+
+    async def _once(
+        self, fn: Callable[..., Awaitable[Response[Any]]], kwargs: dict[str, Any]
+    ) -> Response[Any]:
+        try:
+            return await fn(client=self.client, **kwargs)
+        except httpx.TransportError as exc:
+            raise connection_error(exc, _request_of(exc)) from exc
+
+    async def call(
+        self, fn: Callable[..., Awaitable[Response[Any]]], *, retry: bool, **kwargs: Any
+    ) -> Response[Any]:
+        """Await a generated ``asyncio_detailed`` function; retried only when ``retry`` is safe."""
+        if not retry:
+            return await self._once(fn, kwargs)
+        async for attempt in stamina.retry_context(
+            on=retry_backoff,
+            attempts=self.settings.retry_attempts,
+            timeout=self.settings.retry_deadline,
+        ):
+            with attempt:
+                return await self._once(fn, kwargs)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def perform(self, step: Step) -> Any:
+        """Carry out one step of a flow; blocking work goes to a thread."""
+        if isinstance(step, Call):
+            fn = OPERATIONS[step.op].asyncio_detailed
+            return await self.call(fn, retry=step.retry, **step.kwargs)
+        if isinstance(step, Upload):
+            return await self.upload(step.url, step.fileobj, step.size, step.progress)
+        if isinstance(step, Download):
+            return await self.download(step.url, step.sink, step.progress)
+        return await asyncio.to_thread(step.fn, *step.args, **step.kwargs)
+
+    async def run(self, flow: Flow[T]) -> T:
+        """Drive a flow to its end, feeding each step's result or exception back into it."""
+        value: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                step = flow.throw(error) if error is not None else flow.send(value)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, error = None, None
+            try:
+                value = await self.perform(step)
+            except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
+                error = exc
+
+    async def run_retrying(
+        self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
+    ) -> T:
+        """Run a fresh flow until it succeeds or ``on`` says the failure is final."""
+        async for attempt in stamina.retry_context(
+            on=on, attempts=self.settings.retry_attempts, timeout=self.settings.retry_deadline
+        ):
+            with attempt:
+                return await self.run(make_flow())
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def upload(self, url: str, fileobj: IO[bytes], size: int, progress: Progress) -> None:
+        """PUT a file to a signed URL, streamed from disk with a Content-Length; retried."""
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for chunk in _read_chunks(fileobj, progress):
+                yield chunk
+
+        async for attempt in stamina.retry_context(
+            on=retry_backoff,
+            attempts=self.settings.retry_attempts,
+            timeout=self.settings.retry_deadline,
+        ):
+            with attempt:
+                fileobj.seek(0)
+                headers = {"Content-Type": "application/gzip", "Content-Length": str(size)}
+                try:
+                    response = await self._transfer.put(url, content=chunks(), headers=headers)
+                except httpx.TransportError as exc:
+                    raise _transfer_connection_error("upload to", url, exc) from exc
+                if response.status_code >= 400:
+                    raise _transfer_error("upload to", url, response)
+
+    async def download(self, url: str, sink: IO[bytes], progress: Progress) -> int:
+        """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start."""
+        async for attempt in stamina.retry_context(
+            on=retry_backoff,
+            attempts=self.settings.retry_attempts,
+            timeout=self.settings.retry_deadline,
+        ):
+            with attempt:
+                sink.seek(0)
+                sink.truncate()
+                written = 0
+                try:
+                    async with self._transfer.stream("GET", url) as response:
+                        if response.status_code >= 400:
+                            await response.aread()
+                            raise _transfer_error("download from", url, response)
+                        async for chunk in response.aiter_bytes(CHUNK):
+                            sink.write(chunk)
+                            written += len(chunk)
+                            progress(len(chunk))
+                except httpx.TransportError as exc:
+                    raise _transfer_connection_error("download from", url, exc) from exc
+                sink.seek(0)
+                return written
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+_pool: dict[Settings, SyncApi] = {}
+_pool_lock = threading.Lock()
+
+
+def sync_api_for(settings: Settings) -> SyncApi:
+    """The process-wide pooled :class:`SyncApi` for these settings (thread-safe, reused)."""
+    with _pool_lock:
+        api = _pool.get(settings)
+        if api is None:
+            api = _pool[settings] = SyncApi(settings)
+        return api
+
+
+def _close_pool() -> None:
+    with _pool_lock:
+        for api in _pool.values():
+            api.close()
+        _pool.clear()
+
+
+atexit.register(_close_pool)

@@ -1,0 +1,351 @@
+"""`AsyncLocalSandbox`: the asyncio twin of :class:`workflows.LocalSandbox`.
+
+Same names, same checks (shared from the I/O-free modules), awaited. CPU and disk work
+(packing, reading archives) runs in a worker thread so the event loop stays responsive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ._api import AsyncApi
+from ._archive import ArchiveLimits
+from ._collect import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
+from ._common import check_id, disown, dump_target, ledger_of, own
+from ._config import ApiKey, Settings, resolve_settings
+from ._errors import InvalidInputError
+from ._flows import (
+    acquire_attempt,
+    dump_flow,
+    dump_to_flow,
+    get_flow,
+    list_flow,
+    release_flow,
+    retry_acquire,
+    simple_call,
+    upload_flow,
+)
+from ._ledger import Ledger
+from ._models import SandboxInfo, ServerInfo, check_acquire
+from ._snapshot import Snapshot
+
+__all__ = ["AsyncLocalSandbox", "async_list_sandboxes"]
+
+log = logging.getLogger("workflows")
+
+
+async def async_list_sandboxes(
+    *, api_key: str | None = None, base_url: str | None = None, timeout: float | None = None
+) -> list[SandboxInfo]:
+    """Every active sandbox of this API key (async)."""
+    api = AsyncApi(resolve_settings(api_key, base_url, timeout=timeout))
+    try:
+        return await api.run(list_flow())
+    finally:
+        await api.aclose()
+
+
+class _Acquiring:
+    """What ``AsyncLocalSandbox.acquire`` returns: await it, or use it in ``async with``."""
+
+    def __init__(self, make: Callable[[], Awaitable[AsyncLocalSandbox]]) -> None:
+        self._make = make
+        self._sandbox: AsyncLocalSandbox | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncLocalSandbox]:
+        return self._make().__await__()
+
+    async def __aenter__(self) -> AsyncLocalSandbox:
+        self._sandbox = await self._make()
+        return self._sandbox
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.__aexit__(exc_type, exc, tb)
+
+
+class AsyncLocalSandbox:
+    """The asyncio twin of :class:`~workflows.LocalSandbox`::
+
+        async with AsyncLocalSandbox.acquire(["filesystem"], ttl_seconds=600) as sb:
+            await sb.seed({"hello.txt": "hi"})
+            snap = await sb.dump()
+
+    ``sb = await AsyncLocalSandbox.acquire(...)`` works too; then ``await sb.release()``.
+    """
+
+    def __init__(
+        self,
+        api: AsyncApi,
+        info: SandboxInfo,
+        *,
+        owned: bool,
+        owns_api: bool,
+        ledger: Ledger | None = None,
+        progress: bool | None = None,
+        limits: ArchiveLimits | None = None,
+    ) -> None:
+        self._api = api
+        self._owns_api = owns_api
+        self._info = info
+        self._owned = owned
+        self._released = False
+        self._ledger = ledger
+        self.progress = progress
+        self.limits = limits or ArchiveLimits()
+
+    @classmethod
+    def acquire(
+        cls,
+        server_names: Sequence[str] | str,
+        *,
+        benchmark: str | None = None,
+        ttl_seconds: int | None = 7200,
+        test_account_email: str | None = None,
+        api_key: str | ApiKey | None = None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+        progress: bool | None = None,
+        ledger: Ledger | bool = True,
+        limits: ArchiveLimits | None = None,
+        api: AsyncApi | None = None,
+    ) -> _Acquiring:
+        """Acquire a sandbox (await it, or ``async with`` it); arguments checked before sending.
+
+        ``api`` lets a batch share one connection pool; the sandbox then does not close it.
+        """
+        request = check_acquire(
+            server_names,
+            benchmark=benchmark,
+            ttl_seconds=ttl_seconds,
+            test_account_email=test_account_email,
+        )
+        settings = (
+            api.settings
+            if api is not None
+            else resolve_settings(api_key, base_url, timeout=timeout)
+        )
+        book = ledger_of(ledger)
+
+        async def make() -> AsyncLocalSandbox:
+            conn = api or AsyncApi(settings)
+            try:
+                info = await conn.run_retrying(
+                    lambda: acquire_attempt(request, settings.base_url), on=retry_acquire
+                )
+            except BaseException:
+                if api is None:
+                    await conn.aclose()
+                raise
+            own(info.id, settings, book)
+            log.info("acquired sandbox %s", info.id)
+            return cls(
+                conn,
+                info,
+                owned=True,
+                owns_api=api is None,
+                ledger=book,
+                progress=progress,
+                limits=limits,
+            )
+
+        return _Acquiring(make)
+
+    @classmethod
+    async def attach(
+        cls,
+        local_sandbox_id: str,
+        *,
+        api_key: str | ApiKey | None = None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+        progress: bool | None = None,
+        limits: ArchiveLimits | None = None,
+    ) -> AsyncLocalSandbox:
+        """Wrap an existing sandbox without owning it; NotFoundError if it is not there."""
+        check_id(local_sandbox_id)
+        api = AsyncApi(resolve_settings(api_key, base_url, timeout=timeout))
+        try:
+            info = await api.run(get_flow(local_sandbox_id))
+        except BaseException:
+            await api.aclose()
+            raise
+        return cls(
+            api,
+            info,
+            owned=False,
+            owns_api=True,
+            progress=progress,
+            limits=limits,
+        )
+
+    # ----------------------------------------------------------------- state
+    @property
+    def id(self) -> str:
+        """The sandbox id."""
+        return self._info.id
+
+    @property
+    def status(self) -> str | None:
+        """The status when last fetched."""
+        return self._info.status
+
+    @property
+    def benchmark(self) -> str | None:
+        """The benchmark the sandbox was configured for, if any."""
+        return self._info.benchmark
+
+    @property
+    def servers(self) -> tuple[ServerInfo, ...]:
+        """The MCP servers: name, ``mcp_server_url``, status, auth data."""
+        return self._info.servers
+
+    @property
+    def info(self) -> SandboxInfo:
+        """Everything known about the sandbox since the last fetch."""
+        return self._info
+
+    @property
+    def settings(self) -> Settings:
+        """The connection settings (the key inside never shows in a repr)."""
+        return self._api.settings
+
+    @property
+    def owned(self) -> bool:
+        """Whether leaving ``async with`` releases the sandbox."""
+        return self._owned
+
+    @property
+    def released(self) -> bool:
+        """Whether :meth:`release` has run."""
+        return self._released
+
+    def mcp_url(self, server_name: str) -> str:
+        """The MCP Streamable HTTP URL of one of the sandbox's servers."""
+        url = self._info.server(server_name).mcp_server_url
+        if not url:
+            raise KeyError(f"the {server_name!r} server has no MCP URL yet; try refresh()")
+        return url
+
+    def __repr__(self) -> str:
+        names = [s.name for s in self.servers]
+        state = "released" if self._released else self.status
+        return (
+            f"{type(self).__name__}(id={self.id!r}, status={state!r}, servers={names!r}, "
+            f"base_url={self.settings.base_url!r})"
+        )
+
+    async def refresh(self) -> SandboxInfo:
+        """Fetch the sandbox's current details."""
+        self._info = await self._api.run(get_flow(self.id))
+        return self._info
+
+    # ----------------------------------------------------------------- workspace
+    async def seed(self, files: Mapping[str, str | bytes], *, progress: bool | None = None) -> int:
+        """Add files from a mapping of relative path to text or bytes; see LocalSandbox.seed."""
+        entries = plan_mapping(files)
+        await self._upload(entries, progress)
+        return sum(1 for e in entries if not e.is_dir)
+
+    async def seed_directory(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        ignore: Sequence[str] = (),
+        gitignore: bool = True,
+        max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
+        progress: bool | None = None,
+    ) -> int:
+        """Add a local folder's files; see LocalSandbox.seed_directory."""
+        entries = await asyncio.to_thread(
+            plan_directory, path, ignore=ignore, gitignore=gitignore, max_file_size=max_file_size
+        )
+        await self._upload(entries, progress)
+        return sum(1 for e in entries if not e.is_dir)
+
+    async def _upload(self, entries: Sequence[SourceFile], progress: bool | None) -> None:
+        self._check_live()
+        show = self.progress if progress is None else progress
+        await self._api.run(upload_flow(self.id, entries, show))
+
+    async def dump(self, *, progress: bool | None = None) -> Snapshot:
+        """Download the workspace as a read-only :class:`Snapshot`; see LocalSandbox.dump."""
+        self._check_live()
+        show = self.progress if progress is None else progress
+        return await self._api.run(dump_flow(self.id, self.limits, show))
+
+    async def dump_to(self, path: str | os.PathLike[str], *, progress: bool | None = None) -> Path:
+        """Save the workspace to a folder or a .tar.gz file; see LocalSandbox.dump_to."""
+        target = dump_target(path)
+        self._check_live()
+        show = self.progress if progress is None else progress
+        return await self._api.run(dump_to_flow(self.id, target, self.limits, show))
+
+    async def reset(self) -> None:
+        """Reset the sandbox and its servers to their initial state."""
+        self._check_live()
+        await self._api.run(simple_call("reset_local_sandbox", local_sandbox_id=self.id))
+
+    # ----------------------------------------------------------------- release
+    async def release(self) -> bool:
+        """Release the sandbox (idempotent): True if this call released it.
+
+        Runs to completion even if the awaiting task is cancelled meanwhile.
+        """
+        if self._released:
+            return False
+        return await asyncio.shield(asyncio.ensure_future(self._release()))
+
+    async def _release(self) -> bool:
+        if self._released:
+            return False
+        result = await self._api.run(release_flow(self.id))
+        self._released = True
+        disown(self.id, self.settings, self._ledger)
+        if self._owns_api:
+            await self._api.aclose()
+        return result
+
+    async def aclose(self) -> None:
+        """Close the connections of a sandbox you do not release (for :meth:`attach`)."""
+        if self._owns_api:
+            await self._api.aclose()
+
+    async def __aenter__(self) -> AsyncLocalSandbox:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self._owned or self._released:
+            await self.aclose()
+            return
+        if exc is None:
+            await self.release()
+            return
+        try:
+            await self.release()
+        except Exception as release_error:  # noqa: BLE001 - never hide the original error
+            log.warning(
+                "could not release sandbox %s after an error (%s); it stays in the ledger",
+                self.id,
+                release_error,
+            )
+
+    def _check_live(self) -> None:
+        if self._released:
+            raise InvalidInputError(f"sandbox {self.id} was released; acquire a new one")

@@ -1,0 +1,474 @@
+"""Decide what goes into a seed archive (no network; reads only directory listings).
+
+Two planners turn user input into a sorted list of :class:`SourceFile`, which
+:func:`workflows._archive.write_archive` packs:
+
+* :func:`plan_mapping` for ``sb.seed({"path": "text" | b"bytes"})``;
+* :func:`plan_directory` for ``sb.seed_directory("./project")``.
+
+Both check everything that can be checked before a byte is packed, so a mistake is reported
+before any request is sent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from workflows._errors import FileTooLargeError, InvalidInputError, InvalidSeedPathError
+from workflows._paths import normalize_seed_key
+
+__all__ = [
+    "DEFAULT_MAX_FILE_SIZE",
+    "SeedContent",
+    "IGNORE_FILE_NAMES",
+    "SourceFile",
+    "plan_directory",
+    "plan_mapping",
+]
+
+#: The largest single file :func:`plan_directory` accepts unless told otherwise: 256 MiB.
+#: It is a guard against seeding a data set, a video or model weights by accident (an upload of
+#: that size takes minutes); a file over it is an error naming the file, never silently skipped.
+#: Pass ``max_file_size=None`` to lift it, or add the file to ``ignore=``.
+DEFAULT_MAX_FILE_SIZE: int = 256 * 1024 * 1024
+
+#: Ignore files read in every folder of a seeded tree. ``.gitignore`` only with
+#: ``gitignore=True``; ``.sandboxignore`` always (it exists only to steer seeding).
+IGNORE_FILE_NAMES: tuple[str, ...] = (".gitignore", ".sandboxignore")
+
+#: What a seed mapping's values may be: text (written as UTF-8) or bytes-like.
+SeedContent = str | bytes | bytearray | memoryview
+
+_FILE_MODE = 0o644
+_EXEC_MODE = 0o755
+_DIR_MODE = 0o755
+_LINK_MODE = 0o777
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One entry of a seed archive.
+
+    Exactly one kind of content is set:
+
+    * a regular file from disk (``path``; read in chunks when packing; ``size`` is its size when
+      planned, and exactly that many bytes are packed), or
+    * a regular file in memory (``data``), or
+    * a symbolic link (``link_target``, a relative POSIX path that stays inside the tree), or
+    * an empty folder (``is_dir=True``), kept so that the workspace's shape survives.
+
+    ``name`` is the normalised POSIX relative path inside the archive (``"a/b.txt"``); ``mode`` is
+    ``0o644`` or ``0o755`` for files (from the owner's exec bit), ``0o755`` for folders and
+    ``0o777`` for links.
+    """
+
+    name: str
+    size: int
+    mode: int
+    path: Path | None = None
+    data: bytes | None = None
+    link_target: str | None = None
+    is_dir: bool = False
+
+
+def _as_bytes(key: str, value: object) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise InvalidInputError(
+        f"seed value for {key!r} is a {type(value).__name__}; "
+        "values must be str (written as UTF-8) or bytes"
+    )
+
+
+def plan_mapping(files: Mapping[str, SeedContent]) -> list[SourceFile]:
+    """Plan the archive for a ``{path: content}`` mapping, sorted by name.
+
+    Keys are checked and normalised with :func:`~workflows._paths.normalize_seed_key`; values
+    must be ``str`` (encoded as UTF-8) or bytes-like. Raises :class:`InvalidSeedPathError` for a
+    bad key, two keys that normalise to the same path, or a key that is also the folder of another
+    (``"a"`` and ``"a/b"``), and :class:`InvalidInputError` for a value of another type. Every
+    file gets mode ``0o644``.
+
+    >>> [(f.name, f.data) for f in plan_mapping({"./b.txt": "hi", "a/x.bin": b"\\x00"})]
+    [('a/x.bin', b'\\x00'), ('b.txt', b'hi')]
+    """
+    if not isinstance(files, Mapping):
+        raise InvalidInputError(
+            f"files must be a mapping of path to content, not a {type(files).__name__}"
+        )
+    by_name: dict[str, str] = {}
+    planned: list[SourceFile] = []
+    for key, value in files.items():
+        name = normalize_seed_key(key)
+        if name in by_name:
+            raise InvalidSeedPathError(
+                f"seed keys {by_name[name]!r} and {key!r} both name the file {name!r}", path=key
+            )
+        by_name[name] = key
+        data = _as_bytes(key, value)
+        planned.append(SourceFile(name=name, size=len(data), mode=_FILE_MODE, data=data))
+    for name, key in by_name.items():
+        parent = name
+        while "/" in parent:
+            parent = parent.rsplit("/", 1)[0]
+            if parent in by_name:
+                raise InvalidSeedPathError(
+                    f"seed key {by_name[parent]!r} is a file, but {key!r} needs it to be a folder",
+                    path=by_name[parent],
+                )
+    planned.sort(key=lambda f: f.name)
+    return planned
+
+
+# --- directories -------------------------------------------------------------------------------
+
+
+# Ignore rules are git's own algorithm, applied folder by folder while walking: for a path
+# (relative to the folder of the ignore file), the last pattern that matches decides; an
+# excluded folder is not entered. Patterns are translated to full-match regular expressions.
+# (pathspec's GitIgnoreSpec was tried first: its regexes match a path *or anything below it*
+# and rank file patterns over folder patterns, which is right for checking whole file paths but
+# wrong for checking folders one level at a time: `*` + `!*.txt` + `!*/` lost nested .txt files,
+# and `!logs/` re-included `logs/a.log`. tests/test_collect.py compares with git itself.)
+
+_POSIX_CLASSES = {
+    "alnum": "a-zA-Z0-9",
+    "alpha": "a-zA-Z",
+    "blank": " \\t",
+    "digit": "0-9",
+    "lower": "a-z",
+    "space": "\\s",
+    "upper": "A-Z",
+    "xdigit": "0-9a-fA-F",
+    "punct": re.escape("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"),
+}
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    """One gitignore line: its regex, and how it applies."""
+
+    regex: re.Pattern[str]
+    negate: bool  # "!pattern": re-include
+    dir_only: bool  # "pattern/": folders only
+    basename: bool  # no "/" inside: matches the last part of the path, at any depth
+
+
+def _translate_bracket(seg: str, start: int) -> tuple[str, int] | None:
+    """Translate ``[...]`` starting at ``seg[start]``; None when it is not closed."""
+    i = start + 1
+    negate = i < len(seg) and seg[i] in "!^"
+    if negate:
+        i += 1
+    parts: list[str] = []
+    first = True
+    while i < len(seg):
+        c = seg[i]
+        if c == "]" and not first:
+            body = "".join(parts)
+            return ("[^/" + body + "]" if negate else "[" + body + "]"), i + 1
+        first = False
+        if c == "[" and seg.startswith("[:", i):
+            close = seg.find(":]", i + 2)
+            if close != -1 and seg[i + 2 : close] in _POSIX_CLASSES:
+                parts.append(_POSIX_CLASSES[seg[i + 2 : close]])
+                i = close + 2
+                continue
+        if c == "\\" and i + 1 < len(seg):
+            parts.append(re.escape(seg[i + 1]))
+            i += 2
+            continue
+        if c == "-" and parts and i + 1 < len(seg) and seg[i + 1] != "]":
+            parts.append("-")
+        else:
+            parts.append(re.escape(c))
+        i += 1
+    return None
+
+
+def _translate_segment(seg: str) -> str:
+    """Translate one path part of a wildmatch pattern (no ``/`` in it)."""
+    out: list[str] = []
+    i = 0
+    while i < len(seg):
+        c = seg[i]
+        if c == "\\" and i + 1 < len(seg):
+            out.append(re.escape(seg[i + 1]))
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            bracket = _translate_bracket(seg, i)
+            if bracket is not None:
+                out.append(bracket[0])
+                i = bracket[1]
+                continue
+            out.append(re.escape(c))
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def _strip_trailing_spaces(line: str) -> str:
+    """Git drops trailing spaces unless the last one is escaped with a backslash."""
+    end = len(line)
+    while end > 0 and line[end - 1] == " ":
+        backslashes = 0
+        j = end - 2
+        while j >= 0 and line[j] == "\\":
+            backslashes += 1
+            j -= 1
+        if backslashes % 2:
+            break
+        end -= 1
+    return line[:end]
+
+
+def _parse_pattern(line: str) -> _Pattern | None:
+    """Parse one line of an ignore file; None for blanks and comments."""
+    line = _strip_trailing_spaces(line)
+    if not line or line.startswith("#"):
+        return None
+    negate = line.startswith("!")
+    if negate:
+        line = line[1:]
+    dir_only = line.endswith("/")
+    if dir_only:
+        line = line[:-1]
+    if not line or line == "/":
+        return None
+    basename = "/" not in line
+    parts = line.removeprefix("/").split("/")
+    regex: list[str] = []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**" and not basename:
+            regex.append(".*" if last else "(?:.*/)?")
+            continue
+        regex.append(_translate_segment(part))
+        if not last:
+            regex.append("/")
+    return _Pattern(re.compile("".join(regex), re.DOTALL), negate, dir_only, basename)
+
+
+def _parse_patterns(lines: Sequence[str]) -> list[_Pattern]:
+    out: list[_Pattern] = []
+    for n, line in enumerate(lines):
+        if n == 0:
+            line = line.removeprefix("\ufeff")  # a UTF-8 byte-order mark, as git allows
+        pattern = _parse_pattern(line)
+        if pattern is not None:
+            out.append(pattern)
+    return out
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """The patterns of one ignore file, applying to paths below ``base`` (``""`` = the root)."""
+
+    base: str
+    patterns: list[_Pattern]
+    from_gitignore: bool
+
+
+def _read_rules(path: str, base: str, from_gitignore: bool, shown: str) -> _Rules | None:
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            lines = fh.read().splitlines()
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read ignore file {shown!r}: {exc.strerror}") from exc
+    patterns = _parse_patterns(lines)
+    return _Rules(base, patterns, from_gitignore) if patterns else None
+
+
+def _decide(rel: str, is_dir: bool, patterns: Sequence[_Pattern], decision: bool) -> bool:
+    name = rel.rpartition("/")[2]
+    for p in patterns:
+        if p.dir_only and not is_dir:
+            continue
+        if p.regex.fullmatch(name if p.basename else rel):
+            decision = not p.negate
+    return decision
+
+
+def _is_ignored(rel: str, is_dir: bool, rules: Sequence[_Rules], user: Sequence[_Pattern]) -> bool:
+    """Whether ``rel`` is excluded: the last matching pattern decides; deeper files come later,
+    ``ignore=`` patterns last of all."""
+    decision = False
+    for r in rules:
+        sub = rel[len(r.base) + 1 :] if r.base else rel
+        decision = _decide(sub, is_dir, r.patterns, decision)
+    return _decide(rel, is_dir, user, decision)
+
+
+def _has_entries(path: str) -> bool:
+    with os.scandir(path) as it:
+        return any(True for _ in it)
+
+
+def _special_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (fifo)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file"
+    return "not a regular file, folder or symlink"
+
+
+def plan_directory(
+    root: str | os.PathLike[str],
+    *,
+    ignore: Sequence[str] | str = (),
+    gitignore: bool = True,
+    max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
+) -> list[SourceFile]:
+    """Plan the archive for the folder ``root``, sorted by name.
+
+    What is left out:
+
+    * with ``gitignore=True`` (the default), whatever the ``.gitignore`` files of the tree
+      exclude, with git's semantics: a nested ``.gitignore`` applies relative to its folder and
+      overrides the ones above, ``!`` re-includes, ``build/`` matches folders only, ``/x`` is
+      anchored, ``**`` spans folders, and an excluded folder's contents stay excluded whatever a
+      ``!`` rule says (git never looks inside it). The root repository's ``.git/info/exclude``
+      counts too.
+    * whatever ``.sandboxignore`` files exclude (same syntax, read after the ``.gitignore`` of the
+      same folder, so they win), **even with** ``gitignore=False``: they exist only to steer
+      seeding, so turning off ``.gitignore`` is no reason to ignore them.
+    * whatever ``ignore=`` excludes: gitignore patterns relative to ``root`` (a single string is
+      one pattern), applied last, so they override the files, and applied even with
+      ``gitignore=False``.
+
+    ``.git`` folders are **included** (seeding a repository for the git MCP server needs its
+    history); ``.gitignore`` patterns never apply to or inside them, as in git, and neither do
+    ``.sandboxignore`` patterns inside them (so a ``logs/`` rule cannot break a repository); to
+    leave them out, pass ``ignore=[".git/"]`` or list ``.git/`` in a ``.sandboxignore``. The
+    ignore files themselves are packed unless a pattern excludes them.
+
+    Symbolic links are never followed: one whose resolved target lies inside ``root`` is stored as
+    a relative link; one leading outside raises :class:`InvalidInputError` naming it (add it to
+    ``ignore=``). A fifo, socket or device raises :class:`InvalidInputError`; a file larger than
+    ``max_file_size`` bytes raises :class:`FileTooLargeError` (``None`` means no limit). A file
+    name that is not valid UTF-8 raises :class:`InvalidInputError`. Folders that are empty on
+    disk are kept, so the workspace's shape survives; folders that only the ignore rules emptied
+    are left out (``*.pyc`` should not leave a trail of empty ``__pycache__`` folders). Missing
+    ``root``, or not a folder: :class:`InvalidInputError`.
+    """
+    shown_root = os.fspath(root)
+    try:
+        root_stat = os.stat(root)
+    except FileNotFoundError:
+        raise InvalidInputError(f"cannot seed {shown_root!r}: no such folder") from None
+    except OSError as exc:
+        raise InvalidInputError(f"cannot seed {shown_root!r}: {exc.strerror}") from exc
+    if not stat.S_ISDIR(root_stat.st_mode):
+        raise InvalidInputError(f"cannot seed {shown_root!r}: it is not a folder")
+    if max_file_size is not None and max_file_size < 0:
+        raise InvalidInputError(f"max_file_size must be >= 0 or None, not {max_file_size!r}")
+    if isinstance(ignore, str):
+        ignore = [ignore]
+    for pattern in ignore:
+        if not isinstance(pattern, str):
+            raise InvalidInputError(f"ignore patterns must be str, not {type(pattern).__name__}")
+    user = _parse_patterns(list(ignore))
+    real_root = os.path.realpath(root)
+
+    planned: list[SourceFile] = []
+
+    def shown(rel: str) -> str:
+        return os.path.join(shown_root, rel)
+
+    def add_link(entry_path: str, rel: str) -> None:
+        target = os.path.realpath(entry_path)
+        if target != real_root and not target.startswith(real_root.rstrip(os.sep) + os.sep):
+            raise InvalidInputError(
+                f"{shown(rel)!r} is a symlink to {os.readlink(entry_path)!r}, outside the folder "
+                "being seeded; symlinks are never followed out of the tree: add it to ignore="
+            )
+        link_dir = os.path.join(real_root, os.path.dirname(rel))
+        rel_target = os.path.relpath(target, link_dir).replace(os.sep, "/")
+        planned.append(SourceFile(name=rel, size=0, mode=_LINK_MODE, link_target=rel_target))
+
+    def walk(abs_dir: str, rel_dir: str, rules: list[_Rules], in_git: bool) -> int:
+        """Plan one folder; return how many entries it contributed."""
+        try:
+            with os.scandir(abs_dir) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise InvalidInputError(
+                f"cannot list {shown(rel_dir) if rel_dir else shown_root!r}: {exc.strerror}"
+            ) from exc
+        if not in_git:
+            rules = list(rules)
+            by_name = {e.name: e for e in entries}
+            if not rel_dir and gitignore:
+                exclude = os.path.join(abs_dir, ".git", "info", "exclude")
+                if os.path.isfile(exclude):
+                    found = _read_rules(exclude, "", True, ".git/info/exclude")
+                    if found is not None:
+                        rules.append(found)
+            for fname in IGNORE_FILE_NAMES:
+                is_git = fname == ".gitignore"
+                e = by_name.get(fname)
+                if (is_git and not gitignore) or e is None or not e.is_file():
+                    continue
+                rel_file = f"{rel_dir}/{fname}" if rel_dir else fname
+                found = _read_rules(e.path, rel_dir, is_git, rel_file)
+                if found is not None:
+                    rules.append(found)
+        before = len(planned)
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if is_dir and entry.name == ".git":
+                # git never applies .gitignore to its own folder; .sandboxignore may drop it whole
+                applying = [r for r in rules if not r.from_gitignore]
+            else:
+                applying = rules
+            if _is_ignored(rel, is_dir, applying, user):
+                continue
+            try:
+                rel.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidInputError(
+                    f"{shown(rel)!r} has a name that is not valid UTF-8; rename it or add it "
+                    "to ignore="
+                ) from None
+            if entry.is_symlink():
+                add_link(entry.path, rel)
+            elif is_dir:
+                entering_git = in_git or entry.name == ".git"
+                if not walk(entry.path, rel, [] if entering_git else rules, entering_git) and (
+                    not _has_entries(entry.path)
+                ):
+                    planned.append(SourceFile(name=rel, size=0, mode=_DIR_MODE, is_dir=True))
+            elif entry.is_file(follow_symlinks=False):
+                st = entry.stat(follow_symlinks=False)
+                if max_file_size is not None and st.st_size > max_file_size:
+                    raise FileTooLargeError(shown(rel), size=st.st_size, limit=max_file_size)
+                mode = _EXEC_MODE if st.st_mode & stat.S_IXUSR else _FILE_MODE
+                planned.append(
+                    SourceFile(name=rel, size=st.st_size, mode=mode, path=Path(entry.path))
+                )
+            else:
+                kind = _special_kind(entry.stat(follow_symlinks=False).st_mode)
+                raise InvalidInputError(
+                    f"{shown(rel)!r} is {kind}, which cannot be seeded; add it to ignore="
+                )
+        return len(planned) - before
+
+    walk(os.fspath(root), "", [], False)
+    planned.sort(key=lambda f: f.name)
+    return planned

@@ -1,0 +1,180 @@
+"""Pieces shared by the sync and async sandboxes that do no I/O."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from klavis_sandbox_client.types import Response
+
+from . import _reconcile, _registry
+from ._archive import ArchiveLimits
+from ._config import Settings
+from ._errors import ApiError, InvalidInputError
+from ._ledger import Ledger, default_ledger
+from ._models import SandboxInfo, sandbox_info_from_dict
+from ._snapshot import Snapshot
+
+__all__ = [
+    "ArchiveTarget",
+    "RoundTripReport",
+    "body_dict",
+    "check_id",
+    "disown",
+    "ledger_of",
+    "own",
+    "save_atomically",
+    "compare_round_trip",
+    "dump_target",
+    "info_from",
+    "signed_url_from",
+]
+
+log = logging.getLogger("workflows")
+
+
+def body_dict(response: Response[Any]) -> dict[str, Any]:
+    """The parsed body of a 2xx response as a JSON-like dict."""
+    parsed = response.parsed
+    to_dict = getattr(parsed, "to_dict", None)
+    if callable(to_dict):
+        data = to_dict()
+        if isinstance(data, dict):
+            return data
+    raise ApiError(
+        "the API answered a body the contract does not describe",
+        status_code=int(response.status_code),
+        body=response.content[:500],
+    )
+
+
+def info_from(response: Response[Any]) -> SandboxInfo:
+    """A :class:`SandboxInfo` from an acquire or get response."""
+    return sandbox_info_from_dict(body_dict(response))
+
+
+def signed_url_from(response: Response[Any], key: str) -> str:
+    """The signed URL (``upload_url`` or ``download_url``) of a response."""
+    data = body_dict(response)
+    url = data.get(key)
+    if not isinstance(url, str) or not url:
+        raise ApiError(f"the API answered no {key}", status_code=int(response.status_code))
+    return url
+
+
+@dataclass(frozen=True)
+class ArchiveTarget:
+    """Where ``dump_to`` writes: a folder to extract into, or a ``.tar.gz`` file to keep as is."""
+
+    path: Path
+    keep_archive: bool
+
+
+def dump_target(path: str | os.PathLike[str]) -> ArchiveTarget:
+    """Decide from the path whether ``dump_to`` saves the archive or extracts it.
+
+    >>> dump_target("out/ws.tar.gz").keep_archive, dump_target("out/ws").keep_archive
+    (True, False)
+    """
+    target = Path(path)
+    name = target.name.lower()
+    keep = name.endswith((".tar.gz", ".tgz"))
+    if keep and target.is_dir():
+        raise InvalidInputError(f"{target} is a folder; name a file to save the archive in")
+    if not keep and target.exists() and not target.is_dir():
+        raise InvalidInputError(
+            f"{target} exists and is not a folder; name a folder, or a .tar.gz file"
+        )
+    return ArchiveTarget(target, keep)
+
+
+@dataclass(frozen=True)
+class RoundTripReport:
+    """What came back after seeding files and dumping the workspace.
+
+    ``ok`` is true when every seeded file came back byte for byte; files the workspace held
+    before (``extra``) do not make it false.
+    """
+
+    missing: tuple[str, ...]
+    changed: tuple[str, ...]
+    extra: tuple[str, ...]
+    snapshot: Snapshot = field(repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing seeded is missing or different."""
+        return not self.missing and not self.changed
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def summary(self) -> str:
+        """One line, e.g. ``ok: 3 files came back`` or ``1 missing, 0 changed, 2 extra``."""
+        if self.ok:
+            came_back = len(self.snapshot) - len(self.extra)
+            extra = f", {len(self.extra)} extra" if self.extra else ""
+            return f"ok: {came_back} files came back{extra}"
+        return f"{len(self.missing)} missing, {len(self.changed)} changed, {len(self.extra)} extra"
+
+
+def compare_round_trip(seeded: Mapping[str, bytes], snapshot: Snapshot) -> RoundTripReport:
+    """Compare what was seeded with what the dump holds."""
+    expected = Snapshot.from_mapping(seeded)
+    diff = expected.diff(snapshot)
+    return RoundTripReport(
+        missing=diff.removed, changed=diff.modified, extra=diff.added, snapshot=snapshot
+    )
+
+
+DEFAULT_LIMITS = ArchiveLimits()
+
+
+def check_id(sandbox_id: object) -> None:
+    if not isinstance(sandbox_id, str) or not sandbox_id.strip() or "/" in sandbox_id:
+        raise InvalidInputError(f"not a sandbox id: {sandbox_id!r}")
+
+
+def ledger_of(ledger: Ledger | bool) -> Ledger | None:
+    if ledger is True:
+        return default_ledger()
+    if ledger is False:
+        return None
+    return ledger
+
+
+def own(sandbox_id: str, settings: Settings, ledger: Ledger | None) -> None:
+    if ledger is not None:
+        ledger.record(
+            "acquired", sandbox_id, base_url=settings.base_url, key=settings.api_key.fingerprint
+        )
+    _registry.own(sandbox_id, settings, ledger)
+
+
+def disown(sandbox_id: str, settings: Settings, ledger: Ledger | None) -> None:
+    _registry.forget(sandbox_id, settings)
+    _reconcile.release_claim(settings.base_url, sandbox_id)
+    if ledger is not None:
+        ledger.record(
+            "released", sandbox_id, base_url=settings.base_url, key=settings.api_key.fingerprint
+        )
+
+
+def save_atomically(archive: IO[bytes], target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=".dump-", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(archive, out, 1024 * 1024)
+        os.replace(tmp_name, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise

@@ -1,0 +1,173 @@
+"""Where the API key and base URL come from: argument > environment > ``.env`` > default."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from ._errors import ConfigurationError
+
+__all__ = [
+    "API_KEY_ENV",
+    "BASE_URL_ENV",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_TIMEOUT",
+    "ApiKey",
+    "Settings",
+    "resolve_settings",
+]
+
+DEFAULT_BASE_URL = "https://api.klavis.ai"
+API_KEY_ENV = "KLAVIS_API_KEY"
+BASE_URL_ENV = "KLAVIS_BASE_URL"
+DEFAULT_TIMEOUT = 60.0
+"""Seconds to wait for an API call (transfers use it per chunk, not for the whole file)."""
+
+
+class ApiKey:
+    """An API key that never shows itself in a ``repr``, ``str`` or f-string.
+
+    >>> key = ApiKey("sk-secret")
+    >>> repr(key), str(key), f"{key}"
+    ("ApiKey('********')", '********', '********')
+    >>> key.reveal()
+    'sk-secret'
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The key itself, for the Authorization header only."""
+        return self._value
+
+    @property
+    def fingerprint(self) -> str:
+        """A short one-way digest that tells keys apart in the ledger without storing them."""
+        return hashlib.sha256(self._value.encode()).hexdigest()[:16]
+
+    def __repr__(self) -> str:
+        return "ApiKey('********')"
+
+    def __str__(self) -> str:
+        return "********"
+
+    def __format__(self, spec: str) -> str:
+        return "********"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ApiKey) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("ApiKey cannot be pickled")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved connection settings shared by every call of one sandbox or batch."""
+
+    api_key: ApiKey = field(repr=False)
+    base_url: str = DEFAULT_BASE_URL
+    timeout: float = DEFAULT_TIMEOUT
+    retry_attempts: int = 6
+    retry_deadline: float = 120.0
+
+
+def _read_dotenv_key(path: Path) -> str | None:
+    """Read KLAVIS_API_KEY from a ``.env`` file (``KEY=value`` lines, optional quotes/export)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        return None
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"{path} is not UTF-8 text") from exc
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export ") :].lstrip()
+        name, sep, value = line.partition("=")
+        if not sep or name.strip() != API_KEY_ENV:
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        else:
+            value = value.split(" #", 1)[0].strip()
+        return value or None
+    return None
+
+
+def _find_dotenv(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        candidate = folder / ".env"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _check_base_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigurationError(
+            f"base URL must be an http(s) URL like {DEFAULT_BASE_URL!r}, got {url!r}"
+        )
+    if parts.query or parts.fragment:
+        raise ConfigurationError("base URL must not carry a query string or fragment")
+    return url.rstrip("/")
+
+
+def resolve_settings(
+    api_key: str | ApiKey | None = None,
+    base_url: str | None = None,
+    *,
+    timeout: float | None = None,
+    retry_attempts: int | None = None,
+    retry_deadline: float | None = None,
+    dotenv: bool = True,
+) -> Settings:
+    """Resolve settings: argument > environment variable > ``.env`` (key only) > default.
+
+    A ``.env`` file (the first found from the working directory upwards) may supply
+    ``KLAVIS_API_KEY`` but never the base URL, so a stray file cannot redirect your key.
+
+    >>> resolve_settings("k", "http://127.0.0.1:8000/").base_url
+    'http://127.0.0.1:8000'
+    """
+    url = base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+    url = _check_base_url(url)
+    key: ApiKey | None
+    if isinstance(api_key, ApiKey):
+        key = api_key
+    else:
+        raw = api_key or os.environ.get(API_KEY_ENV)
+        if not raw and dotenv:
+            found = _find_dotenv(Path.cwd())
+            raw = _read_dotenv_key(found) if found else None
+        key = ApiKey(raw.strip()) if raw and raw.strip() else None
+    if key is None:
+        raise ConfigurationError(
+            "no Klavis API key: pass api_key=..., set the KLAVIS_API_KEY environment variable, "
+            "or put KLAVIS_API_KEY=... in a .env file. To work offline, start the local emulator "
+            "(`klavis-emulator --port 8000`) and set KLAVIS_BASE_URL=http://127.0.0.1:8000 with "
+            "any KLAVIS_API_KEY."
+        )
+    if timeout is not None and timeout <= 0:
+        raise ConfigurationError(f"timeout must be positive, got {timeout!r}")
+    defaults = Settings(api_key=key)
+    return Settings(
+        api_key=key,
+        base_url=url,
+        timeout=defaults.timeout if timeout is None else float(timeout),
+        retry_attempts=defaults.retry_attempts if retry_attempts is None else retry_attempts,
+        retry_deadline=defaults.retry_deadline if retry_deadline is None else retry_deadline,
+    )

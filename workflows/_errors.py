@@ -1,0 +1,272 @@
+"""The errors `workflows` raises, all under one root.
+
+Every error the library raises on purpose derives from :class:`KlavisError`::
+
+    KlavisError
+    ├── ConfigurationError          no API key, a malformed base URL, a bad .env file
+    ├── InvalidInputError (ValueError)   bad input caught before anything is sent
+    │   ├── InvalidSeedPathError         a seed key that is absolute, has "..", NUL, or collides
+    │   └── FileTooLargeError            a file over ``max_file_size`` while seeding a folder
+    ├── UnsafeArchiveError (ValueError)  an archive that would escape its folder, or is too big
+    ├── ApiConnectionError          the API could not be reached (DNS, refused, reset)
+    │   └── ApiTimeoutError         the API did not answer in time
+    ├── ApiError                    the API answered with an error status
+    │   ├── BadRequestError             400
+    │   ├── AuthenticationError         401, 403
+    │   ├── NotFoundError               404 (unknown, released, or another key's sandbox)
+    │   ├── ConflictError               409
+    │   ├── RequestValidationError      422, with the field messages in ``errors``
+    │   ├── RateLimitError              429, with ``retry_after``
+    │   └── ServerError                 5xx
+    ├── TransferError               a signed-URL upload or download failed
+    └── AcquireAmbiguousError       an acquire failed in a way that could not be reconciled
+
+Messages never contain the API key or a signed URL's query string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "AcquireAmbiguousError",
+    "ApiConnectionError",
+    "ApiError",
+    "ApiTimeoutError",
+    "AuthenticationError",
+    "BadRequestError",
+    "ConfigurationError",
+    "ConflictError",
+    "FileTooLargeError",
+    "InvalidInputError",
+    "InvalidSeedPathError",
+    "KlavisError",
+    "NotFoundError",
+    "RateLimitError",
+    "RequestValidationError",
+    "ServerError",
+    "TransferError",
+    "UnsafeArchiveError",
+    "error_from_status",
+]
+
+
+class KlavisError(Exception):
+    """The root of every error raised by `workflows`."""
+
+
+class ConfigurationError(KlavisError):
+    """The library is not configured well enough to talk to the API (for example, no key)."""
+
+
+class InvalidInputError(KlavisError, ValueError):
+    """An argument is wrong; raised before any request is sent."""
+
+
+class InvalidSeedPathError(InvalidInputError):
+    """A path given for seeding is unsafe or ambiguous (absolute, ``..``, NUL, or a collision)."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class FileTooLargeError(InvalidInputError):
+    """A file is larger than the ``max_file_size`` allowed while seeding a folder."""
+
+    def __init__(self, path: str, *, size: int, limit: int) -> None:
+        super().__init__(
+            f"{path!r} is {size:,} bytes, over the max_file_size of {limit:,} bytes; "
+            "raise max_file_size or add it to ignore="
+        )
+        self.path = path
+        self.size = size
+        self.limit = limit
+
+
+class UnsafeArchiveError(KlavisError, ValueError):
+    """An archive holds a member that could escape its folder, or exceeds the configured caps."""
+
+    def __init__(self, message: str, *, member: str | None = None) -> None:
+        super().__init__(message)
+        self.member = member
+
+
+class ApiConnectionError(KlavisError):
+    """The API could not be reached."""
+
+    def __init__(self, message: str, *, method: str | None = None, path: str | None = None) -> None:
+        super().__init__(message)
+        self.method = method
+        self.path = path
+
+
+class ApiTimeoutError(ApiConnectionError):
+    """The API did not answer within the timeout."""
+
+
+class ApiError(KlavisError):
+    """The API answered with an error status.
+
+    Attributes:
+        status_code: the HTTP status.
+        message: the API's own explanation (its ``detail``), or a summary of the body.
+        sandbox_id: the sandbox the request was about, when there was one.
+        method, path: the request, without query string.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        sandbox_id: str | None = None,
+        method: str | None = None,
+        path: str | None = None,
+        body: Any = None,
+    ) -> None:
+        self.message = message
+        self.status_code = status_code
+        self.sandbox_id = sandbox_id
+        self.method = method
+        self.path = path
+        self.body = body
+        where = f" ({method} {path})" if method and path else ""
+        super().__init__(f"{status_code}{where}: {message}")
+
+
+class BadRequestError(ApiError):
+    """400: the API refused the request as malformed (for example, an archive that is not gzip)."""
+
+
+class AuthenticationError(ApiError):
+    """401 or 403: the API key is missing, unknown, or not allowed to do this."""
+
+
+class NotFoundError(ApiError):
+    """404: the sandbox does not exist, was released, or belongs to another API key."""
+
+
+class ConflictError(ApiError):
+    """409: the request does not fit the sandbox's state (for example, initialize before upload)."""
+
+
+class RequestValidationError(ApiError):
+    """422: the API rejected fields of the request; ``errors`` lists ``(location, message)``."""
+
+    def __init__(
+        self, message: str, *, errors: Sequence[tuple[str, str]] = (), **kwargs: Any
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.errors = list(errors)
+
+
+class RateLimitError(ApiError):
+    """429: too many requests; ``retry_after`` is the server's advice in seconds, if any."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
+class ServerError(ApiError):
+    """5xx: the API failed; safe operations are retried before this is raised."""
+
+
+class TransferError(KlavisError):
+    """An upload to, or a download from, a signed URL failed.
+
+    ``status_code`` is the storage's answer (None when it could not be reached). The signed URL's
+    query string, which works as a password, is never part of the message.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class AcquireAmbiguousError(KlavisError):
+    """Acquire failed in a way that left it unknown whether a sandbox was created.
+
+    Raised only when reconciling (listing the key's sandboxes) also failed; ``cause`` holds the
+    original error. Run ``klavis-sandbox reap`` to release anything the ledger still holds.
+    """
+
+
+def _detail_text(body: Any) -> tuple[str, list[tuple[str, str]]]:
+    """Extract a readable message and the field errors from an error body."""
+    if isinstance(body, Mapping):
+        detail = body.get("detail", body.get("message"))
+        if isinstance(detail, str):
+            return detail, []
+        if isinstance(detail, list):
+            errors: list[tuple[str, str]] = []
+            for item in detail:
+                if isinstance(item, Mapping):
+                    loc = item.get("loc", ())
+                    where = ".".join(str(p) for p in loc) if isinstance(loc, list | tuple) else ""
+                    errors.append((where, str(item.get("msg", item))))
+                else:
+                    errors.append(("", str(item)))
+            text = "; ".join(f"{w}: {m}" if w else m for w, m in errors)
+            return text or "validation failed", errors
+    if isinstance(body, str) and body.strip():
+        return body.strip()[:500], []
+    return "", []
+
+
+_REASONS = {
+    400: "bad request",
+    401: "not authenticated: check KLAVIS_API_KEY",
+    403: "forbidden",
+    404: "not found",
+    409: "conflict",
+    422: "validation failed",
+    429: "rate limited",
+}
+
+
+def error_from_status(
+    status_code: int,
+    body: Any,
+    *,
+    sandbox_id: str | None = None,
+    method: str | None = None,
+    path: str | None = None,
+    retry_after: float | None = None,
+) -> ApiError:
+    """Map an error status and its decoded body to the matching :class:`ApiError` subclass.
+
+    >>> err = error_from_status(404, {"detail": "Local sandbox x not found"}, sandbox_id="x")
+    >>> type(err).__name__, err.message
+    ('NotFoundError', 'Local sandbox x not found')
+    """
+    message, errors = _detail_text(body)
+    if not message:
+        message = _REASONS.get(status_code, "server error" if status_code >= 500 else "error")
+    common: dict[str, Any] = {
+        "status_code": status_code,
+        "sandbox_id": sandbox_id,
+        "method": method,
+        "path": path,
+        "body": body,
+    }
+    if status_code == 422:
+        return RequestValidationError(message, errors=errors, **common)
+    if status_code == 429:
+        return RateLimitError(message, retry_after=retry_after, **common)
+    cls: type[ApiError]
+    if status_code == 400:
+        cls = BadRequestError
+    elif status_code in (401, 403):
+        cls = AuthenticationError
+    elif status_code == 404:
+        cls = NotFoundError
+    elif status_code == 409:
+        cls = ConflictError
+    elif status_code >= 500:
+        cls = ServerError
+    else:
+        cls = ApiError
+    return cls(message, **common)

@@ -1,0 +1,231 @@
+"""Every multi-step operation, written once, without I/O (the sans-I/O style of h11).
+
+A flow is a generator that yields *steps* (an API call, a signed-URL transfer, a blocking
+function to run) and receives each step's result, or has its exception thrown in. The sync
+driver (:meth:`workflows._api.SyncApi.run`) performs steps directly; the async driver awaits
+them and runs blocking work in a thread. So ``LocalSandbox`` and ``AsyncLocalSandbox`` share
+all of their logic and differ only in ``await``.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from klavis_sandbox_client.models import AcquireLocalSandboxRequest
+from klavis_sandbox_client.types import Response
+
+from . import _reconcile
+from ._archive import ArchiveLimits, extract_archive, pack_to_tempfile, read_snapshot
+from ._collect import SourceFile
+from ._common import (
+    ArchiveTarget,
+    body_dict,
+    info_from,
+    save_atomically,
+    signed_url_from,
+)
+from ._errors import AcquireAmbiguousError, ApiError, NotFoundError, TransferError
+from ._http import retry_backoff
+from ._models import AcquireRequest, SandboxInfo, sandbox_info_from_dict
+from ._progress import progress_bar
+from ._snapshot import Snapshot
+
+__all__ = [
+    "Blocking",
+    "Call",
+    "Download",
+    "Flow",
+    "Step",
+    "Upload",
+    "acquire_attempt",
+    "download_flow",
+    "dump_flow",
+    "dump_to_flow",
+    "get_flow",
+    "list_flow",
+    "release_flow",
+    "retry_acquire",
+    "simple_call",
+    "upload_flow",
+]
+
+log = logging.getLogger("workflows")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Call:
+    """Call the generated operation ``op`` (a module of ``klavis_sandbox_client.api``)."""
+
+    op: str
+    retry: bool
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Upload:
+    """PUT ``size`` bytes of ``fileobj`` to a signed URL."""
+
+    url: str
+    fileobj: IO[bytes]
+    size: int
+    progress: Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Download:
+    """GET a signed URL into ``sink``."""
+
+    url: str
+    sink: IO[bytes]
+    progress: Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """Run ``fn(*args, **kwargs)``: CPU or disk work the async driver moves to a thread."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+Step = Call | Upload | Download | Blocking
+Flow = Generator[Step, Any, T]
+
+
+def simple_call(op: str, *, retry: bool = True, **kwargs: Any) -> Flow[Response[Any]]:
+    """A flow of one call."""
+    response: Response[Any] = yield Call(op, retry, kwargs)
+    return response
+
+
+def list_flow() -> Flow[list[SandboxInfo]]:
+    """Every active sandbox of the key."""
+    response = yield Call("list_local_sandboxes", True)
+    return [sandbox_info_from_dict(item) for item in body_dict(response)["local_sandboxes"]]
+
+
+def get_flow(sandbox_id: str) -> Flow[SandboxInfo]:
+    """The details of one sandbox."""
+    response = yield Call("get_local_sandbox", True, {"local_sandbox_id": sandbox_id})
+    return info_from(response)
+
+
+def acquire_attempt(request: AcquireRequest, base_url: str) -> Flow[SandboxInfo]:
+    """One acquire, reconciled by listing when its failure is ambiguous.
+
+    Raises :class:`~workflows._reconcile.AcquireDidNotHappen` when the acquire is known not to
+    have happened, which the driver retries (see :func:`retry_acquire`).
+    """
+    before = {s.id for s in (yield from list_flow())}
+    body = AcquireLocalSandboxRequest.from_dict(request.to_body())
+    failure: Exception
+    try:
+        info = info_from((yield Call("acquire_local_sandbox", False, {"body": body})))
+    except Exception as exc:
+        if not _reconcile.is_ambiguous(exc):
+            if retry_backoff(exc) is not False:  # refused before it happened (429, refused)
+                raise _reconcile.AcquireDidNotHappen(exc) from exc
+            raise
+        failure = exc
+    else:
+        if _reconcile.claim(base_url, info.id):
+            return info
+        failure = ApiError("acquire answered a sandbox already adopted", status_code=500)
+    try:
+        after = yield from list_flow()
+    except Exception as exc:  # noqa: BLE001 - wrapped with its cause
+        raise AcquireAmbiguousError(
+            f"acquire failed ({failure}) and listing sandboxes to reconcile also failed ({exc}); "
+            "a sandbox may have been created: run `klavis-sandbox reap` or let its TTL expire"
+        ) from failure
+    for candidate in _reconcile.adoptable(request, before, after):
+        if _reconcile.claim(base_url, candidate.id):
+            log.warning(
+                "acquire failed (%s) but created sandbox %s: adopted it", failure, candidate.id
+            )
+            return candidate
+    raise _reconcile.AcquireDidNotHappen(failure) from failure
+
+
+def retry_acquire(exc: Exception) -> bool | float:
+    """stamina hook for acquire: retry only what is known not to have happened."""
+    if isinstance(exc, _reconcile.AcquireDidNotHappen):
+        return retry_backoff(exc.cause) or True
+    return False
+
+
+def upload_flow(sandbox_id: str, entries: Sequence[SourceFile], progress: bool | None) -> Flow[int]:
+    """Pack, upload (asking for a fresh URL once if the signed one is refused), initialize."""
+    total = sum(e.size for e in entries)
+    with progress_bar(total=total, desc="packing", progress=progress) as update:
+        packed: tuple[IO[bytes], int] = yield Blocking(
+            pack_to_tempfile, (entries,), {"progress": update}
+        )
+        archive, size = packed
+    with archive, progress_bar(total=size, desc="uploading", progress=progress) as update:
+        for fresh in (False, True):
+            response = yield Call("get_upload_url", True, {"local_sandbox_id": sandbox_id})
+            url = signed_url_from(response, "upload_url")
+            try:
+                yield Upload(url, archive, size, update)
+                break
+            except TransferError as exc:
+                if fresh or exc.status_code != 403:
+                    raise
+                log.info("the signed upload URL was refused (403); asking for a new one")
+    yield Call("initialize_workspace", True, {"local_sandbox_id": sandbox_id})
+    log.info("seeded sandbox %s: %d entries, %d bytes packed", sandbox_id, len(entries), size)
+    return size
+
+
+def download_flow(sandbox_id: str, sink: IO[bytes], progress: bool | None) -> Flow[int]:
+    """Ask for a dump and download it into ``sink`` (a fresh URL once if the first is refused)."""
+    for fresh in (False, True):
+        response = yield Call("dump_workspace", True, {"local_sandbox_id": sandbox_id})
+        url = signed_url_from(response, "download_url")
+        try:
+            with progress_bar(total=None, desc="downloading", progress=progress) as update:
+                written: int = yield Download(url, sink, update)
+            return written
+        except TransferError as exc:
+            if fresh or exc.status_code != 403:
+                raise
+            log.info("the signed download URL was refused (403); asking for a new one")
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def dump_flow(sandbox_id: str, limits: ArchiveLimits, progress: bool | None) -> Flow[Snapshot]:
+    """Download the workspace and read it as a Snapshot (streamed through a temp file)."""
+    with tempfile.TemporaryFile() as tmp:
+        yield from download_flow(sandbox_id, tmp, progress)
+        snapshot: Snapshot = yield Blocking(read_snapshot, (tmp,), {"limits": limits})
+        return snapshot
+
+
+def dump_to_flow(
+    sandbox_id: str, target: ArchiveTarget, limits: ArchiveLimits, progress: bool | None
+) -> Flow[Path]:
+    """Download the workspace into a folder (extracted safely) or a .tar.gz file (atomically)."""
+    with tempfile.TemporaryFile() as tmp:
+        yield from download_flow(sandbox_id, tmp, progress)
+        if target.keep_archive:
+            yield Blocking(save_atomically, (tmp, target.path))
+        else:
+            yield Blocking(extract_archive, (tmp, target.path), {"limits": limits})
+    return target.path
+
+
+def release_flow(sandbox_id: str) -> Flow[bool]:
+    """Release; True if this call released it, False if it was already gone (404)."""
+    try:
+        yield Call("release_local_sandbox", True, {"local_sandbox_id": sandbox_id})
+    except NotFoundError:
+        return False
+    return True

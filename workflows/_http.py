@@ -1,0 +1,286 @@
+"""HTTP plumbing shared by the sync and async faces: auth, logging, error mapping, retry policy.
+
+Nothing here performs I/O of its own except the event hooks, which run inside httpx's calls.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import re
+import time
+from collections.abc import Generator
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx
+
+from ._config import ApiKey, Settings
+from ._errors import (
+    ApiConnectionError,
+    ApiError,
+    ApiTimeoutError,
+    RateLimitError,
+    ServerError,
+    TransferError,
+    error_from_status,
+)
+
+__all__ = [
+    "BearerAuth",
+    "RedactSignedUrls",
+    "api_hooks",
+    "async_api_hooks",
+    "connection_error",
+    "install_log_redaction",
+    "make_async_client",
+    "make_sync_client",
+    "parse_retry_after",
+    "redact_url",
+    "retry_backoff",
+    "sandbox_id_from_path",
+]
+
+log = logging.getLogger("workflows")
+
+_START = "workflows_started"
+_SANDBOX_PATH = re.compile(
+    r"/local-sandbox/(?:(?:google_cloud|poste_email_toolathlon|canvas)/)?([^/]+)"
+)
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class BearerAuth(httpx.Auth):
+    """Adds ``Authorization: Bearer <key>`` to API requests; its repr hides the key."""
+
+    def __init__(self, key: ApiKey) -> None:
+        self._key = key
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = f"Bearer {self._key.reveal()}"
+        yield request
+
+    def __repr__(self) -> str:
+        return "BearerAuth('********')"
+
+
+_SECRET_QUERY = re.compile(r"(signature|sig|token|credential|key)=", re.IGNORECASE)
+
+
+class RedactSignedUrls(logging.Filter):
+    """Removes signed-URL query strings from httpx's own log records (``HTTP Request: ...``).
+
+    Installed on the ``httpx`` logger when `workflows` is imported, so that turning on INFO
+    logging never prints a signature that works as a password.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(
+            isinstance(a, httpx.URL) and _SECRET_QUERY.search(str(a.query, "ascii", "replace"))
+            for a in record.args
+        ):
+            record.args = tuple(
+                redact_url(a) if isinstance(a, httpx.URL) else a for a in record.args
+            )
+        return True
+
+
+def install_log_redaction() -> None:
+    """Add :class:`RedactSignedUrls` to the ``httpx`` logger once."""
+    target = logging.getLogger("httpx")
+    if not any(isinstance(f, RedactSignedUrls) for f in target.filters):
+        target.addFilter(RedactSignedUrls())
+
+
+def redact_url(url: httpx.URL | str) -> str:
+    """A URL safe to print: scheme, host and path, with any query string (signatures) removed.
+
+    >>> redact_url("https://storage.example/b/o.tgz?X-Goog-Signature=abc&expires=1")
+    'https://storage.example/b/o.tgz?<redacted>'
+    """
+    parsed = httpx.URL(str(url))
+    base = str(parsed.copy_with(query=None, fragment=None))
+    return base + ("?<redacted>" if parsed.query else "")
+
+
+def sandbox_id_from_path(path: str) -> str | None:
+    """The sandbox id an API path is about, if any.
+
+    >>> sandbox_id_from_path("/local-sandbox/abc/dump"), sandbox_id_from_path("/local-sandbox")
+    ('abc', None)
+    """
+    match = _SANDBOX_PATH.search(path)
+    return match.group(1) if match else None
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date), capped at 60.
+
+    >>> parse_retry_after("3"), parse_retry_after(None), parse_retry_after("soon")
+    (3.0, None, None)
+    """
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        current = datetime.now(timezone.utc).timestamp() if now is None else now
+        seconds = when.timestamp() - current
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), 60.0)
+
+
+def retry_backoff(exc: Exception) -> bool | float:
+    """stamina backoff hook: which failures of a *safe* operation are worth another try.
+
+    Returns False (give up), True (default backoff) or the seconds the server asked for.
+    """
+    if isinstance(exc, RateLimitError):
+        return exc.retry_after if exc.retry_after is not None else True
+    if isinstance(exc, ServerError):
+        return exc.status_code in RETRYABLE_STATUSES
+    if isinstance(exc, ApiError):
+        return False
+    if isinstance(exc, ApiConnectionError):
+        return True
+    if isinstance(exc, TransferError):
+        return exc.status_code is None or exc.status_code in RETRYABLE_STATUSES
+    return False
+
+
+def connection_error(
+    exc: httpx.TransportError, request: httpx.Request | None
+) -> ApiConnectionError:
+    """Translate an httpx transport failure into our error, without the query string."""
+    method = request.method if request is not None else None
+    path = request.url.path if request is not None else None
+    where = f"{method} {redact_url(request.url)}" if request is not None else "the API"
+    if isinstance(exc, httpx.TimeoutException):
+        return ApiTimeoutError(f"timed out talking to {where}", method=method, path=path)
+    return ApiConnectionError(
+        f"could not reach {where}: {type(exc).__name__}: {exc}", method=method, path=path
+    )
+
+
+def _on_request(request: httpx.Request) -> None:
+    request.extensions[_START] = time.perf_counter()
+
+
+def _elapsed_ms(request: httpx.Request) -> float:
+    started = request.extensions.get(_START)
+    return (time.perf_counter() - started) * 1000 if isinstance(started, float) else 0.0
+
+
+def _error_for(response: httpx.Response) -> ApiError:
+    request = response.request
+    body: Any
+    try:
+        body = response.json()
+    except ValueError:
+        body = response.text
+    return error_from_status(
+        response.status_code,
+        body,
+        sandbox_id=sandbox_id_from_path(request.url.path),
+        method=request.method,
+        path=request.url.path,
+        retry_after=parse_retry_after(response.headers.get("Retry-After")),
+    )
+
+
+def _log_response(response: httpx.Response) -> None:
+    request = response.request
+    signed = "authorization" not in request.headers
+    log.debug(
+        "%s %s -> %d in %.0f ms",
+        request.method,
+        redact_url(request.url) if signed else str(request.url),
+        response.status_code,
+        _elapsed_ms(request),
+    )
+
+
+def _on_response(response: httpx.Response) -> None:
+    _log_response(response)
+    if response.status_code >= 400:
+        response.read()
+        raise _error_for(response)
+
+
+async def _aon_request(request: httpx.Request) -> None:
+    _on_request(request)
+
+
+async def _aon_response(response: httpx.Response) -> None:
+    _log_response(response)
+    if response.status_code >= 400:
+        await response.aread()
+        raise _error_for(response)
+
+
+def api_hooks() -> dict[str, list[Any]]:
+    """Event hooks of the sync API client: time, log, and raise our error on any status >= 400."""
+    return {"request": [_on_request], "response": [_on_response]}
+
+
+def async_api_hooks() -> dict[str, list[Any]]:
+    """The async twin of :func:`api_hooks`."""
+    return {"request": [_aon_request], "response": [_aon_response]}
+
+
+def _limits() -> httpx.Limits:
+    return httpx.Limits(max_connections=64, max_keepalive_connections=32)
+
+
+def _timeout(settings: Settings) -> httpx.Timeout:
+    return httpx.Timeout(settings.timeout, connect=min(settings.timeout, 15.0))
+
+
+def make_sync_client(settings: Settings, *, authenticated: bool = True) -> httpx.Client:
+    """An httpx client for the API (bearer auth, hooks) or, unauthenticated, for signed URLs."""
+    if authenticated:
+        return httpx.Client(
+            base_url=settings.base_url,
+            auth=BearerAuth(settings.api_key),
+            timeout=_timeout(settings),
+            event_hooks=api_hooks(),
+            limits=_limits(),
+            headers={"User-Agent": "klavis-sandbox-workflows"},
+        )
+    return httpx.Client(
+        timeout=_timeout(settings),
+        limits=_limits(),
+        headers={"User-Agent": "klavis-sandbox-workflows"},
+        event_hooks={"request": [_on_request], "response": [_log_response]},
+    )
+
+
+def make_async_client(settings: Settings, *, authenticated: bool = True) -> httpx.AsyncClient:
+    """The async twin of :func:`make_sync_client`."""
+
+    async def _alog(response: httpx.Response) -> None:
+        _log_response(response)
+
+    if authenticated:
+        return httpx.AsyncClient(
+            base_url=settings.base_url,
+            auth=BearerAuth(settings.api_key),
+            timeout=_timeout(settings),
+            event_hooks=async_api_hooks(),
+            limits=_limits(),
+            headers={"User-Agent": "klavis-sandbox-workflows"},
+        )
+    return httpx.AsyncClient(
+        timeout=_timeout(settings),
+        limits=_limits(),
+        headers={"User-Agent": "klavis-sandbox-workflows"},
+        event_hooks={"request": [_aon_request], "response": [_alog]},
+    )

@@ -1,0 +1,196 @@
+"""Small value types the library returns, and the checks of acquire's arguments (no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from klavis_sandbox_client.models import BenchmarkEnum, LocalSandboxMCPServer
+
+from ._errors import InvalidInputError
+
+__all__ = [
+    "BENCHMARKS",
+    "MAX_TTL_SECONDS",
+    "MIN_TTL_SECONDS",
+    "SERVER_NAMES",
+    "AcquireRequest",
+    "SandboxInfo",
+    "ServerInfo",
+    "check_acquire",
+    "check_server_name",
+    "sandbox_info_from_dict",
+]
+
+SERVER_NAMES: tuple[str, ...] = tuple(m.value for m in LocalSandboxMCPServer)
+"""The MCP servers a local sandbox can host, in the order of the contract's enum."""
+
+BENCHMARKS: tuple[str, ...] = tuple(m.value for m in BenchmarkEnum)
+"""The benchmarks a sandbox can be configured for."""
+
+MIN_TTL_SECONDS = 60
+MAX_TTL_SECONDS = 86_400
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """One MCP server of a sandbox. ``auth_data`` may hold credentials, so it is not in the repr."""
+
+    name: str
+    id: str
+    mcp_server_url: str | None = None
+    status: str | None = None
+    benchmark: str | None = None
+    updated_at: str | None = None
+    metadata: Mapping[str, Any] | None = field(default=None, repr=False)
+    auth_data: Mapping[str, Any] | None = field(default=None, repr=False)
+    tags: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """What the API says about a sandbox: id, status, benchmark, creation time and servers."""
+
+    id: str
+    status: str | None
+    benchmark: str | None = None
+    created_at: str | None = None
+    servers: tuple[ServerInfo, ...] = ()
+    message: str | None = None
+
+    def server(self, name: str) -> ServerInfo:
+        """The server called ``name``; KeyError naming the ones the sandbox has otherwise."""
+        for item in self.servers:
+            if item.name == name:
+                return item
+        have = ", ".join(s.name for s in self.servers) or "none"
+        raise KeyError(f"this sandbox has no {name!r} server (it has: {have})")
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def sandbox_info_from_dict(data: Mapping[str, Any]) -> SandboxInfo:
+    """Build a :class:`SandboxInfo` from an acquire, get or list item body (JSON-like dict)."""
+    servers = []
+    for raw in data.get("servers") or ():
+        tags = raw.get("tags")
+        servers.append(
+            ServerInfo(
+                name=str(raw.get("server_name") or ""),
+                id=str(raw.get("id", "")),
+                mcp_server_url=_opt_str(raw.get("mcp_server_url")),
+                status=_opt_str(raw.get("status")),
+                benchmark=_opt_str(raw.get("benchmark")),
+                updated_at=_opt_str(raw.get("updated_at")),
+                metadata=raw.get("metadata"),
+                auth_data=raw.get("auth_data"),
+                tags=tuple(str(t) for t in tags) if isinstance(tags, list) else None,
+            )
+        )
+    return SandboxInfo(
+        id=str(data["local_sandbox_id"]),
+        status=_opt_str(data.get("status")),
+        benchmark=_opt_str(data.get("benchmark")),
+        created_at=_opt_str(data.get("created_at")),
+        servers=tuple(servers),
+        message=_opt_str(data.get("message")),
+    )
+
+
+def check_server_name(name: object) -> str:
+    """Return ``name`` if it is a known server, else InvalidInputError listing the valid ones."""
+    if not isinstance(name, str) or name not in SERVER_NAMES:
+        raise InvalidInputError(
+            f"unknown MCP server {name!r}; valid names are: {', '.join(SERVER_NAMES)}"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class AcquireRequest:
+    """Checked arguments of an acquire, ready to send."""
+
+    server_names: tuple[str, ...] | str
+    benchmark: str | None
+    ttl_seconds: int | None
+    test_account_email: str | None
+
+    def to_body(self) -> dict[str, Any]:
+        """The JSON body the API expects."""
+        names: list[str] | str = (
+            self.server_names if isinstance(self.server_names, str) else list(self.server_names)
+        )
+        body: dict[str, Any] = {"server_names": names, "ttl_seconds": self.ttl_seconds}
+        if self.benchmark is not None:
+            body["benchmark"] = self.benchmark
+        if self.test_account_email is not None:
+            body["test_account_email"] = self.test_account_email
+        return body
+
+    def wanted_servers(self) -> frozenset[str]:
+        """The server names a matching sandbox holds."""
+        if isinstance(self.server_names, str):
+            return frozenset(SERVER_NAMES)
+        return frozenset(self.server_names)
+
+
+def check_acquire(
+    server_names: Sequence[str] | str,
+    *,
+    benchmark: str | None = None,
+    ttl_seconds: int | None = 7200,
+    test_account_email: str | None = None,
+) -> AcquireRequest:
+    """Check acquire's arguments before anything is sent.
+
+    >>> check_acquire(["git", "filesystem"], ttl_seconds=600).server_names
+    ('git', 'filesystem')
+    >>> check_acquire([], ttl_seconds=600)
+    Traceback (most recent call last):
+    ...
+    workflows._errors.InvalidInputError: server_names is empty: name at least one server, or "ALL"
+    """
+    names: tuple[str, ...] | str
+    if isinstance(server_names, str):
+        if server_names != "ALL":
+            raise InvalidInputError(
+                f'server_names must be a list of names or the string "ALL", got {server_names!r}'
+                + (f' (did you mean ["{server_names}"]?)' if server_names in SERVER_NAMES else "")
+            )
+        names = "ALL"
+    else:
+        try:
+            items = list(server_names)
+        except TypeError:
+            raise InvalidInputError(
+                f"server_names must be a list of names, got {type(server_names).__name__}"
+            ) from None
+        if not items:
+            raise InvalidInputError('server_names is empty: name at least one server, or "ALL"')
+        seen: set[str] = set()
+        for item in items:
+            check_server_name(item)
+            if item in seen:
+                raise InvalidInputError(f"server {item!r} is named twice in server_names")
+            seen.add(item)
+        names = tuple(items)
+    if benchmark is not None and benchmark not in BENCHMARKS:
+        raise InvalidInputError(
+            f"unknown benchmark {benchmark!r}; valid ones are: {', '.join(BENCHMARKS)} (or None)"
+        )
+    if ttl_seconds is not None:
+        if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int):
+            raise InvalidInputError(
+                f"ttl_seconds must be a whole number of seconds or None, got {ttl_seconds!r}"
+            )
+        if not MIN_TTL_SECONDS <= ttl_seconds <= MAX_TTL_SECONDS:
+            raise InvalidInputError(
+                f"ttl_seconds must be between {MIN_TTL_SECONDS} and {MAX_TTL_SECONDS} "
+                f"(1 minute to 24 hours), or None to never expire; got {ttl_seconds}"
+            )
+    if test_account_email is not None and not isinstance(test_account_email, str):
+        raise InvalidInputError("test_account_email must be a string or None")
+    return AcquireRequest(names, benchmark, ttl_seconds, test_account_email)

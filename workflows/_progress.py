@@ -1,0 +1,58 @@
+"""Progress bars with ``tqdm.auto``: on in a terminal or notebook, else off, or as forced."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+
+__all__ = ["Progress", "progress_enabled", "progress_bar"]
+
+Progress = Callable[[int], None]
+
+
+def _in_notebook() -> bool:
+    shell = sys.modules.get("IPython")
+    if shell is None:
+        return False
+    get_ipython = getattr(shell, "get_ipython", None)
+    ip = get_ipython() if callable(get_ipython) else None
+    return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
+
+
+def progress_enabled(progress: bool | None) -> bool:
+    """Whether to show bars: the explicit choice, else on for a terminal or a notebook."""
+    if progress is not None:
+        return progress
+    stream = sys.stderr
+    return bool(getattr(stream, "isatty", lambda: False)()) or _in_notebook()
+
+
+@contextlib.contextmanager
+def progress_bar(
+    *, total: int | None, desc: str, unit: str = "B", progress: bool | None = None
+) -> Iterator[Progress]:
+    """Yield a callback ``update(n)``; draws a tqdm bar when progress is enabled.
+
+    >>> with progress_bar(total=10, desc="demo", progress=False) as update:
+    ...     update(10)
+    """
+    if not progress_enabled(progress):
+        yield lambda n: None
+        return
+    from tqdm.auto import tqdm
+
+    scale = unit == "B"
+    with tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        unit_scale=scale,
+        unit_divisor=1024 if scale else 1000,
+        leave=False,
+    ) as bar:
+
+        def update(n: int) -> None:
+            bar.update(n)
+
+        yield update

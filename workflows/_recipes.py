@@ -1,0 +1,447 @@
+"""Recipes on top of the sandboxes: seed from a dict, round-trip dumps, bulk acquire and release.
+
+Each has an async twin named ``async_<name>``. Bulk operations run with bounded concurrency,
+return one result per sandbox, and never let one failure abort the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, TypeVar, overload
+
+from ._api import AsyncApi, sync_api_for
+from ._async_sandbox import AsyncLocalSandbox
+from ._collect import plan_mapping
+from ._common import RoundTripReport, compare_round_trip, disown, ledger_of
+from ._config import ApiKey, resolve_settings
+from ._errors import InvalidInputError
+from ._flows import list_flow, release_flow
+from ._ledger import Ledger
+from ._models import check_acquire
+from ._progress import progress_bar
+from ._sandbox import LocalSandbox
+
+__all__ = [
+    "AcquireResult",
+    "AsyncSandboxBatch",
+    "ReleaseResult",
+    "RoundTripReport",
+    "SandboxBatch",
+    "async_bulk_acquire",
+    "async_bulk_release",
+    "async_round_trip_dump",
+    "async_seed_from_dict",
+    "bulk_acquire",
+    "bulk_release",
+    "round_trip_dump",
+    "seed_from_dict",
+]
+
+S = TypeVar("S", LocalSandbox, AsyncLocalSandbox)
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    """The outcome of releasing one sandbox in a batch.
+
+    ``ok`` is true when the sandbox is no longer held, including when it was already gone
+    (``already_released``).
+    """
+
+    sandbox_id: str
+    ok: bool
+    error: Exception | None = None
+    already_released: bool = False
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class AcquireResult(Generic[S]):
+    """The outcome of one acquire in a batch: the sandbox, or the error."""
+
+    sandbox: S | None
+    error: Exception | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the sandbox was acquired."""
+        return self.sandbox is not None
+
+    @property
+    def sandbox_id(self) -> str | None:
+        """The id of the acquired sandbox, None when the acquire failed."""
+        return self.sandbox.id if self.sandbox is not None else None
+
+
+def seed_from_dict(sandbox: LocalSandbox, files: Mapping[str, str | bytes]) -> int:
+    """Seed a sandbox's workspace from ``{relative path: text or bytes}``; returns the file count.
+
+    >>> seed_from_dict(sb, {"README.md": "# hi", "data/raw.bin": b"\\x00\\x01"})  # doctest: +SKIP
+    2
+    """
+    return sandbox.seed(files)
+
+
+async def async_seed_from_dict(sandbox: AsyncLocalSandbox, files: Mapping[str, str | bytes]) -> int:
+    """The async twin of :func:`seed_from_dict`."""
+    return await sandbox.seed(files)
+
+
+def _as_bytes(files: Mapping[str, str | bytes]) -> dict[str, bytes]:
+    entries = plan_mapping(files)
+    return {e.name: e.data for e in entries if e.data is not None and not e.is_dir}
+
+
+def round_trip_dump(sandbox: LocalSandbox, files: Mapping[str, str | bytes]) -> RoundTripReport:
+    """Seed ``files``, dump the workspace, and report what did not come back intact.
+
+    >>> report = round_trip_dump(sb, {"a.txt": "A"})  # doctest: +SKIP
+    >>> report.ok, report.missing, report.changed, report.extra  # doctest: +SKIP
+    (True, (), (), ())
+    """
+    expected = _as_bytes(files)
+    sandbox.seed(files)
+    return compare_round_trip(expected, sandbox.dump())
+
+
+async def async_round_trip_dump(
+    sandbox: AsyncLocalSandbox, files: Mapping[str, str | bytes]
+) -> RoundTripReport:
+    """The async twin of :func:`round_trip_dump`."""
+    expected = _as_bytes(files)
+    await sandbox.seed(files)
+    return compare_round_trip(expected, await sandbox.dump())
+
+
+def _check_count(count: int, concurrency: int) -> None:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InvalidInputError(f"count must be a positive whole number, got {count!r}")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise InvalidInputError(f"concurrency must be a positive whole number, got {concurrency!r}")
+
+
+class _Batch(Sequence[AcquireResult[S]]):
+    def __init__(self, results: Sequence[AcquireResult[S]]) -> None:
+        self._results: list[AcquireResult[S]] = list(results)
+
+    @overload
+    def __getitem__(self, index: int) -> AcquireResult[S]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[AcquireResult[S]]: ...
+    def __getitem__(self, index: int | slice) -> AcquireResult[S] | Sequence[AcquireResult[S]]:
+        return self._results[index]
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def __iter__(self) -> Iterator[AcquireResult[S]]:
+        return iter(self._results)
+
+    @property
+    def sandboxes(self) -> list[S]:
+        """The sandboxes that were acquired."""
+        return [r.sandbox for r in self._results if r.sandbox is not None]
+
+    @property
+    def failures(self) -> list[AcquireResult[S]]:
+        """The acquires that failed, with their errors."""
+        return [r for r in self._results if r.sandbox is None]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self.sandboxes)} acquired, {len(self.failures)} failed)"
+
+
+class SandboxBatch(_Batch[LocalSandbox]):
+    """The result of :func:`bulk_acquire`: one :class:`AcquireResult` per requested sandbox.
+
+    Use it in ``with`` to release every acquired sandbox at the end.
+    """
+
+    def release(
+        self, *, concurrency: int = 16, progress: bool | None = None
+    ) -> list[ReleaseResult]:
+        """Release every acquired sandbox (bounded concurrency); one result each."""
+        return bulk_release(self.sandboxes, concurrency=concurrency, progress=progress)
+
+    def __enter__(self) -> SandboxBatch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+class AsyncSandboxBatch(_Batch[AsyncLocalSandbox]):
+    """The result of :func:`async_bulk_acquire`; ``async with`` releases everything."""
+
+    async def release(
+        self, *, concurrency: int = 16, progress: bool | None = None
+    ) -> list[ReleaseResult]:
+        """Release every acquired sandbox (bounded concurrency); one result each."""
+        return await async_bulk_release(self.sandboxes, concurrency=concurrency, progress=progress)
+
+    async def __aenter__(self) -> AsyncSandboxBatch:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.release()
+
+
+def bulk_acquire(
+    server_names: Sequence[str] | str,
+    count: int,
+    *,
+    concurrency: int = 16,
+    benchmark: str | None = None,
+    ttl_seconds: int | None = 7200,
+    test_account_email: str | None = None,
+    api_key: str | ApiKey | None = None,
+    base_url: str | None = None,
+    timeout: float | None = None,
+    progress: bool | None = None,
+    ledger: Ledger | bool = True,
+) -> SandboxBatch:
+    """Acquire ``count`` sandboxes with the same servers, ``concurrency`` at a time.
+
+    Arguments are checked once, before anything is sent. A failed acquire is reported in its
+    result and does not stop the others::
+
+        with bulk_acquire(["filesystem"], 20, ttl_seconds=900) as batch:
+            for sb in batch.sandboxes:
+                sb.seed({"task.txt": "..."})
+        # every acquired sandbox is released here
+    """
+    check_acquire(
+        server_names,
+        benchmark=benchmark,
+        ttl_seconds=ttl_seconds,
+        test_account_email=test_account_email,
+    )
+    _check_count(count, concurrency)
+    settings = resolve_settings(api_key, base_url, timeout=timeout)
+    book = ledger_of(ledger)
+
+    def one(_: int) -> AcquireResult[LocalSandbox]:
+        started = time.perf_counter()
+        try:
+            sandbox = LocalSandbox.acquire(
+                server_names,
+                benchmark=benchmark,
+                ttl_seconds=ttl_seconds,
+                test_account_email=test_account_email,
+                api_key=settings.api_key,
+                base_url=settings.base_url,
+                timeout=settings.timeout,
+                progress=progress,
+                ledger=book if book is not None else False,
+            )
+        except Exception as exc:  # noqa: BLE001 - reported per item
+            return AcquireResult(None, exc, time.perf_counter() - started)
+        return AcquireResult(sandbox, None, time.perf_counter() - started)
+
+    with progress_bar(total=count, desc="acquiring", unit="sandbox", progress=progress) as update:
+        results = []
+        with ThreadPoolExecutor(max_workers=min(concurrency, count)) as pool:
+            for result in pool.map(one, range(count)):
+                update(1)
+                results.append(result)
+    return SandboxBatch(results)
+
+
+async def async_bulk_acquire(
+    server_names: Sequence[str] | str,
+    count: int,
+    *,
+    concurrency: int = 16,
+    benchmark: str | None = None,
+    ttl_seconds: int | None = 7200,
+    test_account_email: str | None = None,
+    api_key: str | ApiKey | None = None,
+    base_url: str | None = None,
+    timeout: float | None = None,
+    progress: bool | None = None,
+    ledger: Ledger | bool = True,
+) -> AsyncSandboxBatch:
+    """The async twin of :func:`bulk_acquire` (each sandbox gets its own connection pool)."""
+    check_acquire(
+        server_names,
+        benchmark=benchmark,
+        ttl_seconds=ttl_seconds,
+        test_account_email=test_account_email,
+    )
+    _check_count(count, concurrency)
+    settings = resolve_settings(api_key, base_url, timeout=timeout)
+    book = ledger_of(ledger)
+    gate = asyncio.Semaphore(concurrency)
+
+    with progress_bar(total=count, desc="acquiring", unit="sandbox", progress=progress) as update:
+
+        async def one() -> AcquireResult[AsyncLocalSandbox]:
+            async with gate:
+                started = time.perf_counter()
+                try:
+                    sandbox = await AsyncLocalSandbox.acquire(
+                        server_names,
+                        benchmark=benchmark,
+                        ttl_seconds=ttl_seconds,
+                        test_account_email=test_account_email,
+                        api_key=settings.api_key,
+                        base_url=settings.base_url,
+                        timeout=settings.timeout,
+                        progress=progress,
+                        ledger=book if book is not None else False,
+                    )
+                except Exception as exc:  # noqa: BLE001 - reported per item
+                    result: AcquireResult[AsyncLocalSandbox] = AcquireResult(
+                        None, exc, time.perf_counter() - started
+                    )
+                else:
+                    result = AcquireResult(sandbox, None, time.perf_counter() - started)
+                update(1)
+                return result
+
+        results = await asyncio.gather(*(one() for _ in range(count)))
+    return AsyncSandboxBatch(results)
+
+
+Target = str | LocalSandbox | AsyncLocalSandbox
+
+
+def _target_ids(targets: Iterable[Any]) -> list[Any]:
+    items = list(targets)
+    for item in items:
+        if not isinstance(item, str | LocalSandbox | AsyncLocalSandbox):
+            raise InvalidInputError(
+                f"bulk_release takes sandbox ids or sandboxes, got {type(item).__name__}"
+            )
+        if isinstance(item, str) and (not item.strip() or "/" in item):
+            raise InvalidInputError(f"not a sandbox id: {item!r}")
+    return items
+
+
+def bulk_release(
+    sandbox_ids: Iterable[str | LocalSandbox] | None = None,
+    *,
+    concurrency: int = 16,
+    api_key: str | ApiKey | None = None,
+    base_url: str | None = None,
+    timeout: float | None = None,
+    progress: bool | None = None,
+    ledger: Ledger | bool = True,
+) -> list[ReleaseResult]:
+    """Release many sandboxes, ``concurrency`` at a time; ``None`` releases every sandbox the
+    key lists. Returns one :class:`ReleaseResult` per sandbox, in the order given.
+
+    >>> results = bulk_release()  # doctest: +SKIP
+    >>> [r.sandbox_id for r in results if not r.ok]  # doctest: +SKIP
+    []
+    """
+    _check_count(1, concurrency)
+    settings = resolve_settings(api_key, base_url, timeout=timeout)
+    api = sync_api_for(settings)
+    book = ledger_of(ledger)
+    targets: list[Any] = (
+        [s.id for s in api.run(list_flow())] if sandbox_ids is None else _target_ids(sandbox_ids)
+    )
+    if not targets:
+        return []
+
+    def one(target: Any) -> ReleaseResult:
+        started = time.perf_counter()
+        sandbox_id = target if isinstance(target, str) else target.id
+        try:
+            if isinstance(target, LocalSandbox):
+                released = target.release()
+                gone = not released
+            else:
+                gone = not api.run(release_flow(sandbox_id))
+                disown(sandbox_id, settings, book)
+        except Exception as exc:  # noqa: BLE001 - reported per item
+            return ReleaseResult(sandbox_id, False, exc, seconds=time.perf_counter() - started)
+        return ReleaseResult(
+            sandbox_id, True, None, already_released=gone, seconds=time.perf_counter() - started
+        )
+
+    with progress_bar(
+        total=len(targets), desc="releasing", unit="sandbox", progress=progress
+    ) as update:
+        results = []
+        with ThreadPoolExecutor(max_workers=min(concurrency, len(targets))) as pool:
+            for result in pool.map(one, targets):
+                update(1)
+                results.append(result)
+    return results
+
+
+async def async_bulk_release(
+    sandbox_ids: Iterable[str | AsyncLocalSandbox] | None = None,
+    *,
+    concurrency: int = 16,
+    api_key: str | ApiKey | None = None,
+    base_url: str | None = None,
+    timeout: float | None = None,
+    progress: bool | None = None,
+    ledger: Ledger | bool = True,
+) -> list[ReleaseResult]:
+    """The async twin of :func:`bulk_release`."""
+    _check_count(1, concurrency)
+    targets = None if sandbox_ids is None else _target_ids(sandbox_ids)
+    first = next((t for t in targets or () if not isinstance(t, str)), None)
+    settings = (
+        first.settings
+        if first is not None and api_key is None and base_url is None
+        else resolve_settings(api_key, base_url, timeout=timeout)
+    )
+    book = ledger_of(ledger)
+    api = AsyncApi(settings)
+    gate = asyncio.Semaphore(concurrency)
+    try:
+        if targets is None:
+            targets = [s.id for s in await api.run(list_flow())]
+        with progress_bar(
+            total=len(targets), desc="releasing", unit="sandbox", progress=progress
+        ) as update:
+
+            async def one(target: Any) -> ReleaseResult:
+                sandbox_id = target if isinstance(target, str) else target.id
+                async with gate:
+                    started = time.perf_counter()
+                    try:
+                        if isinstance(target, AsyncLocalSandbox):
+                            gone = not await target.release()
+                        else:
+                            gone = not await api.run(release_flow(sandbox_id))
+                            disown(sandbox_id, settings, book)
+                    except Exception as exc:  # noqa: BLE001 - reported per item
+                        result = ReleaseResult(
+                            sandbox_id, False, exc, seconds=time.perf_counter() - started
+                        )
+                    else:
+                        result = ReleaseResult(
+                            sandbox_id,
+                            True,
+                            None,
+                            already_released=gone,
+                            seconds=time.perf_counter() - started,
+                        )
+                    update(1)
+                    return result
+
+            return list(await asyncio.gather(*(one(t) for t in targets)))
+    finally:
+        await api.aclose()

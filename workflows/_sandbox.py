@@ -1,0 +1,311 @@
+"""`LocalSandbox`: the synchronous face. Its async twin is :mod:`workflows._async_sandbox`."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from ._api import SyncApi, sync_api_for
+from ._archive import ArchiveLimits
+from ._collect import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
+from ._common import check_id, disown, dump_target, ledger_of, own
+from ._config import ApiKey, Settings, resolve_settings
+from ._errors import InvalidInputError
+from ._flows import (
+    acquire_attempt,
+    dump_flow,
+    dump_to_flow,
+    get_flow,
+    list_flow,
+    release_flow,
+    retry_acquire,
+    simple_call,
+    upload_flow,
+)
+from ._ledger import Ledger
+from ._models import SandboxInfo, ServerInfo, check_acquire
+from ._snapshot import Snapshot
+
+__all__ = ["LocalSandbox", "list_sandboxes"]
+
+log = logging.getLogger("workflows")
+
+
+def list_sandboxes(
+    *, api_key: str | None = None, base_url: str | None = None, timeout: float | None = None
+) -> list[SandboxInfo]:
+    """Every active sandbox of this API key.
+
+    >>> for info in list_sandboxes():  # doctest: +SKIP
+    ...     print(info.id, info.status, [s.name for s in info.servers])
+    """
+    return sync_api_for(resolve_settings(api_key, base_url, timeout=timeout)).run(list_flow())
+
+
+class LocalSandbox:
+    """A Klavis local sandbox: a VM hosting MCP servers over one workspace.
+
+    Acquire one in a ``with`` block so it is released whatever happens::
+
+        with LocalSandbox.acquire(["filesystem", "git"], ttl_seconds=600) as sb:
+            sb.seed({"hello.txt": "hi"})
+            print(sb.dump()["hello.txt"])        # b'hi'
+
+    Use :meth:`attach` to work with a sandbox acquired elsewhere without releasing it on exit.
+    """
+
+    def __init__(
+        self,
+        api: SyncApi,
+        info: SandboxInfo,
+        *,
+        owned: bool,
+        ledger: Ledger | None = None,
+        progress: bool | None = None,
+        limits: ArchiveLimits | None = None,
+    ) -> None:
+        self._api = api
+        self._info = info
+        self._owned = owned
+        self._released = False
+        self._ledger = ledger
+        self.progress = progress
+        self.limits = limits or ArchiveLimits()
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def acquire(
+        cls,
+        server_names: Sequence[str] | str,
+        *,
+        benchmark: str | None = None,
+        ttl_seconds: int | None = 7200,
+        test_account_email: str | None = None,
+        api_key: str | ApiKey | None = None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+        progress: bool | None = None,
+        ledger: Ledger | bool = True,
+        limits: ArchiveLimits | None = None,
+    ) -> LocalSandbox:
+        """Acquire a sandbox with these MCP servers (a list of names, or ``"ALL"``).
+
+        Arguments are checked before anything is sent. The sandbox is released when the
+        ``with`` block ends, at :meth:`release`, at interpreter exit or on SIGTERM, and after
+        ``ttl_seconds`` (60..86400, None = never) by the service itself.
+
+        >>> with LocalSandbox.acquire(["git"], ttl_seconds=600) as sb:  # doctest: +SKIP
+        ...     print(sb.id, sb.mcp_url("git"))
+        """
+        request = check_acquire(
+            server_names,
+            benchmark=benchmark,
+            ttl_seconds=ttl_seconds,
+            test_account_email=test_account_email,
+        )
+        settings = resolve_settings(api_key, base_url, timeout=timeout)
+        book = ledger_of(ledger)
+        api = sync_api_for(settings)
+        info = api.run_retrying(
+            lambda: acquire_attempt(request, settings.base_url), on=retry_acquire
+        )
+        own(info.id, settings, book)
+        log.info("acquired sandbox %s (%s)", info.id, ", ".join(s.name for s in info.servers))
+        return cls(api, info, owned=True, ledger=book, progress=progress, limits=limits)
+
+    @classmethod
+    def attach(
+        cls,
+        local_sandbox_id: str,
+        *,
+        api_key: str | ApiKey | None = None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+        progress: bool | None = None,
+        limits: ArchiveLimits | None = None,
+    ) -> LocalSandbox:
+        """Wrap an existing sandbox without owning it: leaving ``with`` does not release it.
+
+        Raises NotFoundError if it does not exist, was released, or belongs to another key.
+        """
+        check_id(local_sandbox_id)
+        api = sync_api_for(resolve_settings(api_key, base_url, timeout=timeout))
+        info = api.run(get_flow(local_sandbox_id))
+        return cls(api, info, owned=False, ledger=None, progress=progress, limits=limits)
+
+    # ----------------------------------------------------------------- state
+    @property
+    def id(self) -> str:
+        """The sandbox id."""
+        return self._info.id
+
+    @property
+    def status(self) -> str | None:
+        """The status when last fetched (``occupied`` while held); see :meth:`refresh`."""
+        return self._info.status
+
+    @property
+    def benchmark(self) -> str | None:
+        """The benchmark the sandbox was configured for, if any."""
+        return self._info.benchmark
+
+    @property
+    def servers(self) -> tuple[ServerInfo, ...]:
+        """The MCP servers: name, ``mcp_server_url``, status, auth data."""
+        return self._info.servers
+
+    @property
+    def info(self) -> SandboxInfo:
+        """Everything known about the sandbox since the last fetch."""
+        return self._info
+
+    @property
+    def settings(self) -> Settings:
+        """The connection settings (the key inside never shows in a repr)."""
+        return self._api.settings
+
+    @property
+    def owned(self) -> bool:
+        """Whether leaving ``with`` releases the sandbox (False for :meth:`attach`)."""
+        return self._owned
+
+    @property
+    def released(self) -> bool:
+        """Whether :meth:`release` has run."""
+        return self._released
+
+    def mcp_url(self, server_name: str) -> str:
+        """The MCP Streamable HTTP URL of one of the sandbox's servers."""
+        url = self._info.server(server_name).mcp_server_url
+        if not url:
+            raise KeyError(f"the {server_name!r} server has no MCP URL yet; try refresh()")
+        return url
+
+    def __repr__(self) -> str:
+        names = [s.name for s in self.servers]
+        state = "released" if self._released else self.status
+        return (
+            f"{type(self).__name__}(id={self.id!r}, status={state!r}, servers={names!r}, "
+            f"base_url={self.settings.base_url!r})"
+        )
+
+    def refresh(self) -> SandboxInfo:
+        """Fetch the sandbox's current details."""
+        self._info = self._api.run(get_flow(self.id))
+        return self._info
+
+    # ----------------------------------------------------------------- workspace
+    def seed(self, files: Mapping[str, str | bytes], *, progress: bool | None = None) -> int:
+        """Add files to the workspace from a mapping of relative path to text or bytes.
+
+        Keys are checked first (no absolute paths, ``..``, NUL or collisions) and nothing is
+        sent if one is bad. Existing files of the same name are overwritten; others stay.
+        Returns the number of files seeded.
+
+        >>> sb.seed({"hello.txt": "hi", "data/x.bin": b"\\x00"})  # doctest: +SKIP
+        2
+        """
+        entries = plan_mapping(files)
+        self._upload(entries, progress)
+        return sum(1 for e in entries if not e.is_dir)
+
+    def seed_directory(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        ignore: Sequence[str] = (),
+        gitignore: bool = True,
+        max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
+        progress: bool | None = None,
+    ) -> int:
+        """Add a local folder's files to the workspace, streamed from disk.
+
+        Follows ``.gitignore`` (when ``gitignore``) and ``.sandboxignore`` files with full
+        gitignore syntax, plus ``ignore=`` patterns; never follows a symlink out of the folder;
+        a file over ``max_file_size`` raises FileTooLargeError naming it. Returns the file count.
+
+        >>> sb.seed_directory("./project", ignore=["*.log"])  # doctest: +SKIP
+        """
+        entries = plan_directory(
+            path, ignore=ignore, gitignore=gitignore, max_file_size=max_file_size
+        )
+        self._upload(entries, progress)
+        return sum(1 for e in entries if not e.is_dir)
+
+    def _upload(self, entries: Sequence[SourceFile], progress: bool | None) -> None:
+        self._check_live()
+        show = self.progress if progress is None else progress
+        self._api.run(upload_flow(self.id, entries, show))
+
+    def dump(self, *, progress: bool | None = None) -> Snapshot:
+        """Download the workspace as a read-only :class:`Snapshot` (path -> bytes).
+
+        The archive is streamed to disk and checked member by member (no absolute paths,
+        ``..``, links out, devices; caps from ``limits``); memory stays flat.
+
+        >>> snap = sb.dump()  # doctest: +SKIP
+        >>> snap["hello.txt"]  # doctest: +SKIP
+        b'hi'
+        """
+        self._check_live()
+        show = self.progress if progress is None else progress
+        return self._api.run(dump_flow(self.id, self.limits, show))
+
+    def dump_to(self, path: str | os.PathLike[str], *, progress: bool | None = None) -> Path:
+        """Save the workspace: extracted into a folder, or as is when ``path`` ends in .tar.gz/.tgz.
+
+        A folder is filled only once the whole archive passed the safety checks; a ``.tar.gz``
+        file appears atomically. Returns the path written.
+        """
+        target = dump_target(path)
+        self._check_live()
+        show = self.progress if progress is None else progress
+        return self._api.run(dump_to_flow(self.id, target, self.limits, show))
+
+    def reset(self) -> None:
+        """Reset the sandbox and its servers to their initial state (the workspace is emptied)."""
+        self._check_live()
+        self._api.run(simple_call("reset_local_sandbox", local_sandbox_id=self.id))
+
+    # ----------------------------------------------------------------- release
+    def release(self) -> bool:
+        """Release the sandbox. Idempotent: True if this call released it, False if it was
+        already released (by this object, its TTL, or anyone else)."""
+        if self._released:
+            return False
+        result = self._api.run(release_flow(self.id))
+        self._released = True
+        disown(self.id, self.settings, self._ledger)
+        log.info("released sandbox %s", self.id)
+        return result
+
+    def __enter__(self) -> LocalSandbox:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self._owned or self._released:
+            return
+        if exc is None:
+            self.release()
+            return
+        try:
+            self.release()
+        except Exception as release_error:  # noqa: BLE001 - never hide the original error
+            log.warning(
+                "could not release sandbox %s after an error (%s); it stays in the ledger "
+                "for `klavis-sandbox reap`",
+                self.id,
+                release_error,
+            )
+
+    def _check_live(self) -> None:
+        if self._released:
+            raise InvalidInputError(f"sandbox {self.id} was released; acquire a new one")

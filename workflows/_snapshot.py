@@ -1,0 +1,365 @@
+"""Snapshots of a workspace: a read-only ``Mapping[str, bytes]`` with manifests and diffs."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, NamedTuple
+
+from workflows._collect import SeedContent, plan_mapping
+from workflows._errors import InvalidInputError
+
+__all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
+
+_CHUNK = 1024 * 1024
+_O_BINARY: int = getattr(os, "O_BINARY", 0)
+_O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
+
+
+class ManifestEntry(NamedTuple):
+    """One file of a snapshot: its path, size in bytes and SHA-256 (hex)."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class SnapshotDiff:
+    """What changed going from one snapshot to another; falsy when nothing did.
+
+    ``added``: paths only in the new one; ``removed``: only in the old one; ``modified``: in both
+    with different contents. Each is sorted.
+    """
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    modified: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.modified)
+
+    def summary(self) -> str:
+        """``"1 added, 1 removed, 1 modified"``, or ``"no changes"``."""
+        if not self:
+            return "no changes"
+        return (
+            f"{len(self.added)} added, {len(self.removed)} removed, {len(self.modified)} modified"
+        )
+
+    def __str__(self) -> str:
+        """One line per path, sorted: ``+ added``, ``- removed``, ``~ modified``."""
+        if not self:
+            return "no changes"
+        lines = [(p, "+") for p in self.added]
+        lines += [(p, "-") for p in self.removed]
+        lines += [(p, "~") for p in self.modified]
+        lines.sort()
+        return "\n".join(f"{mark} {path}" for path, mark in lines)
+
+
+class _Entry(NamedTuple):
+    offset: int
+    size: int
+    sha256: str
+    mode: int
+
+
+class Snapshot(Mapping[str, bytes]):
+    """A read-only mapping of workspace paths (POSIX, relative, no ``./``) to file contents.
+
+    Build one from a mapping (``Snapshot({"a.txt": "hi"})``, contents kept in memory; str
+    values are encoded as UTF-8, keys are checked and normalised like seed keys) or get one from
+    ``sb.dump()`` / :func:`workflows._archive.read_snapshot`, which keeps the contents in one
+    anonymous temporary file and only an index in memory, so a large dump costs little memory;
+    reading a file reads it from there.
+
+    SHA-256 hashes are computed once, while loading: :meth:`manifest`, :meth:`diff` and ``==``
+    never re-read contents. Two snapshots are equal when they hold the same paths with the same
+    contents (a snapshot also equals a plain mapping with those paths and contents, str values
+    compared as UTF-8). Iteration is in sorted path order. :meth:`close` (or leaving a ``with``)
+    frees the temporary file; afterwards paths, the manifest and diffs still work, but reading
+    contents raises ``ValueError``.
+    """
+
+    _index: dict[str, _Entry]
+    _memory: dict[str, bytes] | None
+    _blob: IO[bytes] | None
+    _closed: bool
+    _lock: threading.Lock
+
+    def __init__(self, files: Mapping[str, SeedContent] | None = None) -> None:
+        """Build an in-memory snapshot from ``{path: str | bytes}`` (see the class docs)."""
+        memory: dict[str, bytes] = {}
+        index: dict[str, _Entry] = {}
+        for entry in plan_mapping(files if files is not None else {}):
+            data = entry.data if entry.data is not None else b""
+            memory[entry.name] = data
+            index[entry.name] = _Entry(0, len(data), hashlib.sha256(data).hexdigest(), 0o644)
+        self._setup(index, memory, None)
+
+    @classmethod
+    def from_mapping(cls, files: Mapping[str, SeedContent]) -> Snapshot:
+        """Same as ``Snapshot(files)``."""
+        return cls(files)
+
+    def _setup(
+        self, index: dict[str, _Entry], memory: dict[str, bytes] | None, blob: IO[bytes] | None
+    ) -> None:
+        self._index = dict(sorted(index.items()))
+        self._memory = memory
+        self._blob = blob
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def _from_blob(cls, index: dict[str, _Entry], blob: IO[bytes]) -> Snapshot:
+        snap = cls.__new__(cls)
+        snap._setup(index, None, blob)
+        return snap
+
+    # --- Mapping ---
+
+    def __getitem__(self, path: str) -> bytes:
+        entry = self._index[path]
+        if self._closed:
+            raise ValueError("the snapshot is closed; its contents are gone")
+        if self._memory is not None:
+            return self._memory[path]
+        assert self._blob is not None
+        with self._lock:
+            self._blob.seek(entry.offset)
+            data = self._blob.read(entry.size)
+        if len(data) != entry.size:  # pragma: no cover - the temporary file was tampered with
+            raise OSError(f"snapshot storage is damaged: {path!r} is short")
+        return data
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._index
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Snapshot):
+            return self._digest() == other._digest()
+        if isinstance(other, Mapping):
+            if len(other) != len(self._index):
+                return False
+            try:
+                return self._digest() == Snapshot(other)._digest()
+            except InvalidInputError:
+                return False
+        return NotImplemented
+
+    def _digest(self) -> dict[str, tuple[int, str]]:
+        return {p: (e.size, e.sha256) for p, e in self._index.items()}
+
+    def __repr__(self) -> str:
+        total = sum(e.size for e in self._index.values())
+        n = len(self._index)
+        return f"Snapshot({n} file{'' if n == 1 else 's'}, {total:,} bytes)"
+
+    # --- extras ---
+
+    @property
+    def total_bytes(self) -> int:
+        """The sum of the files' sizes."""
+        return sum(e.size for e in self._index.values())
+
+    def manifest(self) -> list[ManifestEntry]:
+        """Every file's ``(path, size, sha256)``, sorted by path."""
+        return [ManifestEntry(p, e.size, e.sha256) for p, e in self._index.items()]
+
+    def sha256(self, path: str) -> str:
+        """The SHA-256 (hex) of one file, without reading it."""
+        return self._index[path].sha256
+
+    def is_executable(self, path: str) -> bool:
+        """Whether the file had its exec bit set in the archive (False for in-memory snapshots)."""
+        return bool(self._index[path].mode & 0o100)
+
+    def text(self, path: str, encoding: str = "utf-8") -> str:
+        """The contents of ``path`` decoded as text."""
+        return self[path].decode(encoding)
+
+    def diff(self, other: Mapping[str, SeedContent]) -> SnapshotDiff:
+        """What changed going from this snapshot to ``other`` (a Snapshot or a plain mapping).
+
+        A plain mapping is checked and normalised like seed keys first (``"./a"`` is ``"a"``).
+
+        >>> str(Snapshot({"a": "1", "b": "2"}).diff({"b": "3", "c": "4"}))
+        '- a\\n~ b\\n+ c'
+        """
+        theirs = other if isinstance(other, Snapshot) else Snapshot(other)
+        mine_idx, their_idx = self._index, theirs._index
+        added = tuple(p for p in their_idx if p not in mine_idx)
+        removed = tuple(p for p in mine_idx if p not in their_idx)
+        modified = tuple(
+            p
+            for p, e in mine_idx.items()
+            if p in their_idx and (e.size, e.sha256) != (their_idx[p].size, their_idx[p].sha256)
+        )
+        return SnapshotDiff(added, removed, modified)
+
+    def to_directory(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> list[Path]:
+        """Write every file under the folder ``path`` (created if missing); return the paths.
+
+        Nothing is ever written outside ``path``: an existing symlink on the way to a file is
+        refused, and an existing symlink at a file's place is replaced, never followed. Existing
+        files are refused unless ``overwrite=True``; a folder where a file goes is always
+        refused. Every refusal raises :class:`InvalidInputError` naming the first clash in path
+        order, before anything is written. Executable files (from a dump) get mode 0o755.
+        """
+        root = Path(path)
+        if root.exists() and not root.is_dir():
+            raise InvalidInputError(
+                f"cannot write the snapshot to {os.fspath(path)!r}: not a folder"
+            )
+        self._check_targets(root, overwrite)
+        root.mkdir(parents=True, exist_ok=True)
+        written: list[Path] = []
+        for rel, entry in self._index.items():
+            target = root.joinpath(*rel.split("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if os.path.lexists(target):
+                os.unlink(target)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_BINARY
+            mode = 0o755 if entry.mode & 0o100 else 0o644
+            fd = os.open(target, flags, mode)
+            with open(fd, "wb", closefd=True) as out:
+                for chunk in self._chunks(rel):
+                    out.write(chunk)
+            written.append(target)
+        return written
+
+    def _check_targets(self, root: Path, overwrite: bool) -> None:
+        checked_dirs: set[str] = set()
+        for rel in self._index:
+            parts = rel.split("/")
+            for i in range(1, len(parts)):
+                parent = "/".join(parts[:i])
+                if parent in checked_dirs:
+                    continue
+                checked_dirs.add(parent)
+                where = root.joinpath(*parts[:i])
+                try:
+                    st = os.lstat(where)
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISDIR(st.st_mode):
+                    what = "a symlink" if stat.S_ISLNK(st.st_mode) else "a file"
+                    raise InvalidInputError(
+                        f"cannot write {rel!r}: {os.fspath(where)!r} is {what}, not a folder; "
+                        "nothing was written"
+                    )
+            target = root.joinpath(*parts)
+            try:
+                st = os.lstat(target)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                raise InvalidInputError(
+                    f"cannot write {rel!r}: {os.fspath(target)!r} is a folder; nothing was written"
+                )
+            if not overwrite:
+                raise InvalidInputError(
+                    f"cannot write {rel!r}: {os.fspath(target)!r} already exists (pass "
+                    "overwrite=True to replace it); nothing was written"
+                )
+
+    def _chunks(self, path: str) -> Iterator[bytes]:
+        entry = self._index[path]
+        if self._closed:
+            raise ValueError("the snapshot is closed; its contents are gone")
+        if self._memory is not None:
+            yield self._memory[path]
+            return
+        assert self._blob is not None
+        offset, left = entry.offset, entry.size
+        while left > 0:
+            with self._lock:
+                self._blob.seek(offset)
+                data = self._blob.read(min(left, _CHUNK))
+            if not data:  # pragma: no cover - the temporary file was tampered with
+                raise OSError(f"snapshot storage is damaged: {path!r} is short")
+            offset += len(data)
+            left -= len(data)
+            yield data
+
+    # --- lifetime ---
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Free the contents (the temporary file); paths, manifest and diffs stay usable."""
+        self._closed = True
+        self._memory = {} if self._memory is not None else None
+        if self._blob is not None:
+            self._blob.close()
+            self._blob = None
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _SnapshotWriter:
+    """Builds a file-backed :class:`Snapshot` from streamed members (used by read_snapshot)."""
+
+    def __init__(self) -> None:
+        # A real (anonymous) file from the start: a spooled one would hold, and then copy, up to
+        # its threshold in memory; the page cache makes small snapshots just as fast.
+        self._blob: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - owned by the snapshot
+        self._offset = 0
+        self._index: dict[str, _Entry] = {}
+
+    def add(self, name: str, reader: IO[bytes], *, mode: int = 0o644) -> None:
+        """Append a file's contents, hashing as they stream; a later duplicate replaces it."""
+        digest = hashlib.sha256()
+        start = self._offset
+        while True:
+            chunk = reader.read(_CHUNK)
+            if not chunk:
+                break
+            self._blob.write(chunk)
+            digest.update(chunk)
+            self._offset += len(chunk)
+        self._index[name] = _Entry(start, self._offset - start, digest.hexdigest(), mode)
+
+    def copy(self, name: str, source: str) -> None:
+        """Record ``name`` as a copy of the earlier file ``source`` (a hard link)."""
+        self._index[name] = self._index[source]
+
+    def discard(self, name: str) -> None:
+        """Forget ``name`` (replaced by something that is not a file)."""
+        self._index.pop(name, None)
+
+    def finish(self) -> Snapshot:
+        """Return the snapshot; it owns the temporary file from now on."""
+        self._blob.flush()
+        return Snapshot._from_blob(self._index, self._blob)
+
+    def abort(self) -> None:
+        """Drop everything written so far."""
+        self._blob.close()
