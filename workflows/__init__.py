@@ -36,6 +36,7 @@ from ._errors import (
     TransferError,
     UnsafeArchiveError,
 )
+from ._execution import AsyncExecution, Execution, ExecutionTimeoutError
 from ._http import install_log_redaction as _install_log_redaction
 from ._ledger import Ledger, LedgerEntry, default_ledger
 from ._models import BENCHMARKS, SERVER_NAMES, SandboxInfo, ServerInfo
@@ -56,12 +57,14 @@ from ._recipes import (
     seed_from_dict,
 )
 from ._sandbox import LocalSandbox, list_sandboxes
+from ._server_data import DATA_SERVERS, ServerData
 from ._snapshot import ManifestEntry, Snapshot, SnapshotDiff
 
 __all__ = [
     "API_KEY_ENV",
     "BASE_URL_ENV",
     "BENCHMARKS",
+    "DATA_SERVERS",
     "DEFAULT_BASE_URL",
     "DEFAULT_MAX_FILE_SIZE",
     "SERVER_NAMES",
@@ -72,12 +75,15 @@ __all__ = [
     "ApiKey",
     "ApiTimeoutError",
     "ArchiveLimits",
+    "AsyncExecution",
     "AsyncLocalSandbox",
     "AsyncSandboxBatch",
     "AuthenticationError",
     "BadRequestError",
     "ConfigurationError",
     "ConflictError",
+    "Execution",
+    "ExecutionTimeoutError",
     "FileTooLargeError",
     "InvalidInputError",
     "InvalidSeedPathError",
@@ -93,6 +99,7 @@ __all__ = [
     "RoundTripReport",
     "SandboxBatch",
     "SandboxInfo",
+    "ServerData",
     "ServerError",
     "ServerInfo",
     "Snapshot",

@@ -20,6 +20,7 @@ from ._collect import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_ma
 from ._common import check_id, disown, dump_target, ledger_of, own
 from ._config import ApiKey, Settings, resolve_settings
 from ._errors import InvalidInputError
+from ._execution import AsyncExecution, check_execution_name, execution_files, start_flow
 from ._flows import (
     acquire_attempt,
     dump_flow,
@@ -33,6 +34,7 @@ from ._flows import (
 )
 from ._ledger import Ledger
 from ._models import SandboxInfo, ServerInfo, check_acquire
+from ._server_data import ServerData, dump_data_flow, initialize_data_flow, server_data_body
 from ._snapshot import Snapshot
 
 __all__ = ["AsyncLocalSandbox", "async_list_sandboxes"]
@@ -296,6 +298,58 @@ class AsyncLocalSandbox:
         """Reset the sandbox and its servers to their initial state."""
         self._check_live()
         await self._api.run(simple_call("reset_local_sandbox", local_sandbox_id=self.id))
+
+    # ----------------------------------------------------------------- executions, data
+    async def execute(
+        self,
+        main: str | os.PathLike[str],
+        *,
+        requirements: Sequence[str] = (),
+        files: Mapping[str, str | bytes] | None = None,
+        name: str | None = None,
+        progress: bool | None = None,
+    ) -> AsyncExecution:
+        """Run a Python script in the sandbox (see LocalSandbox.execute); returns its handle.
+
+        ``main`` is the script's text, or a ``Path`` to a file. ``requirements`` are pip
+        requirement lines installed first; ``files`` adds more files beside ``main.py``. The
+        script's working directory is exported by ``export_artifacts()``; files it writes under
+        ``os.environ["AGENT_WORKSPACE"]`` land in the workspace the MCP servers see.
+
+        >>> run = await sb.execute("print('hello')")  # doctest: +SKIP
+        >>> async for text in run.logs():  # doctest: +SKIP
+        ...     print(text, end="")
+        """
+        entries = execution_files(main, requirements=requirements, files=files)
+        run_name = check_execution_name(name)
+        self._check_live()
+        show = self.progress if progress is None else progress
+        await self._api.run(start_flow(self.id, run_name, entries, show))
+        return AsyncExecution(self._api, self.id, run_name, limits=self.limits, progress=show)
+
+    async def initialize_server_data(
+        self, server: str, data: Mapping[str, Any] | None = None, *, default: bool = False
+    ) -> str:
+        """Load a data document into ``google_cloud``, ``poste_email_toolathlon`` or ``canvas``
+        (``default=True`` loads the service's built-in document). Returns the service's message.
+        """
+        body = self._data_request(server, data)
+        return await self._api.run(initialize_data_flow(self.id, server, body, default=default))
+
+    async def dump_server_data(self, server: str) -> ServerData:
+        """The current data document of google_cloud, poste_email_toolathlon or canvas."""
+        self._data_request(server, None)
+        return await self._api.run(dump_data_flow(self.id, server))
+
+    def _data_request(self, server: str, data: Mapping[str, Any] | None) -> Any:
+        body = server_data_body(server, data)
+        if server not in {s.name for s in self.servers}:
+            raise InvalidInputError(
+                f"this sandbox does not hold the {server!r} server; acquire it with "
+                f"server_names including {server!r}"
+            )
+        self._check_live()
+        return body
 
     # ----------------------------------------------------------------- release
     async def release(self) -> bool:

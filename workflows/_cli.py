@@ -123,6 +123,19 @@ def _cmd_dump(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _cmd_exec(args: argparse.Namespace, out: TextIO) -> int:
+    from pathlib import Path
+
+    sb = LocalSandbox.attach(args.id, base_url=args.base_url, progress=False)
+    run = sb.execute(Path(args.script), requirements=args.requirement, name=args.name)
+    for text in run.logs():
+        out.write(text)
+        out.flush()
+    status = run.wait()
+    sys.stderr.write(f"klavis-sandbox: execution {run.name} {status}\n")
+    return 0 if status == "completed" else 1
+
+
 def _cmd_release(args: argparse.Namespace, out: TextIO) -> int:
     if args.all == bool(args.ids):
         raise KlavisError("name sandbox ids to release, or --all (not both)")
@@ -238,6 +251,13 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("-o", "--output", required=True, help="a folder, or a .tar.gz file")
         p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
         p.set_defaults(run=run)
+
+    p = sub.add_parser("exec", help="run a Python script in a sandbox, streaming its output")
+    p.add_argument("id")
+    p.add_argument("script", help="the main.py to run")
+    p.add_argument("-r", "--requirement", action="append", default=[], help="pip requirement")
+    p.add_argument("--name", default=None, help="execution name (default: generated)")
+    p.set_defaults(run=_cmd_exec)
 
     p = sub.add_parser("release", help="release sandboxes by id, or --all")
     p.add_argument("ids", nargs="*")

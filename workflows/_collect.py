@@ -341,15 +341,17 @@ def plan_directory(
     * with ``gitignore=True`` (the default), whatever the ``.gitignore`` files of the tree
       exclude, with git's semantics: a nested ``.gitignore`` applies relative to its folder and
       overrides the ones above, ``!`` re-includes, ``build/`` matches folders only, ``/x`` is
-      anchored, ``**`` spans folders, and an excluded folder's contents stay excluded whatever a
-      ``!`` rule says (git never looks inside it). The root repository's ``.git/info/exclude``
-      counts too.
+      anchored, ``**`` spans folders (``**/x``, ``x/**``, ``a/**/b``; elsewhere, as in ``a**``,
+      it is a plain ``*``, as the gitignore documentation says), and an excluded folder's
+      contents stay excluded whatever a ``!`` rule says (git never looks inside it). The root
+      repository's ``.git/info/exclude`` counts too. The result matches ``git ls-files
+      --others --exclude-standard`` (tested against git itself).
     * whatever ``.sandboxignore`` files exclude (same syntax, read after the ``.gitignore`` of the
       same folder, so they win), **even with** ``gitignore=False``: they exist only to steer
       seeding, so turning off ``.gitignore`` is no reason to ignore them.
     * whatever ``ignore=`` excludes: gitignore patterns relative to ``root`` (a single string is
-      one pattern), applied last, so they override the files, and applied even with
-      ``gitignore=False``.
+      one pattern), applied last, so they override the files, applied even with
+      ``gitignore=False``, and applied everywhere, ``.git`` included.
 
     ``.git`` folders are **included** (seeding a repository for the git MCP server needs its
     history); ``.gitignore`` patterns never apply to or inside them, as in git, and neither do

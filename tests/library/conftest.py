@@ -59,7 +59,10 @@ class Blocking:
         return attr
 
     def _wrap(self, value: Any) -> Any:
-        if isinstance(value, workflows.AsyncLocalSandbox | workflows.AsyncSandboxBatch):
+        if isinstance(
+            value,
+            workflows.AsyncLocalSandbox | workflows.AsyncSandboxBatch | workflows.AsyncExecution,
+        ):
             return Blocking(self._loop, value)
         return value
 
@@ -133,6 +136,21 @@ class Face:
             return value
 
         return call
+
+    def collect(self, iterable: Any) -> list[Any]:
+        """Drain an iterator, or an async iterator on the face's loop."""
+        if self._loop is None:
+            return list(iterable)
+
+        async def drain() -> list[Any]:
+            return [item async for item in iterable]
+
+        return self._run(drain())
+
+    def call(self, method: Callable[..., Any], *args: Any) -> Any:
+        """Call a method of a raw (unwrapped) object of this face."""
+        value = method(*args)
+        return self._run(value) if inspect.iscoroutine(value) else value
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name in {

@@ -1,0 +1,82 @@
+"""Executions and per-server data through the library, against the emulator, both faces."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from workflows import InvalidInputError, NotFoundError, RequestValidationError
+
+from .conftest import Face
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, pathlib, sys
+    print("héllo from main")
+    print("to stderr", file=sys.stderr)
+    pathlib.Path("artifact.txt").write_text("made in the working directory")
+    ws = pathlib.Path(os.environ["AGENT_WORKSPACE"])
+    (ws / "from_script.txt").write_text("persisted in the workspace")
+    print("bye")
+    """
+)
+
+
+def test_execute_streams_logs_and_exports(face: Face, conn: dict[str, str]) -> None:
+    with face.acquire(["filesystem"], **conn) as sb:
+        run = sb.execute(SCRIPT, files={"helper.txt": "extra"}, name="main-run")
+        assert run.name == "main-run"
+        text = "".join(face.collect(run.logs()))
+        assert "héllo from main" in text
+        assert "to stderr" in text
+        assert text.index("héllo") < text.index("bye")
+        assert run.wait(timeout=60) == "completed"
+        assert run.status() == "completed"
+        artifacts = run.export_artifacts()
+        assert artifacts["artifact.txt"] == b"made in the working directory"
+        assert artifacts["helper.txt"] == b"extra"
+        assert sb.dump()["from_script.txt"] == b"persisted in the workspace"
+
+
+def test_failing_script_and_path_main(face: Face, conn: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "boom.py"
+    script.write_text("raise SystemExit(3)\n")
+    with face.acquire(["filesystem"], **conn) as sb:
+        run = sb.execute(script)
+        assert run.wait(timeout=60) == "failed"
+        (tmp_path / "main.py").write_text("print(1)\n")
+        with pytest.raises(InvalidInputError, match="Path"):
+            sb.execute("main.py")  # a file name given as text is refused
+        with pytest.raises(InvalidInputError, match="execution name"):
+            sb.execute("print(1)", name="../up")
+        with pytest.raises(InvalidInputError, match="requirements"):
+            sb.execute("print(1)", requirements="httpx")
+
+
+def test_unknown_execution_is_not_found(face: Face, conn: dict[str, str]) -> None:
+    with face.acquire(["filesystem"], **conn) as sb:
+        run = sb.execute("print('x')", name="known")
+        run.wait(timeout=60)
+        raw = getattr(run, "_target", run)  # the async face wraps its handles
+        ghost = type(raw)(raw._api, sb.id, "never-started", limits=sb.limits, progress=False)
+        with pytest.raises(NotFoundError):
+            face.call(ghost.status)
+
+
+def test_server_data_round_trip(face: Face, conn: dict[str, str]) -> None:
+    with face.acquire(["canvas", "google_cloud"], **conn) as sb:
+        message = sb.initialize_server_data("canvas", default=True)
+        assert isinstance(message, str)
+        dumped = sb.dump_server_data("canvas")
+        assert dumped.sandbox_id == sb.id
+        assert dumped.data
+        sb.initialize_server_data("canvas", dumped.data)
+        assert sb.dump_server_data("canvas").data == dumped.data
+        with pytest.raises(InvalidInputError, match="does not hold"):
+            sb.dump_server_data("poste_email_toolathlon")
+        with pytest.raises(InvalidInputError, match="no data documents"):
+            sb.dump_server_data("git")
+        with pytest.raises((InvalidInputError, RequestValidationError)):
+            sb.initialize_server_data("google_cloud", {"bigquery_datasets": "not a list"})

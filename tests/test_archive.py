@@ -1,0 +1,644 @@
+"""Packing and unpacking tar.gz: reproducible, streaming, and safe against crafted input."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from workflows._archive import (
+    ARCHIVE_MTIME,
+    CHUNK_SIZE,
+    ArchiveLimits,
+    extract_archive,
+    iter_archive_files,
+    pack_to_tempfile,
+    read_snapshot,
+    write_archive,
+)
+from workflows._collect import SourceFile, plan_directory, plan_mapping
+from workflows._errors import InvalidInputError, UnsafeArchiveError
+from workflows._paths import normalize_member_name
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+@dataclass
+class M:
+    """A member of a crafted archive."""
+
+    name: str
+    data: bytes = b""
+    type: bytes = tarfile.REGTYPE
+    linkname: str = ""
+    mode: int = 0o644
+
+
+def craft(*members: M, fmt: int = tarfile.PAX_FORMAT, **tar_kwargs: object) -> bytes:
+    """A tar.gz with exactly these members, written without any sanitising."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=fmt, **tar_kwargs) as tar:  # type: ignore[call-overload]
+        for m in members:
+            info = tarfile.TarInfo(m.name)
+            info.type = m.type
+            info.linkname = m.linkname
+            info.mode = m.mode
+            info.mtime = 1_700_000_000
+            if m.type in (tarfile.REGTYPE, tarfile.AREGTYPE):
+                info.size = len(m.data)
+                tar.addfile(info, io.BytesIO(m.data))
+            else:
+                tar.addfile(info)
+    return buf.getvalue()
+
+
+def pack(files: dict[str, str | bytes], **kwargs: object) -> bytes:
+    f, size = pack_to_tempfile(plan_mapping(files), **kwargs)  # type: ignore[arg-type]
+    with f:
+        data = f.read()
+    assert len(data) == size
+    return data
+
+
+def read_tree(root: Path) -> dict[str, bytes]:
+    """Every regular file under ``root`` (not following links), by POSIX relative path."""
+    out: dict[str, bytes] = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                continue
+            out[path.relative_to(root).as_posix()] = path.read_bytes()
+    return out
+
+
+def listing(root: Path) -> dict[str, object]:
+    """A comparable picture of a tree: files with contents, links with targets, folders."""
+    out: dict[str, object] = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                out[rel] = ("link", os.readlink(path))
+            elif path.is_dir():
+                out[rel] = "dir"
+            else:
+                out[rel] = path.read_bytes()
+    return out
+
+
+def members_of(data: bytes) -> list[tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        return tar.getmembers()
+
+
+# --- member names ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [(".", None), ("./", None), ("./a/b", "a/b"), ("a/b/", "a/b"), ("a//b", "a/b"), ("a", "a")],
+)
+def test_member_name_normalized(name: str, expected: str | None) -> None:
+    assert normalize_member_name(name) == expected
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../x", "a/../../x", "a/..", "a\x00b", ""])
+def test_member_name_refused(name: str) -> None:
+    with pytest.raises(UnsafeArchiveError) as info:
+        normalize_member_name(name)
+    assert info.value.member == name
+
+
+# --- packing -----------------------------------------------------------------------------------
+
+
+def test_pack_is_a_standard_reproducible_tar_gz() -> None:
+    files: dict[str, str | bytes] = {"b.txt": "bee", "a/x.bin": b"\x00\xff", "é/ü.txt": "u"}
+    data = pack(files)
+    assert data == pack(dict(reversed(list(files.items()))))
+    # gzip header: no file name flag, mtime 0
+    assert data[:3] == b"\x1f\x8b\x08"
+    assert data[3] == 0
+    assert data[4:8] == b"\x00\x00\x00\x00"
+    members = members_of(data)
+    assert [m.name for m in members] == ["a/x.bin", "b.txt", "é/ü.txt"]  # no implied folders
+    for m in members:
+        assert m.isreg()
+        assert (m.mtime, m.uid, m.gid, m.uname, m.gname, m.mode) == (
+            ARCHIVE_MTIME,
+            0,
+            0,
+            "",
+            "",
+            0o644,
+        )
+
+
+def test_pack_directory_ignores_mtimes_and_owners(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "f.txt").write_text("hello")
+    (root / "run").write_text("#!/bin/sh")
+    (root / "run").chmod(0o700)
+    (root / "empty").mkdir()
+    (root / "lnk").symlink_to("d/f.txt")
+    first = pack_to_tempfile(plan_directory(root))[0].read()
+    for p in (root / "d" / "f.txt", root / "run", root / "d"):
+        os.utime(p, (1_000_000, 1_000_000))
+    (root / "d" / "f.txt").chmod(0o600)
+    second = pack_to_tempfile(plan_directory(root))[0].read()
+    assert first == second
+    by_name = {m.name: m for m in members_of(first)}
+    assert by_name["run"].mode == 0o755
+    assert by_name["d/f.txt"].mode == 0o644
+    assert by_name["empty"].isdir()
+    assert by_name["lnk"].issym()
+    assert by_name["lnk"].linkname == "d/f.txt"
+    assert "d" not in by_name
+
+
+def test_threaded_and_inline_compression_hold_the_same_tar() -> None:
+    entries = plan_mapping({f"f{i}": os.urandom(1000) * (i + 1) for i in range(30)})
+    inline, threaded = io.BytesIO(), io.BytesIO()
+    write_archive(entries, inline, threads=0)
+    write_archive(entries, threaded, threads=1)
+    assert gzip.decompress(inline.getvalue()) == gzip.decompress(threaded.getvalue())
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_compress_levels(level: int) -> None:
+    out = io.BytesIO()
+    n = write_archive(plan_mapping({"a": "x" * 10_000}), out, compresslevel=level)
+    assert n == len(out.getvalue())
+    assert read_snapshot(io.BytesIO(out.getvalue()))["a"] == b"x" * 10_000
+
+
+@pytest.mark.parametrize("level", [-1, 4, 9])
+def test_bad_compress_level(level: int) -> None:
+    with pytest.raises(InvalidInputError, match="compresslevel"):
+        write_archive(plan_mapping({"a": "x"}), io.BytesIO(), compresslevel=level)
+
+
+def test_write_archive_returns_compressed_size_and_leaves_out_open() -> None:
+    out = io.BytesIO()
+    n = write_archive(plan_mapping({"a": "x" * 5000}), out)
+    assert not out.closed
+    assert n == len(out.getvalue()) > 0
+
+
+def test_progress_counts_input_bytes_in_chunks(tmp_path: Path) -> None:
+    big = tmp_path / "p" / "big.bin"
+    big.parent.mkdir()
+    big.write_bytes(os.urandom(2 * CHUNK_SIZE + 123))
+    (tmp_path / "p" / "small").write_bytes(b"abc")
+    calls: list[int] = []
+    pack_to_tempfile(plan_directory(tmp_path / "p"), progress=calls.append)[0].close()
+    assert sum(calls) == 2 * CHUNK_SIZE + 123 + 3
+    assert max(calls) <= CHUNK_SIZE
+    assert len(calls) >= 4
+
+
+def test_file_that_shrank_is_an_error(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "f").write_bytes(b"x" * 100)
+    plan = plan_directory(root)
+    (root / "f").write_bytes(b"x" * 10)
+    with pytest.raises(InvalidInputError, match="shorter"):
+        pack_to_tempfile(plan)
+
+
+def test_file_that_grew_is_packed_at_planned_size(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "f").write_bytes(b"x" * 10)
+    plan = plan_directory(root)
+    (root / "f").write_bytes(b"y" * 100)
+    f, _ = pack_to_tempfile(plan)
+    assert read_snapshot(f)["f"] == b"y" * 10
+
+
+def test_duplicate_entry_names_refused() -> None:
+    entries = [SourceFile("a", 1, 0o644, data=b"1"), SourceFile("a", 1, 0o644, data=b"2")]
+    with pytest.raises(InvalidInputError, match="'a'"):
+        write_archive(entries, io.BytesIO())
+
+
+def test_pack_to_tempfile_spools_to_disk_and_rewinds() -> None:
+    f, size = pack_to_tempfile(plan_mapping({"r": os.urandom(200_000)}), spool_bytes=1024)
+    with f:
+        assert f.tell() == 0
+        assert f._rolled  # type: ignore[attr-defined]  # on disk above the threshold
+        assert len(f.read()) == size
+    f, size = pack_to_tempfile(plan_mapping({"r": "small"}))
+    with f:
+        assert not f._rolled  # type: ignore[attr-defined]
+        assert len(f.read()) == size
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="needs the tar program")
+def test_gnu_tar_reads_our_archives(tmp_path: Path) -> None:
+    files: dict[str, str | bytes] = {"a.txt": "a", "d/é.txt": "e", "long/" + "n" * 150: "x"}
+    (tmp_path / "seed.tar.gz").write_bytes(pack(files))
+    (tmp_path / "out").mkdir()
+    subprocess.run(
+        ["tar", "-xzf", str(tmp_path / "seed.tar.gz"), "-C", str(tmp_path / "out")], check=True
+    )
+    assert read_tree(tmp_path / "out") == {k: v.encode() for k, v in files.items()}  # type: ignore[union-attr]
+
+
+# --- reading valid archives --------------------------------------------------------------------
+
+
+SERVICE_STYLE = (
+    M(".", type=tarfile.DIRTYPE, mode=0o755),
+    M("./config.json", b'{"a": 1}'),
+    M("./d/", type=tarfile.DIRTYPE, mode=0o755),
+    M("./d/run.sh", b"#!/bin/sh\n", mode=0o755),
+    M("./d/link", type=tarfile.SYMTYPE, linkname="../config.json"),
+    M("./hard", type=tarfile.LNKTYPE, linkname="./config.json"),
+)
+
+
+def test_read_snapshot_of_a_service_style_dump() -> None:
+    snap = read_snapshot(io.BytesIO(craft(*SERVICE_STYLE)))
+    assert dict(snap) == {
+        "config.json": b'{"a": 1}',
+        "d/run.sh": b"#!/bin/sh\n",
+        "hard": b'{"a": 1}',
+    }
+    assert snap.is_executable("d/run.sh")
+    assert not snap.is_executable("config.json")
+
+
+def test_extract_a_service_style_dump(tmp_path: Path) -> None:
+    progress: list[int] = []
+    names = extract_archive(
+        io.BytesIO(craft(*SERVICE_STYLE)), tmp_path / "out", progress=progress.append
+    )
+    assert names == ["config.json", "d/run.sh", "hard"]
+    out = tmp_path / "out"
+    assert read_tree(out) == {
+        "config.json": b'{"a": 1}',
+        "d/run.sh": b"#!/bin/sh\n",
+        "hard": b'{"a": 1}',
+    }
+    assert os.readlink(out / "d" / "link") == "../config.json"
+    assert (out / "d" / "link").read_bytes() == b'{"a": 1}'
+    assert os.access(out / "d" / "run.sh", os.X_OK)
+    assert not os.access(out / "config.json", os.X_OK)
+    assert (out / "config.json").stat().st_mtime == 1_700_000_000
+    assert not (out / "hard").samefile(out / "config.json")  # a copy, not a link
+    assert sum(progress) == 8 + 10 + 8
+    assert sorted(os.listdir(tmp_path)) == ["out"]  # no temporary folder left
+
+
+def test_new_dest_gets_ordinary_permissions(tmp_path: Path) -> None:
+    (tmp_path / "reference").mkdir()
+    extract_archive(io.BytesIO(pack({"a": "1"})), tmp_path / "out")
+    mode = (tmp_path / "out").stat().st_mode & 0o7777
+    assert mode == (tmp_path / "reference").stat().st_mode & 0o7777
+
+
+class _ReadOnlyStream:
+    """A stream that can only be read, like an HTTP response body."""
+
+    def __init__(self, data: bytes) -> None:
+        self._buf = io.BytesIO(data)
+
+    def read(self, n: int = -1) -> bytes:
+        return self._buf.read(n)
+
+
+def test_reads_from_a_non_seekable_stream(tmp_path: Path) -> None:
+    data = pack({"a": "1", "b/c": b"2" * 100_000})
+    snap = read_snapshot(_ReadOnlyStream(data))  # type: ignore[arg-type]
+    assert dict(snap) == {"a": b"1", "b/c": b"2" * 100_000}
+    assert extract_archive(_ReadOnlyStream(data), tmp_path / "o") == ["a", "b/c"]  # type: ignore[arg-type]
+
+
+def test_extract_from_a_path_and_into_new_parents(tmp_path: Path) -> None:
+    (tmp_path / "a.tar.gz").write_bytes(pack({"x/y.txt": "y"}))
+    assert extract_archive(tmp_path / "a.tar.gz", tmp_path / "deep" / "er" / "out") == ["x/y.txt"]
+    assert extract_archive(str(tmp_path / "a.tar.gz"), str(tmp_path / "o2")) == ["x/y.txt"]
+    assert read_tree(tmp_path / "deep" / "er" / "out") == {"x/y.txt": b"y"}
+    assert read_snapshot(tmp_path / "a.tar.gz")["x/y.txt"] == b"y"
+
+
+def test_later_duplicate_member_wins() -> None:
+    data = craft(M("a", b"first"), M("./a", b"second"))
+    assert read_snapshot(io.BytesIO(data))["a"] == b"second"
+
+
+def test_file_replacing_a_symlink_does_not_write_through_it(tmp_path: Path) -> None:
+    data = craft(
+        M("target", b"keep me"), M("l", type=tarfile.SYMTYPE, linkname="target"), M("l", b"new")
+    )
+    extract_archive(io.BytesIO(data), tmp_path / "out")
+    assert (tmp_path / "out" / "target").read_bytes() == b"keep me"
+    assert not (tmp_path / "out" / "l").is_symlink()
+    assert (tmp_path / "out" / "l").read_bytes() == b"new"
+    assert dict(read_snapshot(io.BytesIO(data))) == {"target": b"keep me", "l": b"new"}
+
+
+def test_symlink_replacing_a_file_drops_the_entry() -> None:
+    data = craft(M("t", b"t"), M("a", b"file"), M("a", type=tarfile.SYMTYPE, linkname="t"))
+    assert dict(read_snapshot(io.BytesIO(data))) == {"t": b"t"}
+
+
+def test_symlink_chain_that_stays_inside_is_fine(tmp_path: Path) -> None:
+    data = craft(
+        M("d/", type=tarfile.DIRTYPE),
+        M("d/f", b"f"),
+        M("l1", type=tarfile.SYMTYPE, linkname="d"),
+        M("l2", type=tarfile.SYMTYPE, linkname="l1/f"),
+        M("d/up", type=tarfile.SYMTYPE, linkname=".."),
+        M("loop", type=tarfile.SYMTYPE, linkname="loop"),
+    )
+    assert extract_archive(io.BytesIO(data), tmp_path / "out") == ["d/f"]
+    assert (tmp_path / "out" / "l2").read_bytes() == b"f"
+
+
+def test_extract_merges_into_existing_dest(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    (dest / "sub").mkdir(parents=True)
+    (dest / "keep.txt").write_text("mine")
+    (dest / "same.txt").write_text("old")
+    (dest / "sub" / "old.txt").write_text("old")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (dest / "linked").symlink_to(outside)  # a folder member of this name replaces the link
+    (dest / "flink").symlink_to(outside / "victim")  # a file member replaces the link
+    data = craft(
+        M("same.txt", b"new"), M("sub/new.txt", b"n"), M("linked/x", b"x"), M("flink", b"f")
+    )
+    extract_archive(io.BytesIO(data), dest)
+    assert read_tree(dest) == {
+        "keep.txt": b"mine",
+        "same.txt": b"new",
+        "sub/old.txt": b"old",
+        "sub/new.txt": b"n",
+        "linked/x": b"x",
+        "flink": b"f",
+    }
+    assert not (dest / "linked").is_symlink()
+    assert os.listdir(outside) == []
+    assert sorted(os.listdir(tmp_path)) == ["dest", "outside"]
+
+
+def test_extract_refuses_replacing_a_folder_with_a_file(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    (dest / "x").mkdir(parents=True)
+    (dest / "x" / "inner").write_text("i")
+    before = listing(dest)
+    with pytest.raises(InvalidInputError, match="folder"):
+        extract_archive(io.BytesIO(craft(M("a", b"a"), M("x", b"file"))), dest)
+    assert listing(dest) == before
+    assert sorted(os.listdir(tmp_path)) == ["dest"]
+
+
+def test_extract_into_a_file_refused(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(InvalidInputError, match="not a folder"):
+        extract_archive(io.BytesIO(pack({"a": "1"})), tmp_path / "f")
+
+
+def test_iter_archive_files_yields_normalized_names() -> None:
+    seen = [
+        (n, i.type, r.read() if r else None)
+        for n, i, r in iter_archive_files(io.BytesIO(craft(*SERVICE_STYLE)))
+    ]
+    assert seen == [
+        ("config.json", tarfile.REGTYPE, b'{"a": 1}'),
+        ("d", tarfile.DIRTYPE, None),
+        ("d/run.sh", tarfile.REGTYPE, b"#!/bin/sh\n"),
+        ("d/link", tarfile.SYMTYPE, None),
+        ("hard", tarfile.LNKTYPE, None),
+    ]
+
+
+def test_limits_that_fit_pass() -> None:
+    data = craft(M("a", b"123"), M("b", b"456"))
+    limits = ArchiveLimits(max_members=2, max_total_bytes=6, max_member_bytes=3)
+    assert len(read_snapshot(io.BytesIO(data), limits=limits)) == 2
+
+
+# --- crafted malicious or broken archives -------------------------------------------------------
+
+
+def _valid() -> bytes:
+    return pack({"a.txt": "a" * 5000, "b/c.txt": os.urandom(5000)})
+
+
+def _flip_middle(data: bytes) -> bytes:
+    mid = len(data) // 2
+    return data[:mid] + bytes(b ^ 0xFF for b in data[mid : mid + 64]) + data[mid + 64 :]
+
+
+BAD: dict[str, tuple[bytes | None, ArchiveLimits, str | None]] = {}
+
+
+def bad(name: str, data: bytes, member: str | None, limits: ArchiveLimits | None = None) -> None:
+    BAD[name] = (data, limits or ArchiveLimits(), member)
+
+
+bad("absolute", craft(M("ok", b"1"), M("/tmp/evil", b"x")), "/tmp/evil")
+bad("dotdot", craft(M("../evil", b"x")), "../evil")
+bad("dotdot-inner", craft(M("a/../../evil", b"x")), "a/../../evil")
+bad("symlink-absolute", craft(M("l", type=tarfile.SYMTYPE, linkname="/etc")), "l")
+bad("symlink-up", craft(M("d/l", type=tarfile.SYMTYPE, linkname="../../outside")), "d/l")
+bad("symlink-empty", craft(M("l", type=tarfile.SYMTYPE, linkname="")), "l")
+bad(
+    "symlink-chain",
+    craft(
+        M("sub/l", type=tarfile.SYMTYPE, linkname=".."),
+        M("l2", type=tarfile.SYMTYPE, linkname="sub/l/.."),
+    ),
+    "l2",
+)
+bad(
+    "symlink-chain-defined-later",
+    craft(
+        M("l2", type=tarfile.SYMTYPE, linkname="sub/l/.."),
+        M("sub/l", type=tarfile.SYMTYPE, linkname=".."),
+    ),
+    "l2",
+)
+bad("hardlink-up", craft(M("h", type=tarfile.LNKTYPE, linkname="../outside")), "h")
+bad("hardlink-absolute", craft(M("h", type=tarfile.LNKTYPE, linkname="/etc/passwd")), "h")
+bad("hardlink-unknown", craft(M("h", type=tarfile.LNKTYPE, linkname="nothere")), "h")
+bad(
+    "hardlink-to-symlink",
+    craft(
+        M("t", b"t"),
+        M("l", type=tarfile.SYMTYPE, linkname="t"),
+        M("h", type=tarfile.LNKTYPE, linkname="l"),
+    ),
+    "h",
+)
+bad("chardev", craft(M("dev", type=tarfile.CHRTYPE)), "dev")
+bad("blockdev", craft(M("dev", type=tarfile.BLKTYPE)), "dev")
+bad("fifo", craft(M("p", type=tarfile.FIFOTYPE)), "p")
+bad(
+    "through-symlink",
+    craft(
+        M("sub/", type=tarfile.DIRTYPE),
+        M("d", type=tarfile.SYMTYPE, linkname="sub"),
+        M("d/x", b"x"),
+    ),
+    "d/x",
+)
+bad(
+    "through-symlink-out",
+    craft(M("d", type=tarfile.SYMTYPE, linkname="."), M("d/x", b"x")),
+    "d/x",
+)
+bad("parent-is-file", craft(M("a", b"a"), M("a/b", b"b")), "a/b")
+bad("folder-over-file", craft(M("a", b"a"), M("a/", type=tarfile.DIRTYPE)), "a")
+bad("file-over-folder", craft(M("a/", type=tarfile.DIRTYPE), M("a", b"a")), "a")
+bad("root-is-a-file", craft(M(".", b"x")), ".")
+bad(
+    "too-many-members",
+    craft(*(M(f"f{i}", b"") for i in range(4))),
+    "f3",
+    ArchiveLimits(max_members=3),
+)
+bad(
+    "too-many-bytes",
+    craft(M("a", b"123456"), M("b", b"123456")),
+    "b",
+    ArchiveLimits(max_total_bytes=10),
+)
+bad("member-too-big", craft(M("a", b"123456")), "a", ArchiveLimits(max_member_bytes=5))
+bad(
+    "hardlink-amplification",
+    craft(
+        M("a", b"123456"),
+        M("h1", type=tarfile.LNKTYPE, linkname="a"),
+        M("h2", type=tarfile.LNKTYPE, linkname="a"),
+    ),
+    "h2",
+    ArchiveLimits(max_total_bytes=15),
+)
+bad("huge-pax-header", craft(M("a", b"a"), pax_headers={"comment": "x" * (2 * 1024 * 1024)}), None)
+bad("not-gzip", b"hello, this is not gzip at all", None)
+bad("empty", b"", None)
+bad("plain-tar", gzip.decompress(_valid()), None)
+bad("gzip-of-garbage", gzip.compress(os.urandom(4096)), None)
+bad("truncated", _valid()[: len(_valid()) // 2], None)
+bad("corrupt", _flip_middle(_valid()), None)
+
+
+@pytest.fixture
+def guarded(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A destination with content, inside a parent folder; checks both are untouched after."""
+    parent = tmp_path / "parent"
+    dest = parent / "dest"
+    dest.mkdir(parents=True)
+    (dest / "existing.txt").write_text("existing")
+    (dest / "sub").mkdir()
+    (dest / "sub" / "kept").write_text("kept")
+    before_dest = listing(dest)
+    before_tmp = listing(tmp_path)
+    yield parent, dest
+    assert listing(dest) == before_dest
+    assert listing(tmp_path) == before_tmp
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_archive_refused_by_extract(case: str, guarded: tuple[Path, Path]) -> None:
+    data, limits, member = BAD[case]
+    assert data is not None
+    with pytest.raises(UnsafeArchiveError) as info:
+        extract_archive(io.BytesIO(data), guarded[1], limits=limits)
+    if member is not None:
+        assert info.value.member == member
+        assert repr(member) in str(info.value)
+    else:
+        assert info.value.member is None
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_archive_refused_into_new_dest(case: str, tmp_path: Path) -> None:
+    data, limits, _ = BAD[case]
+    assert data is not None
+    with pytest.raises(UnsafeArchiveError):
+        extract_archive(io.BytesIO(data), tmp_path / "new", limits=limits)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_archive_refused_by_read_snapshot(case: str) -> None:
+    data, limits, member = BAD[case]
+    assert data is not None
+    with pytest.raises(UnsafeArchiveError) as info:
+        read_snapshot(io.BytesIO(data), limits=limits)
+    assert info.value.member == member
+
+
+@pytest.mark.parametrize(
+    "case", ["not-gzip", "empty", "truncated", "corrupt", "plain-tar", "gzip-of-garbage"]
+)
+def test_corrupt_data_says_not_a_valid_tar_gz(case: str) -> None:
+    data, _, _ = BAD[case]
+    assert data is not None
+    with pytest.raises(UnsafeArchiveError, match=r"not a valid tar\.gz"):
+        read_snapshot(io.BytesIO(data))
+
+
+# --- properties --------------------------------------------------------------------------------
+
+_SEGMENT_CHARS = st.sampled_from([*"abcxyzABZ019_-. ", "é", "ß", "中", "ü", "😀", "~"])
+_SEGMENT = st.text(_SEGMENT_CHARS, min_size=1, max_size=12).filter(lambda s: s not in (".", ".."))
+_PATH = st.lists(_SEGMENT, min_size=1, max_size=4).map("/".join)
+_CONTENT = st.one_of(st.binary(max_size=3000), st.text(max_size=300))
+
+
+def _drop_folder_clashes(files: dict[str, str | bytes]) -> dict[str, str | bytes]:
+    parents = {p.rsplit("/", i)[0] for p in files for i in range(1, p.count("/") + 1)}
+    return {k: v for k, v in files.items() if k not in parents}
+
+
+FILE_MAPPINGS = st.dictionaries(_PATH, _CONTENT, max_size=12).map(_drop_folder_clashes)
+
+
+def _as_bytes(files: dict[str, str | bytes]) -> dict[str, bytes]:
+    return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(files=FILE_MAPPINGS)
+def test_pack_then_read_snapshot_is_identity(files: dict[str, str | bytes]) -> None:
+    f, _ = pack_to_tempfile(plan_mapping(files))
+    with f, read_snapshot(f) as snap:
+        assert dict(snap) == _as_bytes(files)
+        assert list(snap) == sorted(files)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(files=FILE_MAPPINGS)
+def test_pack_then_extract_is_identity(files: dict[str, str | bytes]) -> None:
+    f, _ = pack_to_tempfile(plan_mapping(files))
+    with f, tempfile.TemporaryDirectory() as tmp:
+        names = extract_archive(f, Path(tmp) / "out")
+        assert names == sorted(files)
+        assert read_tree(Path(tmp) / "out") == _as_bytes(files)
+
+
+@settings(max_examples=30, deadline=None)
+@given(files=FILE_MAPPINGS)
+def test_packing_is_deterministic(files: dict[str, str | bytes]) -> None:
+    assert pack(files) == pack(dict(sorted(files.items(), reverse=True)))

@@ -1,0 +1,341 @@
+"""Running a script in a sandbox: the archive, the flows, and the `Execution` handles.
+
+``sb.execute(...)`` packs ``main.py`` (plus ``requirements.txt`` and any extra files) into a
+tar.gz, uploads it to the execution's signed URL and starts it. The returned handle streams the
+logs (following the server's byte cursor, so every byte is seen once), waits for the outcome and
+exports the artifacts the script left in its working directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import secrets
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from klavis_sandbox_client.models import (
+    ExecuteRequest,
+    ExecutionUploadUrlRequest,
+    ExportArtifactsRequest,
+)
+
+from ._api import AsyncApi, SyncApi
+from ._archive import ArchiveLimits, pack_to_tempfile, read_snapshot
+from ._collect import SourceFile, plan_mapping
+from ._common import body_dict, signed_url_from
+from ._errors import ApiError, InvalidInputError, KlavisError, NotFoundError, TransferError
+from ._flows import Blocking, Call, Download, Flow, Upload
+from ._progress import progress_bar
+from ._reconcile import is_ambiguous
+from ._snapshot import Snapshot
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "AsyncExecution",
+    "Execution",
+    "ExecutionTimeoutError",
+    "check_execution_name",
+    "execution_files",
+]
+
+TERMINAL_STATUSES = frozenset({"completed", "failed"})
+"""Statuses after which an execution's logs no longer grow."""
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_POLL_MIN, _POLL_MAX = 0.1, 2.0
+_START_ATTEMPTS = 5
+
+
+class ExecutionTimeoutError(KlavisError, TimeoutError):
+    """``wait(timeout=...)`` ran out before the execution finished (it keeps running)."""
+
+
+def check_execution_name(name: str | None) -> str:
+    """Return a valid execution name, generating one when ``name`` is None.
+
+    >>> check_execution_name("eval_1")
+    'eval_1'
+    >>> check_execution_name("../x")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    workflows._errors.InvalidInputError: execution name '../x' must be ...
+    """
+    if name is None:
+        return f"run-{secrets.token_hex(4)}"
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidInputError(
+            f"execution name {name!r} must be 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def execution_files(
+    main: str | os.PathLike[str],
+    *,
+    requirements: Sequence[str] = (),
+    files: Mapping[str, str | bytes] | None = None,
+) -> list[SourceFile]:
+    """Check and lay out the execution archive: ``main.py``, ``requirements.txt``, extra files.
+
+    ``main`` is the script's text, or a :class:`pathlib.Path` (any ``os.PathLike``) to a file.
+    """
+    if isinstance(main, os.PathLike):
+        path = Path(main)
+        if not path.is_file():
+            raise InvalidInputError(f"main script {path} does not exist or is not a file")
+        source: str | bytes = path.read_bytes()
+    elif isinstance(main, str):
+        stripped = main.strip()
+        if not stripped:
+            raise InvalidInputError("main is empty: pass the script's text or a Path to it")
+        if "\n" not in stripped and stripped.endswith(".py") and Path(stripped).is_file():
+            raise InvalidInputError(
+                f"main looks like a file name; pass Path({stripped!r}) to run that file "
+                "(a str is taken as the script's text)"
+            )
+        source = main
+    else:
+        raise InvalidInputError(
+            f"main must be the script's text (str) or a Path, got {type(main).__name__}"
+        )
+    if isinstance(requirements, str):
+        raise InvalidInputError("requirements must be a list of requirement lines, not one str")
+    layout: dict[str, str | bytes] = dict(files or {})
+    for reserved in ("main.py", "requirements.txt"):
+        if reserved in layout:
+            raise InvalidInputError(f"files must not contain {reserved!r}; it is built for you")
+    layout["main.py"] = source
+    lines = [str(r).strip() for r in requirements if str(r).strip()]
+    if lines:
+        layout["requirements.txt"] = "\n".join(lines) + "\n"
+    return plan_mapping(layout)
+
+
+def start_flow(
+    sandbox_id: str, name: str, entries: Sequence[SourceFile], progress: bool | None
+) -> Flow[None]:
+    """Upload the execution archive and start it; an ambiguous start is checked, not re-sent."""
+    kwargs: dict[str, Any] = {"local_sandbox_id": sandbox_id}
+    with progress_bar(total=None, desc="packing", progress=progress) as update:
+        packed: tuple[IO[bytes], int] = yield Blocking(
+            pack_to_tempfile, (entries,), {"progress": update}
+        )
+    archive, size = packed
+    with archive, progress_bar(total=size, desc="uploading", progress=progress) as update:
+        for fresh in (False, True):
+            body = ExecutionUploadUrlRequest(execution_name=name)
+            response = yield Call("get_execution_upload_url", True, {**kwargs, "body": body})
+            try:
+                yield Upload(signed_url_from(response, "upload_url"), archive, size, update)
+                break
+            except TransferError as exc:
+                if fresh or exc.status_code != 403:
+                    raise
+    for attempt in range(_START_ATTEMPTS):
+        try:
+            yield Call("execute_script", False, {**kwargs, "body": ExecuteRequest(name)})
+            return
+        except Exception as exc:
+            if not is_ambiguous(exc) or attempt == _START_ATTEMPTS - 1:
+                raise
+            try:  # did it start anyway?
+                yield from status_flow(sandbox_id, name)
+                return
+            except NotFoundError:
+                continue  # it did not: starting again is safe
+
+
+def status_flow(sandbox_id: str, name: str) -> Flow[str]:
+    """The execution's status string."""
+    response = yield Call(
+        "get_execution_status", True, {"local_sandbox_id": sandbox_id, "execution_name": name}
+    )
+    return str(body_dict(response)["status"])
+
+
+def logs_flow(sandbox_id: str, name: str, cursor: int) -> Flow[tuple[str, str, int]]:
+    """One poll of the logs: (status, new text, next cursor)."""
+    response = yield Call(
+        "get_execution_logs",
+        True,
+        {"local_sandbox_id": sandbox_id, "execution_name": name, "cursor": cursor},
+    )
+    data = body_dict(response)
+    next_cursor = int(data.get("cursor", cursor))
+    if next_cursor < cursor:
+        raise ApiError("the log cursor went backwards", status_code=int(response.status_code))
+    return str(data["status"]), str(data.get("logs") or ""), next_cursor
+
+
+def artifacts_flow(
+    sandbox_id: str, name: str, limits: ArchiveLimits, progress: bool | None
+) -> Flow[Snapshot]:
+    """Export the execution's working directory and read it as a Snapshot."""
+    with tempfile.TemporaryFile() as tmp:
+        for fresh in (False, True):
+            response = yield Call(
+                "export_artifacts",
+                True,
+                {"local_sandbox_id": sandbox_id, "body": ExportArtifactsRequest(name)},
+            )
+            url = signed_url_from(response, "download_url")
+            try:
+                with progress_bar(total=None, desc="downloading", progress=progress) as update:
+                    yield Download(url, tmp, update)
+                break
+            except TransferError as exc:
+                if fresh or exc.status_code != 403:
+                    raise
+        snapshot: Snapshot = yield Blocking(read_snapshot, (tmp,), {"limits": limits})
+        return snapshot
+
+
+def next_delay(idle_polls: int) -> float:
+    """Seconds to wait before the next poll after ``idle_polls`` polls without news."""
+    return float(min(_POLL_MAX, _POLL_MIN * (1.5**idle_polls)))
+
+
+class Execution:
+    """A script running in a sandbox (sync). Get one from ``LocalSandbox.execute``.
+
+    >>> run = sb.execute("print('hi')")  # doctest: +SKIP
+    >>> for text in run.logs():  # doctest: +SKIP
+    ...     print(text, end="")
+    hi
+    >>> run.wait()  # doctest: +SKIP
+    'completed'
+    """
+
+    def __init__(
+        self,
+        api: SyncApi,
+        sandbox_id: str,
+        name: str,
+        *,
+        limits: ArchiveLimits,
+        progress: bool | None,
+    ) -> None:
+        self._api = api
+        self.sandbox_id = sandbox_id
+        self.name = name
+        self._limits = limits
+        self._progress = progress
+
+    def __repr__(self) -> str:
+        return f"Execution(name={self.name!r}, sandbox_id={self.sandbox_id!r})"
+
+    def status(self) -> str:
+        """``pending``, ``running``, ``completed`` or ``failed``."""
+        return self._api.run(status_flow(self.sandbox_id, self.name))
+
+    def logs(self, *, follow: bool = True) -> Iterator[str]:
+        """Yield the output as text as it arrives, until the execution has finished.
+
+        With ``follow=False``, yield what is there now and stop.
+        """
+        cursor, idle = 0, 0
+        while True:
+            status, text, cursor = self._api.run(logs_flow(self.sandbox_id, self.name, cursor))
+            if text:
+                idle = 0
+                yield text
+                continue
+            if status in TERMINAL_STATUSES or not follow:
+                return
+            time.sleep(next_delay(idle))
+            idle += 1
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Block until the execution finishes; returns ``completed`` or ``failed``.
+
+        Raises ExecutionTimeoutError if ``timeout`` seconds pass first.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        idle = 0
+        while True:
+            status = self.status()
+            if status in TERMINAL_STATUSES:
+                return status
+            delay = next_delay(idle)
+            if deadline is not None and time.monotonic() + delay > deadline:
+                raise ExecutionTimeoutError(
+                    f"execution {self.name!r} still {status} after {timeout} s"
+                )
+            time.sleep(delay)
+            idle += 1
+
+    def export_artifacts(self) -> Snapshot:
+        """The files the script left in its working directory, as a Snapshot."""
+        return self._api.run(
+            artifacts_flow(self.sandbox_id, self.name, self._limits, self._progress)
+        )
+
+
+class AsyncExecution:
+    """The asyncio twin of :class:`Execution`: ``async for text in run.logs()``."""
+
+    def __init__(
+        self,
+        api: AsyncApi,
+        sandbox_id: str,
+        name: str,
+        *,
+        limits: ArchiveLimits,
+        progress: bool | None,
+    ) -> None:
+        self._api = api
+        self.sandbox_id = sandbox_id
+        self.name = name
+        self._limits = limits
+        self._progress = progress
+
+    def __repr__(self) -> str:
+        return f"AsyncExecution(name={self.name!r}, sandbox_id={self.sandbox_id!r})"
+
+    async def status(self) -> str:
+        """``pending``, ``running``, ``completed`` or ``failed``."""
+        return await self._api.run(status_flow(self.sandbox_id, self.name))
+
+    async def logs(self, *, follow: bool = True) -> AsyncIterator[str]:
+        """Yield the output as text as it arrives, until the execution has finished."""
+        cursor, idle = 0, 0
+        while True:
+            status, text, cursor = await self._api.run(
+                logs_flow(self.sandbox_id, self.name, cursor)
+            )
+            if text:
+                idle = 0
+                yield text
+                continue
+            if status in TERMINAL_STATUSES or not follow:
+                return
+            await asyncio.sleep(next_delay(idle))
+            idle += 1
+
+    async def wait(self, timeout: float | None = None) -> str:
+        """Wait until the execution finishes; returns ``completed`` or ``failed``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        idle = 0
+        while True:
+            status = await self.status()
+            if status in TERMINAL_STATUSES:
+                return status
+            delay = next_delay(idle)
+            if deadline is not None and time.monotonic() + delay > deadline:
+                raise ExecutionTimeoutError(
+                    f"execution {self.name!r} still {status} after {timeout} s"
+                )
+            await asyncio.sleep(delay)
+            idle += 1
+
+    async def export_artifacts(self) -> Snapshot:
+        """The files the script left in its working directory, as a Snapshot."""
+        return await self._api.run(
+            artifacts_flow(self.sandbox_id, self.name, self._limits, self._progress)
+        )
