@@ -40,7 +40,7 @@ from ._execution import AsyncExecution, Execution, ExecutionTimeoutError
 from ._http import install_log_redaction as _install_log_redaction
 from ._ledger import Ledger, LedgerEntry, default_ledger
 from ._models import BENCHMARKS, SERVER_NAMES, SandboxInfo, ServerInfo
-from ._reap import async_reap, reap
+from ._reap import async_reap, held_sandboxes, reap
 from ._recipes import (
     AcquireResult,
     AsyncSandboxBatch,
@@ -115,6 +115,7 @@ __all__ = [
     "bulk_acquire",
     "bulk_release",
     "default_ledger",
+    "held_sandboxes",
     "list_sandboxes",
     "reap",
     "round_trip_dump",

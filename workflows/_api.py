@@ -83,7 +83,7 @@ class SyncApi:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._http = make_sync_client(settings)
-        self._transfer = make_sync_client(settings, authenticated=False)
+        self._transfer_client: httpx.Client | None = None
         self.client = AuthenticatedClient(base_url=settings.base_url, token=_PLACEHOLDER_TOKEN)
         self.client.set_httpx_client(self._http)
 
@@ -93,7 +93,15 @@ class SyncApi:
     def close(self) -> None:
         """Close the pooled connections."""
         self._http.close()
-        self._transfer.close()
+        if self._transfer_client is not None:
+            self._transfer_client.close()
+
+    @property
+    def _transfer(self) -> httpx.Client:
+        """The unauthenticated client for signed URLs, made on first use."""
+        if self._transfer_client is None:
+            self._transfer_client = make_sync_client(self.settings, authenticated=False)
+        return self._transfer_client
 
     def _once(self, fn: Callable[..., Response[Any]], kwargs: dict[str, Any]) -> Response[Any]:
         try:
@@ -205,7 +213,7 @@ class AsyncApi:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._http = make_async_client(settings)
-        self._transfer = make_async_client(settings, authenticated=False)
+        self._transfer_client: httpx.AsyncClient | None = None
         self.client = AuthenticatedClient(base_url=settings.base_url, token=_PLACEHOLDER_TOKEN)
         self.client.set_async_httpx_client(self._http)
 
@@ -215,7 +223,15 @@ class AsyncApi:
     async def aclose(self) -> None:
         """Close the connections."""
         await self._http.aclose()
-        await self._transfer.aclose()
+        if self._transfer_client is not None:
+            await self._transfer_client.aclose()
+
+    @property
+    def _transfer(self) -> httpx.AsyncClient:
+        """The unauthenticated client for signed URLs, made on first use."""
+        if self._transfer_client is None:
+            self._transfer_client = make_async_client(self.settings, authenticated=False)
+        return self._transfer_client
 
     async def _once(
         self, fn: Callable[..., Awaitable[Response[Any]]], kwargs: dict[str, Any]

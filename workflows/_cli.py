@@ -144,7 +144,14 @@ def _cmd_release(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_reap(args: argparse.Namespace, out: TextIO) -> int:
-    return _print_results(reap(base_url=args.base_url), out)
+    results = reap(base_url=args.base_url, include_live=args.include_live, dry_run=args.dry_run)
+    if args.dry_run:
+        for r in results:
+            out.write(f"would release {r.sandbox_id}\n")
+        if not results:
+            out.write("nothing to release\n")
+        return 0
+    return _print_results(results, out)
 
 
 @contextlib.contextmanager
@@ -265,6 +272,12 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_release)
 
     p = sub.add_parser("reap", help="release what the local ledger says is still held")
+    p.add_argument("--dry-run", action="store_true", help="only list what would be released")
+    p.add_argument(
+        "--include-live",
+        action="store_true",
+        help="also release sandboxes whose acquiring process is still running",
+    )
     p.set_defaults(run=_cmd_reap)
 
     p = sub.add_parser("demo", help="walk the lifecycle (embedded emulator without a key)")

@@ -121,7 +121,8 @@ class RoundTripReport:
         if self.ok:
             came_back = len(self.snapshot) - len(self.extra)
             extra = f", {len(self.extra)} extra" if self.extra else ""
-            return f"ok: {came_back} files came back{extra}"
+            noun = "file" if came_back == 1 else "files"
+            return f"ok: {came_back} {noun} came back{extra}"
         return f"{len(self.missing)} missing, {len(self.changed)} changed, {len(self.extra)} extra"
 
 

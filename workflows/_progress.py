@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterator
 
-__all__ = ["Progress", "progress_enabled", "progress_bar"]
+__all__ = ["PROGRESS_ENV", "Progress", "progress_bar", "progress_enabled"]
 
 Progress = Callable[[int], None]
 
@@ -20,10 +21,19 @@ def _in_notebook() -> bool:
     return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
 
 
+PROGRESS_ENV = "KLAVIS_PROGRESS"
+
+
 def progress_enabled(progress: bool | None) -> bool:
-    """Whether to show bars: the explicit choice, else on for a terminal or a notebook."""
+    """Whether to show bars: the explicit choice, else ``$KLAVIS_PROGRESS`` (``0``/``1``), else
+    on for a terminal or a notebook."""
     if progress is not None:
         return progress
+    setting = os.environ.get(PROGRESS_ENV, "").strip().lower()
+    if setting in ("0", "false", "no", "off"):
+        return False
+    if setting in ("1", "true", "yes", "on"):
+        return True
     stream = sys.stderr
     return bool(getattr(stream, "isatty", lambda: False)()) or _in_notebook()
 

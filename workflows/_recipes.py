@@ -127,8 +127,16 @@ def _check_count(count: int, concurrency: int) -> None:
 
 
 class _Batch(Sequence[AcquireResult[S]]):
-    def __init__(self, results: Sequence[AcquireResult[S]]) -> None:
+    def __init__(
+        self,
+        results: Sequence[AcquireResult[S]],
+        *,
+        concurrency: int = 16,
+        progress: bool | None = None,
+    ) -> None:
         self._results: list[AcquireResult[S]] = list(results)
+        self.concurrency = concurrency
+        self.progress = progress
 
     @overload
     def __getitem__(self, index: int) -> AcquireResult[S]: ...
@@ -184,11 +192,33 @@ class SandboxBatch(_Batch[LocalSandbox]):
 class AsyncSandboxBatch(_Batch[AsyncLocalSandbox]):
     """The result of :func:`async_bulk_acquire`; ``async with`` releases everything."""
 
+    def __init__(
+        self,
+        results: Sequence[AcquireResult[AsyncLocalSandbox]],
+        *,
+        api: AsyncApi | None = None,
+        concurrency: int = 16,
+        progress: bool | None = None,
+    ) -> None:
+        super().__init__(results, concurrency=concurrency, progress=progress)
+        self._api = api
+
     async def release(
-        self, *, concurrency: int = 16, progress: bool | None = None
+        self, *, concurrency: int | None = None, progress: bool | None = None
     ) -> list[ReleaseResult]:
-        """Release every acquired sandbox (bounded concurrency); one result each."""
-        return await async_bulk_release(self.sandboxes, concurrency=concurrency, progress=progress)
+        """Release every acquired sandbox (bounded concurrency); one result each.
+
+        Also closes the connection pool the batch's sandboxes share.
+        """
+        try:
+            return await async_bulk_release(
+                self.sandboxes,
+                concurrency=concurrency or self.concurrency,
+                progress=self.progress if progress is None else progress,
+            )
+        finally:
+            if self._api is not None:
+                await self._api.aclose()
 
     async def __aenter__(self) -> AsyncSandboxBatch:
         return self
@@ -260,7 +290,7 @@ def bulk_acquire(
             for result in pool.map(one, range(count)):
                 update(1)
                 results.append(result)
-    return SandboxBatch(results)
+    return SandboxBatch(results, concurrency=concurrency, progress=progress)
 
 
 async def async_bulk_acquire(
@@ -288,6 +318,7 @@ async def async_bulk_acquire(
     settings = resolve_settings(api_key, base_url, timeout=timeout)
     book = ledger_of(ledger)
     gate = asyncio.Semaphore(concurrency)
+    api = AsyncApi(settings)  # one connection pool for the whole batch
 
     with progress_bar(total=count, desc="acquiring", unit="sandbox", progress=progress) as update:
 
@@ -305,6 +336,7 @@ async def async_bulk_acquire(
                         timeout=settings.timeout,
                         progress=progress,
                         ledger=book if book is not None else False,
+                        api=api,
                     )
                 except Exception as exc:  # noqa: BLE001 - reported per item
                     result: AcquireResult[AsyncLocalSandbox] = AcquireResult(
@@ -316,7 +348,7 @@ async def async_bulk_acquire(
                 return result
 
         results = await asyncio.gather(*(one() for _ in range(count)))
-    return AsyncSandboxBatch(results)
+    return AsyncSandboxBatch(results, api=api, concurrency=concurrency, progress=progress)
 
 
 Target = str | LocalSandbox | AsyncLocalSandbox

@@ -128,3 +128,30 @@ def test_process_exit_and_signals_release(
         _, err = child.communicate(timeout=60)
     assert conn["api_key"] not in err
     assert _listed(conn["base_url"], token) == [], err
+
+
+def test_reap_spares_live_processes_and_dry_run(
+    conn: dict[str, str], token: str, tmp_path: Path
+) -> None:
+    env = dict(os.environ, K=conn["api_key"], U=conn["base_url"])
+    env["KLAVIS_SANDBOX_STATE_DIR"] = os.environ["KLAVIS_SANDBOX_STATE_DIR"]
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, "bare"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    assert child.stdout is not None
+    sandbox_id = child.stdout.readline().strip()
+    try:
+        assert workflows.reap(**conn) == []  # its owner is alive: in use, not leaked
+        planned = workflows.reap(dry_run=True, include_live=True, **conn)
+        assert [r.sandbox_id for r in planned] == [sandbox_id]
+        assert _listed(conn["base_url"], token) == [sandbox_id]
+        results = workflows.reap(include_live=True, **conn)
+        assert [(r.sandbox_id, r.ok) for r in results] == [(sandbox_id, True)]
+    finally:
+        child.communicate(input="\n", timeout=60)
+    assert _listed(conn["base_url"], token) == []

@@ -1,0 +1,410 @@
+"""MCP client helpers: a sandbox server's tools through the official ``mcp`` SDK.
+
+A sandbox's servers speak MCP Streamable HTTP at their ``mcp_server_url``.
+:func:`open_session` yields an initialised :class:`mcp.ClientSession` for one of them;
+:func:`list_tools` and :func:`call_tool` are blocking conveniences for scripts and
+notebooks, with :func:`async_list_tools` / :func:`async_call_tool` as their async twins.
+Each convenience opens a session, does one thing, and closes it.
+
+The blocking functions run the async SDK on a fresh event loop in a helper thread, never
+with ``asyncio.run`` on the caller's thread: they work in a notebook cell and from inside
+any running event loop's thread (that loop just waits).
+
+Errors:
+
+- the MCP URL answers an HTTP error before a session exists: the status is mapped like
+  the API's (404 :class:`NotFoundError` for an unknown or released sandbox, 501 and other
+  5xx :class:`ServerError`, ...), with the server's ``detail`` as the message;
+- the URL cannot be reached: :class:`ApiConnectionError` (:class:`ApiTimeoutError`);
+- the server answers a JSON-RPC error (for example a session that ended because its
+  sandbox was released): :class:`McpError` with its ``code``;
+- a tool that failed is **not** raised: :class:`ToolResult` has ``is_error`` set and the
+  server's explanation in ``text`` (agents are meant to read it). Call
+  :meth:`ToolResult.raise_for_error` to turn it into an :class:`McpError`. An unknown tool
+  or arguments that do not match the tool's schema come back this way from the emulator
+  (its proxy reports them as failed calls); a server that answers them with a protocol
+  error instead raises :class:`McpError`.
+
+``mcp`` (2.3 or newer) is imported on first use only: ``import workflows`` stays fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+from ._errors import (
+    ApiConnectionError,
+    ApiTimeoutError,
+    ConfigurationError,
+    KlavisError,
+    error_from_status,
+)
+
+if TYPE_CHECKING:
+    import httpx2
+    from mcp import ClientSession
+
+__all__ = [
+    "DEFAULT_MCP_TIMEOUT",
+    "McpError",
+    "ToolInfo",
+    "ToolResult",
+    "async_call_tool",
+    "async_list_tools",
+    "call_tool",
+    "list_tools",
+    "open_session",
+]
+
+DEFAULT_MCP_TIMEOUT = 60.0
+"""Seconds to wait for the server: to connect, and for each answer (a tool may run long)."""
+
+T = TypeVar("T")
+
+
+class McpError(KlavisError):
+    """An MCP server answered a request with an error, or a tool reported a failure.
+
+    Attributes:
+        code: the JSON-RPC error code (None for a tool's own failure, see ``result``).
+        tool: the tool called, when there was one.
+        result: the failed :class:`ToolResult` (from :meth:`ToolResult.raise_for_error`).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int | None = None,
+        tool: str | None = None,
+        result: ToolResult | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.tool = tool
+        self.result = result
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """One tool a server offers: its name, description and JSON Schema of arguments."""
+
+    name: str
+    description: str | None = None
+    input_schema: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    output_schema: Mapping[str, Any] | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool call returned.
+
+    Attributes:
+        tool: the tool called.
+        text: the text of every text content block, joined with newlines.
+        is_error: whether the tool reported a failure (then ``text`` says why).
+        structured: the structured content, when the tool returns one (else None).
+        content: the raw content blocks (``mcp`` types: text, image, resource...).
+    """
+
+    tool: str
+    text: str
+    is_error: bool = False
+    structured: Any = None
+    content: tuple[Any, ...] = field(default=(), repr=False)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def raise_for_error(self) -> ToolResult:
+        """Raise :class:`McpError` if the tool failed; return the result otherwise."""
+        if self.is_error:
+            summary = self.text.strip()[:500] or "no explanation"
+            raise McpError(f"tool {self.tool!r} failed: {summary}", tool=self.tool, result=self)
+        return self
+
+
+def _import_mcp() -> None:
+    try:
+        import mcp.client.streamable_http  # noqa: F401
+    except ImportError as exc:
+        raise ConfigurationError(
+            "talking to MCP servers needs the `mcp` package (2.3 or newer): "
+            "pip install 'klavis-sandbox[mcp]'"
+        ) from exc
+
+
+def _redacted(url: str) -> tuple[str, str | None]:
+    """The URL without its query string, and the sandbox id it names (if any)."""
+    parts = urlsplit(url)
+    ids = parse_qs(parts.query).get("local_sandbox_id")
+    return f"{parts.scheme}://{parts.netloc}{parts.path}", (ids[0] if ids else None)
+
+
+class _HttpErrors:
+    """Remembers the first error answer of the MCP URL (the SDK keeps only a stand-in)."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.body: Any = None
+        self.retry_after: float | None = None
+
+    async def hook(self, response: httpx2.Response) -> None:
+        if response.status_code < 400 or self.status is not None:
+            return
+        self.status = response.status_code
+        try:
+            await response.aread()
+            self.body = response.json()
+        except Exception:  # noqa: BLE001 - a body that is not JSON: keep its text
+            self.body = response.text if response.is_stream_consumed else None
+        retry = response.headers.get("retry-after", "")
+        self.retry_after = float(retry) if retry.replace(".", "", 1).isdigit() else None
+
+
+def _exceptions_of(exc: BaseException) -> list[BaseException]:
+    """Flatten exception groups (the SDK's task groups wrap transport failures)."""
+    inner = getattr(exc, "exceptions", None)
+    if isinstance(inner, tuple) and all(isinstance(e, BaseException) for e in inner):
+        found: list[BaseException] = []
+        for item in inner:
+            found.extend(_exceptions_of(item))
+        return found
+    return [exc]
+
+
+def _translate(exc: BaseException, url: str, errors: _HttpErrors) -> KlavisError | None:
+    """Our error for a failure of the SDK while talking to ``url``, or None to re-raise."""
+    import httpx2
+    from mcp import MCPError
+
+    flat = _exceptions_of(exc)
+    if any(isinstance(e, asyncio.CancelledError | KeyboardInterrupt | SystemExit) for e in flat):
+        return None
+    where, sandbox_id = _redacted(url)
+    if errors.status is not None:
+        return error_from_status(
+            errors.status,
+            errors.body,
+            sandbox_id=sandbox_id,
+            method="POST",
+            path=urlsplit(url).path,
+            retry_after=errors.retry_after,
+        )
+    for inner in flat:
+        if isinstance(inner, KlavisError):
+            return inner
+        if isinstance(inner, httpx2.TimeoutException | TimeoutError):
+            return ApiTimeoutError(f"timed out talking to the MCP server at {where}")
+        if isinstance(inner, httpx2.TransportError | OSError):
+            return ApiConnectionError(
+                f"could not reach the MCP server at {where}: {type(inner).__name__}: {inner}"
+            )
+        if isinstance(inner, MCPError):
+            return McpError(f"MCP server at {where}: {inner}", code=inner.error.code)
+    return None
+
+
+@contextlib.asynccontextmanager
+async def _open(
+    url: str, timeout: float, headers: Mapping[str, str] | None
+) -> AsyncIterator[tuple[ClientSession, _HttpErrors]]:
+    """An initialised session and the recorder of the URL's HTTP errors."""
+    _import_mcp()
+    import anyio
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    errors = _HttpErrors()
+    http = httpx2.AsyncClient(
+        headers=dict(headers or {}),
+        timeout=httpx2.Timeout(timeout, read=max(timeout, 300.0)),
+        event_hooks={"response": [errors.hook]},
+    )
+    stack = contextlib.AsyncExitStack()
+    try:
+        await stack.enter_async_context(http)
+        read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
+        session = await stack.enter_async_context(
+            ClientSession(read, write, read_timeout_seconds=timeout)
+        )
+        with anyio.fail_after(timeout):
+            await session.initialize()
+    except BaseException as exc:
+        # Close first: a transport failure cancels initialize() and only the closing
+        # task group says what went wrong (for example a refused connection).
+        close_error: BaseException | None = None
+        try:
+            await stack.aclose()
+        except BaseException as err:  # noqa: BLE001 - translated or re-raised below
+            close_error = err
+        for cause in (close_error, exc):
+            translated = None if cause is None else _translate(cause, url, errors)
+            if translated is not None:
+                raise translated from cause
+        raise
+    async with stack:
+        yield session, errors
+
+
+@contextlib.asynccontextmanager
+async def open_session(
+    url: str,
+    *,
+    timeout: float = DEFAULT_MCP_TIMEOUT,
+    headers: Mapping[str, str] | None = None,
+) -> AsyncIterator[ClientSession]:
+    """Open an initialised MCP session with the server at ``url`` (Streamable HTTP).
+
+    ``timeout`` bounds connecting and initialising, and each answer of the session;
+    ``headers`` are sent with every request (a sandbox's MCP URL needs none). Errors while
+    opening the session are translated (see the module docs); inside the ``async with``
+    block the session is the SDK's own and raises its own errors (``mcp.MCPError``).
+    """
+    async with _open(url, timeout, headers) as (session, _errors):
+        yield session
+
+
+def _tool_result(tool: str, raw: Any) -> ToolResult:
+    content = tuple(raw.content)
+    text = "\n".join(str(block.text) for block in content if getattr(block, "type", "") == "text")
+    return ToolResult(
+        tool=tool,
+        text=text,
+        is_error=bool(raw.is_error),
+        structured=raw.structured_content,
+        content=content,
+    )
+
+
+async def _one_shot(
+    url: str,
+    work: Callable[[ClientSession], Awaitable[T]],
+    *,
+    timeout: float,
+    headers: Mapping[str, str] | None,
+) -> T:
+    """Open a session, run ``work`` in it, close it; ``timeout`` bounds the whole."""
+    import anyio
+
+    errors = _HttpErrors()
+    try:
+        with anyio.fail_after(timeout):
+            async with _open(url, timeout, headers) as (session, errors):
+                return await work(session)
+    except KlavisError:
+        raise
+    except BaseException as exc:
+        translated = _translate(exc, url, errors)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+async def async_list_tools(
+    url: str,
+    *,
+    timeout: float = DEFAULT_MCP_TIMEOUT,
+    headers: Mapping[str, str] | None = None,
+) -> list[ToolInfo]:
+    """The tools of the MCP server at ``url``, in the server's order (all pages)."""
+
+    from mcp.types import PaginatedRequestParams
+
+    async def work(session: ClientSession) -> list[ToolInfo]:
+        tools: list[ToolInfo] = []
+        cursor: str | None = None
+        while True:
+            params = None if cursor is None else PaginatedRequestParams(cursor=cursor)
+            page = await session.list_tools(params=params)
+            tools.extend(
+                ToolInfo(
+                    name=tool.name,
+                    description=tool.description,
+                    input_schema=dict(tool.input_schema),
+                    output_schema=None if tool.output_schema is None else dict(tool.output_schema),
+                )
+                for tool in page.tools
+            )
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+
+    return await _one_shot(url, work, timeout=timeout, headers=headers)
+
+
+async def async_call_tool(
+    url: str,
+    tool: str,
+    arguments: Mapping[str, Any] | None = None,
+    *,
+    timeout: float = DEFAULT_MCP_TIMEOUT,
+    headers: Mapping[str, str] | None = None,
+) -> ToolResult:
+    """Call ``tool`` with ``arguments`` on the MCP server at ``url``; ``timeout`` bounds it all.
+
+    A tool that fails is returned with ``is_error=True`` (see :meth:`ToolResult.raise_for_error`);
+    a JSON-RPC error answer raises :class:`McpError`.
+    """
+
+    async def work(session: ClientSession) -> ToolResult:
+        raw = await session.call_tool(tool, dict(arguments or {}))
+        return _tool_result(tool, raw)
+
+    return await _one_shot(url, work, timeout=timeout, headers=headers)
+
+
+def _run_in_thread(factory: Callable[[], Awaitable[T]], timeout: float) -> T:
+    """Run a coroutine on a new event loop in a helper thread and wait for its result."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        async def main() -> T:
+            return await factory()
+
+        try:
+            outcome["value"] = asyncio.run(main())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=target, name="workflows-mcp", daemon=True)
+    worker.start()
+    worker.join(2 * timeout + 30.0)  # the work is bounded by timeout, its cleanup too
+    if worker.is_alive():
+        raise ApiTimeoutError("the MCP call did not finish in time")
+    if "error" in outcome:
+        error: BaseException = outcome["error"]
+        raise error
+    value: T = outcome["value"]
+    return value
+
+
+def list_tools(
+    url: str,
+    *,
+    timeout: float = DEFAULT_MCP_TIMEOUT,
+    headers: Mapping[str, str] | None = None,
+) -> list[ToolInfo]:
+    """Blocking :func:`async_list_tools` (safe in notebooks and inside a running loop)."""
+    return _run_in_thread(lambda: async_list_tools(url, timeout=timeout, headers=headers), timeout)
+
+
+def call_tool(
+    url: str,
+    tool: str,
+    arguments: Mapping[str, Any] | None = None,
+    *,
+    timeout: float = DEFAULT_MCP_TIMEOUT,
+    headers: Mapping[str, str] | None = None,
+) -> ToolResult:
+    """Blocking :func:`async_call_tool` (safe in notebooks and inside a running loop)."""
+    return _run_in_thread(
+        lambda: async_call_tool(url, tool, arguments, timeout=timeout, headers=headers), timeout
+    )
