@@ -146,11 +146,12 @@ def test_reap_spares_live_processes_and_dry_run(
     assert child.stdout is not None
     sandbox_id = child.stdout.readline().strip()
     try:
-        assert workflows.reap(**conn) == []  # its owner is alive: in use, not leaked
-        planned = workflows.reap(dry_run=True, include_live=True, **conn)
+        key, url = conn["api_key"], conn["base_url"]
+        assert workflows.reap(api_key=key, base_url=url) == []  # owner alive: in use, not leaked
+        planned = workflows.reap(dry_run=True, include_live=True, api_key=key, base_url=url)
         assert [r.sandbox_id for r in planned] == [sandbox_id]
         assert _listed(conn["base_url"], token) == [sandbox_id]
-        results = workflows.reap(include_live=True, **conn)
+        results = workflows.reap(include_live=True, api_key=key, base_url=url)
         assert [(r.sandbox_id, r.ok) for r in results] == [(sandbox_id, True)]
     finally:
         child.communicate(input="\n", timeout=60)
