@@ -10,6 +10,13 @@ from a thread on a free port::
         print(server.base_url)
 
 From a shell: ``python -m klavis_emulator --port 0`` (or ``klavis-emulator``).
+
+Besides the sandbox lifecycle it runs executions (``main.py`` of an uploaded archive, in the
+background, confined with bubblewrap where it works: see ``_executions``), keeps the typed
+data documents of google_cloud, poste_email_toolathlon and canvas, expires sandboxes on a
+clock that ``POST /_emulator/clock/advance`` moves, and keeps everything in its data folder
+across restarts. Other modules follow sandboxes through
+:meth:`EmulatorState.add_listener` and reach the state as ``app.state.emulator``.
 """
 
 from __future__ import annotations
@@ -17,27 +24,34 @@ from __future__ import annotations
 from ._app import create_app, default_data_dir
 from ._archive import ArchiveLimits, ArchiveRejected, ArchiveTooLarge
 from ._clock import Clock, ManualClock, OffsetClock, SystemClock
+from ._executions import EXECUTION_STATUSES, Confinement, detect_confinement
 from ._faults import FaultSettings
 from ._server import EmulatorServer
+from ._server_data import DATA_SERVERS
 from ._signing import SignatureError, UrlSigner
 from ._state import (
     BENCHMARKS,
     LOCAL_SERVER_NAMES,
     EmulatorError,
     EmulatorState,
+    ExecutionRecord,
     tenant_for_token,
 )
 
 __all__ = [
     "BENCHMARKS",
+    "DATA_SERVERS",
+    "EXECUTION_STATUSES",
     "LOCAL_SERVER_NAMES",
     "ArchiveLimits",
     "ArchiveRejected",
     "ArchiveTooLarge",
     "Clock",
+    "Confinement",
     "EmulatorError",
     "EmulatorServer",
     "EmulatorState",
+    "ExecutionRecord",
     "FaultSettings",
     "ManualClock",
     "OffsetClock",
@@ -46,5 +60,6 @@ __all__ = [
     "UrlSigner",
     "create_app",
     "default_data_dir",
+    "detect_confinement",
     "tenant_for_token",
 ]

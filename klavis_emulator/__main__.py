@@ -100,6 +100,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--public-url", default=None, help="base URL to write into signed and MCP URLs"
     )
     parser.add_argument(
+        "--execution-timeout",
+        type=_positive_float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="time limit of one execution, requirements install included (3600)",
+    )
+    parser.add_argument(
+        "--allow-network",
+        action="store_true",
+        help="give confined executions network access (default: none under bubblewrap)",
+    )
+    parser.add_argument(
+        "--no-bwrap",
+        dest="confine_executions",
+        action="store_false",
+        help="never confine executions with bubblewrap, even where it works",
+    )
+    parser.add_argument(
         "--log-level",
         default="info",
         choices=["critical", "error", "warning", "info", "debug"],
@@ -126,8 +144,17 @@ def _exit_quietly(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the emulator in the foreground until interrupted."""
-    args = build_parser().parse_args(argv)
+    """Run the emulator in the foreground until interrupted.
+
+    ``klavis-emulator setup [--force] [-q]`` installs the MCP servers it hosts instead
+    (``npm ci`` for the filesystem server, a venv for the terminal server); ``check`` reports.
+    """
+    rest = list(sys.argv[1:] if argv is None else argv)
+    if rest and rest[0] in ("setup", "check"):
+        from ._mcp import main as mcp_main
+
+        return mcp_main(rest)
+    args = build_parser().parse_args(rest)
     app = create_app(
         data_dir=args.data_dir,
         latency_ms=args.latency_ms,
@@ -138,6 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_upload_mb=args.max_upload_mb,
         api_keys=args.api_keys,
         public_url=args.public_url,
+        execution_timeout=args.execution_timeout,
+        allow_network=args.allow_network,
+        confine_executions=args.confine_executions,
     )
     sock = bind_socket(args.host, args.port)
     # SIGTERM before uvicorn takes over the signals (or re-raised by uvicorn after its
@@ -145,6 +175,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_quietly)
     print(f"Klavis emulator listening on {url_for_socket(sock)}", flush=True)
     print(f"Data folder: {app.state.emulator.data_dir}", flush=True)
+    confinement = app.state.emulator.run_settings.confinement
+    if confinement.enabled:
+        print("Executions: confined with bubblewrap", flush=True)
+    else:
+        print(f"Executions: NOT confined ({confinement.reason})", flush=True)
     config = uvicorn.Config(app, log_level=args.log_level, lifespan="on")
     logging.getLogger("uvicorn.access").addFilter(RedactSignedUrls())
     server = uvicorn.Server(config)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -16,10 +17,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from starlette.routing import Match, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._archive import ArchiveLimits, ArchiveRejected, ArchiveTooLarge
-from ._clock import Clock, OffsetClock, isoformat
+from ._clock import Clock, isoformat
 from ._faults import FAULT_MODES, FaultInjectionMiddleware, FaultSettings
 from ._models import (
     AcquireLocalSandboxRequest,
@@ -27,18 +28,26 @@ from ._models import (
     ClockAdvanceRequest,
     DumpUrlResponse,
     ErrorResponse,
+    ExecuteResponse,
+    ExecutionLogsResponse,
     ExecutionNameRequest,
+    ExecutionStatusResponse,
     FaultSettingsRequest,
     InitializeSandboxResponse,
     ListLocalSandboxesResponse,
     LocalSandboxInfo,
     MessageResponse,
+    ServerDataDumpResponse,
     UploadUrlResponse,
 )
+from ._server_data import DATA_MODELS, DATA_SERVERS, document_for, empty_document
 from ._signing import SignatureError
 from ._state import (
     EmulatorError,
     EmulatorState,
+    ExecutionConflict,
+    ExecutionNotFound,
+    InvalidExecutionName,
     NoUploadedArchive,
     ObjectNotFound,
     SandboxNotFound,
@@ -53,11 +62,11 @@ logger = logging.getLogger("klavis_emulator")
 
 _API_PREFIX: Final = "/local-sandbox"
 _DOWNLOAD_CHUNK: Final = 256 * 1024
+_MAX_JSON_BYTES: Final = 64 * 1024 * 1024
 _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
     401: {"model": ErrorResponse, "description": "Missing, empty or unknown bearer token"},
     404: {"model": ErrorResponse, "description": "No such sandbox for this API key"},
 }
-_SERVER_DATA_SERVERS: Final[tuple[str, ...]] = ("google_cloud", "poste_email_toolathlon", "canvas")
 
 RegionQuery = Annotated[
     Literal["us", "asia"], Query(description="Storage region of the signed URL (us or asia).")
@@ -100,6 +109,94 @@ class BearerAuthMiddleware:
                 return
             scope.setdefault("state", {})["tenant"] = tenant
         await self.app(scope, receive, send)
+
+
+class StrictJsonMiddleware:
+    """Refuse (422) JSON request bodies that Python's parser accepts but JSON does not allow.
+
+    ``NaN``, ``Infinity`` and lone UTF-16 surrogates (``"\\ud800"``) are not valid JSON
+    data; letting them through would make the emulator fail later, when it stores or
+    answers them. Only ``/local-sandbox`` requests with a JSON content type are looked at.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Buffer and check a JSON body, then hand it on unchanged."""
+        if scope["type"] != "http" or not _is_api_path(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        content_type = next((v for k, v in headers if k == b"content-type"), b"")
+        if b"json" not in content_type.lower():
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > _MAX_JSON_BYTES:
+                await _send_json(send, 413, {"detail": "The JSON body is too large."})
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        problem = _json_problem(body)
+        if problem is not None:
+            detail = [{"loc": ["body"], "msg": problem, "type": "json_invalid"}]
+            await _send_json(send, 422, {"detail": detail})
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _json_problem(body: bytes) -> str | None:
+    """Why ``body`` is not acceptable JSON data, or ``None`` (also when it is not JSON at
+    all: the framework then answers its own 422)."""
+
+    def refuse_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a valid JSON number")
+
+    try:
+        value = json.loads(body, parse_constant=refuse_constant)
+    except ValueError as exc:
+        return str(exc) if "not a valid JSON number" in str(exc) else None
+    except RecursionError:
+        return "The JSON body is nested too deeply."
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "The JSON body holds a string with an unpaired UTF-16 surrogate."
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+async def _send_json(send: Send, status: int, content: Any) -> None:
+    response = JSONResponse(content, status_code=status)
+    await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body})
 
 
 def _bearer_token(scope: Scope) -> str | None:
@@ -147,6 +244,10 @@ def create_app(
     clock: Clock | None = None,
     public_url: str | None = None,
     archive_limits: ArchiveLimits | None = None,
+    execution_timeout: float = 3600.0,
+    allow_network: bool = False,
+    confine_executions: bool = True,
+    host_mcp: bool = True,
 ) -> FastAPI:
     """Build the emulator's FastAPI application.
 
@@ -162,9 +263,22 @@ def create_app(
         max_upload_mb: size cap of an upload to a signed URL (413 above).
         api_keys: if given, only these bearer tokens are accepted (401 for others).
         clock: the clock for timestamps, TTLs and URL expiry (default: an
-            :class:`~klavis_emulator.OffsetClock` that ``/_emulator/clock/advance`` moves).
+            :class:`~klavis_emulator.OffsetClock` that ``/_emulator/clock/advance`` moves,
+            its offset kept in the data dir across restarts).
         public_url: base URL written into signed and MCP URLs (default: the request's).
         archive_limits: caps on the members and unpacked bytes of an uploaded archive.
+        execution_timeout: seconds an execution may take (installing requirements
+            included) before it is killed and fails.
+        allow_network: give confined executions network access (unconfined ones always
+            have it).
+        confine_executions: run executions under bubblewrap where it works (``False``:
+            never, as with ``--no-bwrap``).
+        host_mcp: serve the real filesystem, git and terminal MCP servers at each sandbox's
+            ``mcp_server_url`` (see :mod:`klavis_emulator._mcp`).
+
+    The state is reachable as ``app.state.emulator`` (an :class:`EmulatorState`), so other
+    modules can subscribe to it (:meth:`EmulatorState.add_listener`) and mount their own
+    ASGI apps on the returned app.
     """
     if fault_mode not in FAULT_MODES:
         raise ValueError(f"fault_mode must be one of {', '.join(FAULT_MODES)}")
@@ -172,10 +286,13 @@ def create_app(
         raise ValueError("max_upload_mb must be positive")
     state = EmulatorState(
         data_dir if data_dir is not None else default_data_dir(),
-        clock=clock if clock is not None else OffsetClock(),
+        clock=clock,
         signed_url_minutes=signed_url_minutes,
         max_upload_bytes=int(max_upload_mb * 1024 * 1024),
         archive_limits=archive_limits,
+        execution_timeout=execution_timeout,
+        allow_network=allow_network,
+        confine_executions=confine_executions,
     )
     faults = FaultSettings()
     faults.configure(rate=fault_rate, mode=fault_mode, latency_ms=latency_ms, seed=fault_seed)
@@ -196,6 +313,7 @@ def create_app(
     )
     app.state.emulator = state
     app.state.faults = faults
+    app.add_middleware(StrictJsonMiddleware)
     app.add_middleware(BearerAuthMiddleware, allowed_tenants=allowed)
     app.add_middleware(FaultInjectionMiddleware, settings=faults)
     _install_error_handlers(app)
@@ -338,14 +456,19 @@ def create_app(
         signed = state.dump(tenant, local_sandbox_id, base_url(request))
         return {"download_url": signed.url, "expires_in_minutes": signed.expires_in_minutes}
 
-    # ------------------------------------------------------------------ not yet emulated
+    # ------------------------------------------------------------------ executions
 
-    def not_implemented(what: str) -> JSONResponse:
-        return _error(501, f"{what} is not implemented by the emulator yet.")
+    bad_name: dict[int | str, dict[str, Any]] = {
+        400: {"model": ErrorResponse, "description": "The execution name is not acceptable"},
+    }
+    no_execution: dict[int | str, dict[str, Any]] = {
+        404: {"model": ErrorResponse, "description": "No such sandbox, or no such execution"},
+    }
 
     @app.post(
         _API_PREFIX + "/{local_sandbox_id}/execution-upload-url",
-        responses=_ERRORS,
+        response_model=UploadUrlResponse,
+        responses={**_ERRORS, **bad_name},
         dependencies=[bearer],
         tags=["local-sandbox"],
     )
@@ -353,15 +476,30 @@ def create_app(
         local_sandbox_id: str,
         tenant: Tenant,
         body: ExecutionNameRequest,
+        request: Request,
         region: RegionQuery = "us",
-    ) -> JSONResponse:
-        """Not emulated yet (501)."""
-        state.get(tenant, local_sandbox_id)
-        return not_implemented("execution-upload-url")
+    ) -> dict[str, Any]:
+        """A signed URL to PUT an execution's tar.gz (main.py, requirements.txt, ...) to."""
+        signed = state.execution_upload_url(
+            tenant, local_sandbox_id, body.execution_name, region, base_url(request)
+        )
+        return {"upload_url": signed.url, "expires_in_minutes": signed.expires_in_minutes}
 
     @app.post(
         _API_PREFIX + "/{local_sandbox_id}/execute",
-        responses=_ERRORS,
+        response_model=ExecuteResponse,
+        responses={
+            **_ERRORS,
+            400: {
+                "model": ErrorResponse,
+                "description": "Bad execution name, or the archive is unsafe or unreadable",
+            },
+            409: {
+                "model": ErrorResponse,
+                "description": "Nothing uploaded under that name, or it is still running",
+            },
+            413: {"model": ErrorResponse, "description": "The archive exceeds the caps"},
+        },
         dependencies=[bearer],
         tags=["local-sandbox"],
     )
@@ -370,27 +508,35 @@ def create_app(
         tenant: Tenant,
         body: ExecutionNameRequest,
         region: RegionQuery = "us",
-    ) -> JSONResponse:
-        """Not emulated yet (501)."""
-        state.get(tenant, local_sandbox_id)
-        return not_implemented("execute")
+    ) -> dict[str, Any]:
+        """Unpack the uploaded execution archive and run its main.py in the background."""
+        name = body.execution_name
+        state.execute(tenant, local_sandbox_id, name, region)
+        return {
+            "message": (
+                f"Execution {name!r} started in local sandbox {local_sandbox_id}; "
+                "follow it with execution-logs or execution-status."
+            ),
+            "execution_name": name,
+        }
 
     @app.get(
         _API_PREFIX + "/{local_sandbox_id}/execution-status",
-        responses=_ERRORS,
+        response_model=ExecutionStatusResponse,
+        responses={**_ERRORS, **bad_name, **no_execution},
         dependencies=[bearer],
         tags=["local-sandbox"],
     )
     def get_execution_status(
         local_sandbox_id: str, tenant: Tenant, execution_name: str
-    ) -> JSONResponse:
-        """Not emulated yet (501)."""
-        state.get(tenant, local_sandbox_id)
-        return not_implemented("execution-status")
+    ) -> dict[str, Any]:
+        """pending, running, completed or failed."""
+        return {"status": state.execution_status(tenant, local_sandbox_id, execution_name)}
 
     @app.get(
         _API_PREFIX + "/{local_sandbox_id}/execution-logs",
-        responses=_ERRORS,
+        response_model=ExecutionLogsResponse,
+        responses={**_ERRORS, **bad_name, **no_execution},
         dependencies=[bearer],
         tags=["local-sandbox"],
     )
@@ -398,15 +544,23 @@ def create_app(
         local_sandbox_id: str,
         tenant: Tenant,
         execution_name: str,
-        cursor: Annotated[int, Query(ge=0)] = 0,
-    ) -> JSONResponse:
-        """Not emulated yet (501)."""
-        state.get(tenant, local_sandbox_id)
-        return not_implemented("execution-logs")
+        cursor: Annotated[int, Query(ge=0, description="Byte offset in the log.")] = 0,
+    ) -> dict[str, Any]:
+        """The log text after the byte cursor (complete UTF-8 characters) and the next cursor."""
+        status, text, next_cursor = state.execution_logs(
+            tenant, local_sandbox_id, execution_name, cursor
+        )
+        return {"status": status, "logs": text, "cursor": next_cursor}
 
     @app.post(
         _API_PREFIX + "/{local_sandbox_id}/export-artifacts",
-        responses=_ERRORS,
+        response_model=DumpUrlResponse,
+        responses={
+            **_ERRORS,
+            **bad_name,
+            **no_execution,
+            409: {"model": ErrorResponse, "description": "The execution has not finished yet"},
+        },
         dependencies=[bearer],
         tags=["local-sandbox"],
     )
@@ -414,14 +568,19 @@ def create_app(
         local_sandbox_id: str,
         tenant: Tenant,
         body: ExecutionNameRequest,
+        request: Request,
         region: RegionQuery = "us",
-    ) -> JSONResponse:
-        """Not emulated yet (501)."""
-        state.get(tenant, local_sandbox_id)
-        return not_implemented("export-artifacts")
+    ) -> dict[str, Any]:
+        """Archive a finished execution's working directory behind a signed download URL."""
+        signed = state.export_artifacts(
+            tenant, local_sandbox_id, body.execution_name, base_url(request)
+        )
+        return {"download_url": signed.url, "expires_in_minutes": signed.expires_in_minutes}
 
-    for server_name in _SERVER_DATA_SERVERS:
-        _add_server_data_routes(app, state, server_name, bearer, not_implemented)
+    # ------------------------------------------------------------------ per-server data
+
+    for server_name in DATA_SERVERS:
+        _add_server_data_routes(app, state, server_name, bearer)
 
     # ------------------------------------------------------------------ signed storage
 
@@ -504,13 +663,17 @@ def create_app(
         "/_emulator/clock/advance", tags=["emulator"], responses={409: {"model": ErrorResponse}}
     )
     def advance_clock(body: ClockAdvanceRequest) -> Any:
-        """Move the emulator clock forward (expires TTLs and signed URLs)."""
-        advance = getattr(state.clock, "advance", None)
-        if advance is None:
+        """Move the emulator clock forward (expires TTLs and signed URLs at once)."""
+        try:
+            now = state.advance_clock(body.seconds)
+        except TypeError:
             return _error(409, "This emulator's clock cannot be moved.")
-        now = float(advance(body.seconds))
         return {"time": now, "now": isoformat(now)}
 
+    if host_mcp:
+        from ._mcp import install_mcp  # fastmcp is heavy: only when MCP is served
+
+        install_mcp(app, state)
     return app
 
 
@@ -521,57 +684,73 @@ def _iter_file(stream: BinaryIO) -> Iterator[bytes]:
 
 
 def _add_server_data_routes(
-    app: FastAPI,
-    state: EmulatorState,
-    server_name: str,
-    bearer: Any,
-    not_implemented: Any,
+    app: FastAPI, state: EmulatorState, server_name: str, bearer: Any
 ) -> None:
     prefix = f"{_API_PREFIX}/{server_name}/{{sandbox_id}}"
+    model = DATA_MODELS[server_name]
+    not_held: dict[int | str, dict[str, Any]] = {
+        400: {"model": ErrorResponse, "description": f"The sandbox does not hold {server_name}"},
+    }
 
     def initialize_server_data(
-        sandbox_id: str,
-        tenant: Tenant,
-        body: Annotated[dict[str, Any] | None, Body()] = None,
-        init_default_data: bool = False,
-    ) -> JSONResponse:
-        state.require_server(tenant, sandbox_id, server_name)
-        response: JSONResponse = not_implemented(f"{server_name} initialize")
-        return response
+        sandbox_id: str, tenant: Tenant, body: Any = None, init_default_data: bool = False
+    ) -> dict[str, Any]:
+        document = document_for(server_name, body, default=init_default_data)
+        state.initialize_server_data(tenant, sandbox_id, server_name, document)
+        what = "default data" if init_default_data and body is None else "data"
+        if init_default_data and body is not None:
+            what = "default data and the given data"
+        return {
+            "sandbox_id": sandbox_id,
+            "status": "occupied",
+            "message": f"Loaded {what} into the {server_name} server.",
+        }
 
-    def dump_server_data(sandbox_id: str, tenant: Tenant) -> JSONResponse:
-        state.require_server(tenant, sandbox_id, server_name)
-        response: JSONResponse = not_implemented(f"{server_name} dump")
-        return response
+    # The body's model differs per server: give FastAPI the real type, not a string.
+    initialize_server_data.__annotations__["body"] = Annotated[model | None, Body()]
+
+    def dump_server_data(sandbox_id: str, tenant: Tenant) -> dict[str, Any]:
+        data = state.dump_server_data(tenant, sandbox_id, server_name)
+        return {
+            "sandbox_id": sandbox_id,
+            "server_name": server_name,
+            "dumped_at": isoformat(state.now()),
+            "data": data if data is not None else empty_document(server_name),
+        }
 
     app.add_api_route(
         prefix + "/initialize",
         initialize_server_data,
         methods=["POST"],
-        responses=_ERRORS,
+        response_model=InitializeSandboxResponse,
+        responses={**_ERRORS, **not_held},
         dependencies=[bearer],
         tags=["local-sandbox"],
         name=f"initialize_{server_name}_data",
-        summary=f"Initialize {server_name} data (not emulated yet: 501)",
+        summary=f"Load {server_name} data (validated, replaces what the server held)",
     )
     app.add_api_route(
         prefix + "/dump",
         dump_server_data,
         methods=["GET"],
-        responses=_ERRORS,
+        response_model=ServerDataDumpResponse,
+        responses={**_ERRORS, **not_held},
         dependencies=[bearer],
         tags=["local-sandbox"],
         name=f"dump_{server_name}_data",
-        summary=f"Dump {server_name} data (not emulated yet: 501)",
+        summary=f"Export the {server_name} data",
     )
 
 
 def _install_error_handlers(app: FastAPI) -> None:
     statuses: tuple[tuple[type[Exception], int], ...] = (
         (SandboxNotFound, 404),
-        (ServerNotInSandbox, 404),
+        (ExecutionNotFound, 404),
+        (ServerNotInSandbox, 400),
+        (InvalidExecutionName, 400),
         (ObjectNotFound, 404),
         (NoUploadedArchive, 409),
+        (ExecutionConflict, 409),
         (UploadTooLarge, 413),
         (ArchiveTooLarge, 413),
         (ArchiveRejected, 400),

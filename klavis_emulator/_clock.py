@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Protocol, runtime_checkable
 
@@ -41,10 +42,17 @@ class OffsetClock:
     ``POST /_emulator/clock/advance`` (or :meth:`advance`) jumps it forward.
     """
 
-    def __init__(self, base: Clock | None = None) -> None:
+    def __init__(self, base: Clock | None = None, *, offset: float = 0.0) -> None:
+        if offset < 0:
+            raise ValueError("the offset of an OffsetClock must not be negative")
         self._base: Clock = base if base is not None else SystemClock()
-        self._offset = 0.0
+        self._offset = float(offset)
         self._lock = threading.Lock()
+        self._listeners: list[Callable[[float], None]] = []
+
+    def on_advance(self, listener: Callable[[float], None]) -> None:
+        """Call ``listener(new_offset)`` after every :meth:`advance` (e.g. to persist it)."""
+        self._listeners.append(listener)
 
     @property
     def offset(self) -> float:
@@ -58,6 +66,9 @@ class OffsetClock:
             raise ValueError("a clock can only be advanced by a non-negative number of seconds")
         with self._lock:
             self._offset += seconds
+            offset = self._offset
+        for listener in list(self._listeners):
+            listener(offset)
         return self.time()
 
     def time(self) -> float:

@@ -33,6 +33,7 @@ ServerName = Literal[
 Benchmark = Literal["MCP_Atlas", "Toolathlon", "MCP_Mark"]
 SandboxStatus = Literal["idle", "occupied", "error"]
 Region = Literal["us", "asia"]
+ExecutionStatus = Literal["pending", "running", "completed", "failed"]
 
 assert get_args(ServerName) == LOCAL_SERVER_NAMES
 assert get_args(Benchmark) == BENCHMARKS
@@ -86,7 +87,39 @@ class AcquireLocalSandboxRequest(BaseModel):
 class ExecutionNameRequest(BaseModel):
     """Body of the execution operations: ``{"execution_name": ...}``."""
 
-    execution_name: StrictStr
+    execution_name: StrictStr = Field(
+        description="Name of the execution: 1-128 letters, digits, '.', '_' or '-'."
+    )
+
+
+class ExecuteResponse(BaseModel):
+    """Answer of ``execute``."""
+
+    message: str
+    execution_name: str
+
+
+class ExecutionStatusResponse(BaseModel):
+    """Answer of ``execution-status``."""
+
+    status: ExecutionStatus
+
+
+class ExecutionLogsResponse(BaseModel):
+    """Answer of ``execution-logs``: new log text and the next byte cursor."""
+
+    status: ExecutionStatus
+    logs: str = ""
+    cursor: int = 0
+
+
+class ServerDataDumpResponse(BaseModel):
+    """Answer of the per-server ``dump`` operations."""
+
+    sandbox_id: str
+    server_name: str
+    dumped_at: str
+    data: dict[str, Any]
 
 
 class LocalSandboxServerItem(BaseModel):

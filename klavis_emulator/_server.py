@@ -98,6 +98,9 @@ class EmulatorServer:
         clock: Clock | None = None,
         public_url: str | None = None,
         archive_limits: ArchiveLimits | None = None,
+        execution_timeout: float = 3600.0,
+        allow_network: bool = False,
+        confine_executions: bool = True,
         startup_timeout: float = 30.0,
         log_level: str = "warning",
     ) -> None:
@@ -112,6 +115,9 @@ class EmulatorServer:
             "clock": clock,
             "public_url": public_url,
             "archive_limits": archive_limits,
+            "execution_timeout": execution_timeout,
+            "allow_network": allow_network,
+            "confine_executions": confine_executions,
         }
         self.host = host
         self.port = port
@@ -208,6 +214,9 @@ class EmulatorServer:
 
     def stop(self) -> None:
         """Stop serving, close the state, and remove the temporary data dir (idempotent)."""
+        mcp = getattr(self._app.state, "mcp", None) if self._app is not None else None
+        if mcp is not None:
+            mcp.shutdown(wait=10)  # open MCP sessions would otherwise hold uvicorn's shutdown
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:

@@ -20,3 +20,6 @@ if [ ! -f "$stamp" ]; then
     touch "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"
+# The MCP servers the emulator hosts: npm ci for the filesystem server, a venv for the terminal
+# server (idempotent, ~0.5 s when already done).
+klavis-emulator setup -q

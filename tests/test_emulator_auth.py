@@ -1,4 +1,4 @@
-"""Bearer-token auth, tenant isolation, and the operations not emulated yet."""
+"""Bearer-token auth and tenant isolation on every operation."""
 
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ OPERATIONS: list[tuple[str, str, object]] = [
     ("POST", "/local-sandbox/canvas/{id}/initialize", None),
     ("GET", "/local-sandbox/canvas/{id}/dump", None),
 ]
-NOT_EMULATED_YET = [op for op in OPERATIONS if "execut" in op[1] or "artifacts" in op[1]]
 SERVER_DATA = [op for op in OPERATIONS if op[1].count("/") == 4]
 
 
@@ -98,20 +97,12 @@ def test_another_tenant_sees_nothing(
     assert client.get("/local-sandbox").json()["total_count"] == 1
 
 
-def test_operations_not_emulated_yet_answer_501(client: httpx.Client) -> None:
-    sandbox_id = _acquire_all(client)
-    for method, path, body in NOT_EMULATED_YET + SERVER_DATA:
-        response = client.request(method, path.format(id=sandbox_id), json=body)
-        assert response.status_code == 501, (method, path, response.text)
-        assert "not implemented by the emulator yet" in response.json()["detail"]
-
-
-def test_server_data_of_a_server_the_sandbox_lacks_is_404(client: httpx.Client) -> None:
+def test_server_data_of_a_server_the_sandbox_lacks_is_400(client: httpx.Client) -> None:
     response = client.post("/local-sandbox", json={"server_names": ["git"]})
     sandbox_id = response.json()["local_sandbox_id"]
     for method, path, body in SERVER_DATA:
         response = client.request(method, path.format(id=sandbox_id), json=body)
-        assert response.status_code == 404, (method, path, response.text)
+        assert response.status_code == 400, (method, path, response.text)
         assert "does not hold" in response.json()["detail"]
 
 

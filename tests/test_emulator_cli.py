@@ -115,3 +115,28 @@ def test_access_log_hides_signatures(tmp_path: Path) -> None:
     assert "?<signed>" in log
     assert signature not in log
     assert "log-test" not in log
+
+
+def test_execution_flags() -> None:
+    args = build_parser().parse_args(
+        ["--execution-timeout", "2.5", "--allow-network", "--no-bwrap"]
+    )
+    assert args.execution_timeout == 2.5
+    assert args.allow_network is True
+    assert args.confine_executions is False
+    defaults = build_parser().parse_args([])
+    assert defaults.execution_timeout == 3600
+    assert defaults.allow_network is False
+    assert defaults.confine_executions is True
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--execution-timeout", "0"])
+
+
+def test_startup_says_whether_executions_are_confined(tmp_path: Path) -> None:
+    args = [sys.executable, "-m", "klavis_emulator", "--port=0", f"--data-dir={tmp_path}"]
+    with running([*args, "--no-bwrap", "--log-level=warning"]) as (_, process):
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("Data folder: ")
+        assert process.stdout.readline().rstrip("\n") == (
+            "Executions: NOT confined (confinement was turned off (--no-bwrap))"
+        )

@@ -11,6 +11,7 @@ import pytest
 
 from klavis_emulator import EmulatorState, ManualClock, SignatureError, UrlSigner, tenant_for_token
 from klavis_emulator._archive import make_archive
+from klavis_emulator._executions import complete_utf8_prefix, execution_name_problem, read_log
 from klavis_emulator._state import SandboxNotFound
 
 
@@ -138,3 +139,66 @@ def test_one_emulator_per_data_dir(tmp_path: Path) -> None:
     first.close()
     second = EmulatorState(tmp_path)  # free again once the first one is closed
     second.close()
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"", 0),
+        (b"abc", 3),
+        ("é".encode(), 2),
+        ("é".encode()[:1], 0),
+        (b"ab" + "€".encode()[:1], 2),
+        (b"ab" + "€".encode()[:2], 2),
+        (b"ab" + "€".encode(), 5),
+        (b"a" + "😀".encode()[:3], 1),
+        (b"a" + "😀".encode(), 5),
+        (b"\x80\x80\x80\x80\x80", 5),  # stray continuation bytes: nothing to wait for
+        (b"a\xff", 2),  # an invalid byte is not the start of anything
+        (b"a\xc0", 2),
+        (b"a\xf5\x80", 3),
+    ],
+)
+def test_complete_utf8_prefix(data: bytes, expected: int) -> None:
+    assert complete_utf8_prefix(data) == expected
+
+
+def test_read_log_follows_a_growing_file(tmp_path: Path) -> None:
+    log = tmp_path / "output.log"
+    assert read_log(log, 0, final=False) == ("", 0)  # no log yet
+    text = "ü€😀 end\n"
+    data = text.encode()
+    seen = ""
+    cursor = 0
+    with log.open("ab", buffering=0) as out:
+        for byte in data:  # the worst case: one byte at a time
+            out.write(bytes([byte]))
+            chunk, cursor = read_log(log, cursor, final=False)
+            seen += chunk
+    assert seen == text
+    assert cursor == len(data)
+    # The limit never splits a character either.
+    assert read_log(log, 0, final=False, limit=2) == ("ü", 2)
+    assert read_log(log, 2, final=False, limit=4) == ("€", 5)
+    assert read_log(log, 2, final=True, limit=4) == ("€", 5)  # more bytes follow: no U+FFFD
+
+
+def test_execution_names() -> None:
+    for good in ("a", "eval_1", "setup.v2", "A-b_c.d", "x" * 128):
+        assert execution_name_problem(good) is None, good
+    for bad in ("", ".x", "-x", "a/b", "a\\b", "..", "a..b", "x" * 129, "a b", "é", "a\x00"):
+        assert execution_name_problem(bad) is not None, bad
+
+
+def test_find_live_ignores_the_tenant_and_expires_first(
+    state: EmulatorState, clock: ManualClock
+) -> None:
+    record = state.acquire("owner", ["git"], ttl_seconds=60)
+    found = state.find_live(record.id)
+    assert found is not None
+    assert found.tenant == "owner"
+    assert state.find_live("not-a-sandbox") is None
+    clock.advance(60)
+    assert state.find_live(record.id) is None
+    state.close()
+    assert state.find_live(record.id) is None

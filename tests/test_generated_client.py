@@ -1,5 +1,6 @@
 """The generated client drives the emulator over real HTTP: the whole lifecycle with the
-sync and the asyncio functions, tenant isolation, 401 without a token, 422 on a bad TTL."""
+sync and the asyncio functions, an execution, tenant isolation, 401 without a token, 422 on a
+bad TTL."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ from klavis_sandbox_client import AuthenticatedClient, Client
 from klavis_sandbox_client.api.local_sandbox import (
     acquire_local_sandbox,
     dump_workspace,
+    execute_script,
+    export_artifacts,
+    get_execution_logs,
+    get_execution_status,
+    get_execution_upload_url,
     get_local_sandbox,
     get_upload_url,
     initialize_workspace,
@@ -26,6 +32,14 @@ from klavis_sandbox_client.models import (
     AcquireLocalSandboxResponse,
     DumpUrlResponse,
     ErrorResponse,
+    ExecuteRequest,
+    ExecuteResponse,
+    ExecutionLogsResponse,
+    ExecutionStatusResponse,
+    ExecutionUploadUrlRequest,
+    ExecutionUploadUrlResponse,
+    ExportArtifactsRequest,
+    ExportArtifactsResponse,
     GCSRegion,
     HTTPValidationError,
     InitializeSandboxResponse,
@@ -36,7 +50,7 @@ from klavis_sandbox_client.models import (
     UploadUrlResponse,
 )
 
-from klavis_emulator import EmulatorServer
+from klavis_emulator import EmulatorServer, tenant_for_token
 
 MakeTarGz = Callable[[Mapping[str, bytes | str]], bytes]
 FILES: dict[str, bytes | str] = {
@@ -216,3 +230,57 @@ def test_422_on_a_ttl_of_10(api: AuthenticatedClient) -> None:
         listing = list_local_sandboxes.sync(client=api)
         assert isinstance(listing, ListLocalSandboxesResponse)
         assert listing.total_count == 0
+
+
+def test_an_execution_with_the_generated_client(
+    api: AuthenticatedClient, emulator: EmulatorServer, token: str, make_tar_gz: MakeTarGz
+) -> None:
+    with api:
+        acquired = acquire_local_sandbox.sync(
+            client=api, body=AcquireLocalSandboxRequest(server_names=SERVERS)
+        )
+        assert isinstance(acquired, AcquireLocalSandboxResponse)
+        sandbox_id = acquired.local_sandbox_id
+        upload = get_execution_upload_url.sync(
+            sandbox_id, client=api, body=ExecutionUploadUrlRequest(execution_name="gen")
+        )
+        assert isinstance(upload, ExecutionUploadUrlResponse)
+        script = "open('result.txt', 'w').write('42')\nprint('ünïcode out')\n"
+        put = httpx.put(
+            upload.upload_url,
+            content=make_tar_gz({"main.py": script}),
+            headers={"Content-Type": "application/gzip"},
+        )
+        assert put.status_code == 200
+        started = execute_script.sync(
+            sandbox_id, client=api, body=ExecuteRequest(execution_name="gen")
+        )
+        assert isinstance(started, ExecuteResponse)
+        assert started.execution_name == "gen"
+        emulator.state.wait_for_execution(tenant_for_token(token), sandbox_id, "gen")
+
+        status = get_execution_status.sync(sandbox_id, client=api, execution_name="gen")
+        assert isinstance(status, ExecutionStatusResponse)
+        assert status.status == "completed"
+        logs = get_execution_logs.sync(sandbox_id, client=api, execution_name="gen", cursor=0)
+        assert isinstance(logs, ExecutionLogsResponse)
+        assert isinstance(logs.logs, str)
+        assert isinstance(logs.cursor, int)
+        assert "ünïcode out\n" in logs.logs
+        tail = get_execution_logs.sync(
+            sandbox_id, client=api, execution_name="gen", cursor=logs.cursor
+        )
+        assert isinstance(tail, ExecutionLogsResponse)
+        assert (tail.logs, tail.cursor) == ("", logs.cursor)
+        exported = export_artifacts.sync(
+            sandbox_id, client=api, body=ExportArtifactsRequest(execution_name="gen")
+        )
+        assert isinstance(exported, ExportArtifactsResponse)
+        assert _members(httpx.get(exported.download_url).content)["./result.txt"] == b"42"
+
+        unknown = get_execution_status.sync_detailed(sandbox_id, client=api, execution_name="x")
+        assert unknown.status_code == HTTPStatus.NOT_FOUND
+        assert isinstance(unknown.parsed, ErrorResponse)
+        bad = get_execution_status.sync_detailed(sandbox_id, client=api, execution_name="a/b")
+        assert bad.status_code == HTTPStatus.BAD_REQUEST
+        assert isinstance(bad.parsed, ErrorResponse)

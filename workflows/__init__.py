@@ -39,6 +39,7 @@ from ._errors import (
 from ._execution import AsyncExecution, Execution, ExecutionTimeoutError
 from ._http import install_log_redaction as _install_log_redaction
 from ._ledger import Ledger, LedgerEntry, default_ledger
+from ._mcp import McpError, ToolInfo, ToolResult
 from ._models import BENCHMARKS, SERVER_NAMES, SandboxInfo, ServerInfo
 from ._reap import async_reap, held_sandboxes, reap
 from ._recipes import (
@@ -92,6 +93,7 @@ __all__ = [
     "LedgerEntry",
     "LocalSandbox",
     "ManifestEntry",
+    "McpError",
     "NotFoundError",
     "RateLimitError",
     "ReleaseResult",
@@ -104,6 +106,8 @@ __all__ = [
     "ServerInfo",
     "Snapshot",
     "SnapshotDiff",
+    "ToolInfo",
+    "ToolResult",
     "TransferError",
     "UnsafeArchiveError",
     "async_bulk_acquire",

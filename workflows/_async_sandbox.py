@@ -10,9 +10,10 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._api import AsyncApi
 from ._archive import ArchiveLimits
@@ -33,9 +34,20 @@ from ._flows import (
     upload_flow,
 )
 from ._ledger import Ledger
+from ._mcp import (
+    DEFAULT_MCP_TIMEOUT,
+    ToolInfo,
+    ToolResult,
+    async_call_tool,
+    async_list_tools,
+    open_session,
+)
 from ._models import SandboxInfo, ServerInfo, check_acquire
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow, server_data_body
 from ._snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
 
 __all__ = ["AsyncLocalSandbox", "async_list_sandboxes"]
 
@@ -298,6 +310,34 @@ class AsyncLocalSandbox:
         """Reset the sandbox and its servers to their initial state."""
         self._check_live()
         await self._api.run(simple_call("reset_local_sandbox", local_sandbox_id=self.id))
+
+    # ----------------------------------------------------------------- MCP servers
+    def mcp(
+        self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT
+    ) -> AbstractAsyncContextManager[ClientSession]:
+        """An initialised ``mcp.ClientSession`` with one of the sandbox's MCP servers::
+
+        async with sb.mcp("filesystem") as session:
+            tools = await session.list_tools()
+        """
+        return open_session(self.mcp_url(server), timeout=timeout)
+
+    async def list_tools(
+        self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT
+    ) -> list[ToolInfo]:
+        """The tools one of the sandbox's MCP servers offers."""
+        return await async_list_tools(self.mcp_url(server), timeout=timeout)
+
+    async def call_tool(
+        self,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout: float = DEFAULT_MCP_TIMEOUT,
+    ) -> ToolResult:
+        """Call a tool of one of the sandbox's MCP servers; see LocalSandbox.call_tool."""
+        return await async_call_tool(self.mcp_url(server), tool, arguments, timeout=timeout)
 
     # ----------------------------------------------------------------- executions, data
     async def execute(

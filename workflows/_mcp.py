@@ -156,7 +156,11 @@ class _HttpErrors:
         self.retry_after: float | None = None
 
     async def hook(self, response: httpx2.Response) -> None:
+        # Only the POSTs carry requests: a 405 on the optional GET stream, or a 404 on the
+        # closing DELETE of a released sandbox's session, says nothing about a failure.
         if response.status_code < 400 or self.status is not None:
+            return
+        if response.request.method != "POST":
             return
         self.status = response.status_code
         try:
@@ -250,8 +254,16 @@ async def _open(
             if translated is not None:
                 raise translated from cause
         raise
-    async with stack:
-        yield session, errors
+    try:
+        async with stack:
+            yield session, errors
+    except BaseException as exc:
+        # The SDK's task group wraps what the caller's block raised in an exception group;
+        # hand a lone exception back as itself.
+        leaves = _exceptions_of(exc)
+        if len(leaves) == 1 and leaves[0] is not exc:
+            raise leaves[0] from None
+        raise
 
 
 @contextlib.asynccontextmanager

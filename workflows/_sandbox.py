@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._api import SyncApi, sync_api_for
 from ._archive import ArchiveLimits
@@ -28,9 +29,13 @@ from ._flows import (
     upload_flow,
 )
 from ._ledger import Ledger
+from ._mcp import DEFAULT_MCP_TIMEOUT, ToolInfo, ToolResult, call_tool, list_tools, open_session
 from ._models import SandboxInfo, ServerInfo, check_acquire
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow, server_data_body
 from ._snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
 
 __all__ = ["LocalSandbox", "list_sandboxes"]
 
@@ -272,6 +277,44 @@ class LocalSandbox:
         """Reset the sandbox and its servers to their initial state (the workspace is emptied)."""
         self._check_live()
         self._api.run(simple_call("reset_local_sandbox", local_sandbox_id=self.id))
+
+    # ----------------------------------------------------------------- MCP servers
+    def mcp(
+        self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT
+    ) -> AbstractAsyncContextManager[ClientSession]:
+        """An initialised ``mcp.ClientSession`` with one of the sandbox's MCP servers.
+
+        Use it with ``async with`` (in a notebook, or any async code)::
+
+            async with sb.mcp("filesystem") as session:
+                tools = await session.list_tools()
+        """
+        return open_session(self.mcp_url(server), timeout=timeout)
+
+    def list_tools(self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT) -> list[ToolInfo]:
+        """The tools one of the sandbox's MCP servers offers (name, description, schema).
+
+        >>> [t.name for t in sb.list_tools("git")][:2]  # doctest: +SKIP
+        ['git_status', 'git_diff_unstaged']
+        """
+        return list_tools(self.mcp_url(server), timeout=timeout)
+
+    def call_tool(
+        self,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout: float = DEFAULT_MCP_TIMEOUT,
+    ) -> ToolResult:
+        """Call a tool of one of the sandbox's MCP servers; ``.text`` holds its text output.
+
+        A tool's own failure comes back with ``is_error`` set (``raise_for_error()`` raises).
+
+        >>> sb.call_tool("terminal", "run_command", {"command": "ls"}).text  # doctest: +SKIP
+        'hello.txt'
+        """
+        return call_tool(self.mcp_url(server), tool, arguments, timeout=timeout)
 
     # ----------------------------------------------------------------- executions, data
     def execute(

@@ -22,8 +22,8 @@ T = TypeVar("T", bound="AcquireLocalSandboxRequest")
 class AcquireLocalSandboxRequest:
     """
     Attributes:
-        server_names (list[LocalSandboxMCPServer] | Literal['ALL']): The MCP servers to start, or the string `ALL` for
-            every server a local sandbox can host.
+        server_names (list[LocalSandboxMCPServer] | Literal['ALL']): The MCP servers to start (at least one), or the
+            string `ALL` for every server a local sandbox can host.
         benchmark (BenchmarkEnum | None | Unset): Optional benchmark to prepare the sandbox for. It may change both the
             initial data and which implementation backs some servers (and therefore their tools).
         test_account_email (None | str | Unset): A particular test account to use.

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
+from ..models.local_sandbox_mcp_server import LocalSandboxMCPServer
 from ..models.sandbox_mcp_server import SandboxMCPServer
 
 if TYPE_CHECKING:
@@ -21,15 +22,15 @@ class PosteEmailDumpResponse:
     """
     Attributes:
         sandbox_id (str): Identifier of the sandbox.
-        server_name (SandboxMCPServer): Every MCP server type known to the Klavis sandbox service (used to label typed
-            data dumps).
+        server_name (LocalSandboxMCPServer | SandboxMCPServer): The server the data comes from (`google_cloud`,
+            `poste_email_toolathlon` or `canvas`, which are local-sandbox server names).
         dumped_at (datetime.datetime): When the data was exported.
         data (PosteEmailDataOutput): Mail data exported from a sandbox's poste_email_toolathlon server (free-form
             object).
     """
 
     sandbox_id: str
-    server_name: SandboxMCPServer
+    server_name: LocalSandboxMCPServer | SandboxMCPServer
     dumped_at: datetime.datetime
     data: PosteEmailDataOutput
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
@@ -37,7 +38,11 @@ class PosteEmailDumpResponse:
     def to_dict(self) -> dict[str, Any]:
         sandbox_id = self.sandbox_id
 
-        server_name = self.server_name.value
+        server_name: str
+        if isinstance(self.server_name, SandboxMCPServer):
+            server_name = self.server_name.value
+        else:
+            server_name = self.server_name.value
 
         dumped_at = self.dumped_at.isoformat()
 
@@ -63,7 +68,24 @@ class PosteEmailDumpResponse:
         d = dict(src_dict)
         sandbox_id = d.pop("sandbox_id")
 
-        server_name = SandboxMCPServer(d.pop("server_name"))
+        def _parse_server_name(
+            data: object,
+        ) -> LocalSandboxMCPServer | SandboxMCPServer:
+            try:
+                if not isinstance(data, str):
+                    raise TypeError()
+                server_name_type_0 = SandboxMCPServer(data)
+
+                return server_name_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            if not isinstance(data, str):
+                raise TypeError()
+            server_name_type_1 = LocalSandboxMCPServer(data)
+
+            return server_name_type_1
+
+        server_name = _parse_server_name(d.pop("server_name"))
 
         dumped_at = datetime.datetime.fromisoformat(d.pop("dumped_at"))
 

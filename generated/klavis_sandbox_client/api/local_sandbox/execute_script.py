@@ -76,6 +76,11 @@ def _parse_response(
 
         return response_409
 
+    if response.status_code == 413:
+        response_413 = ErrorResponse.from_dict(response.json())
+
+        return response_413
+
     if response.status_code == 422:
         response_422 = HTTPValidationError.from_dict(response.json())
 

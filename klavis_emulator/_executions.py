@@ -1,0 +1,521 @@
+"""Running execution archives: one background thread per run, no FastAPI, no SQLite.
+
+An execution folder (made by the state) looks like this::
+
+    <folder>/work/        the unpacked archive; the run's working directory (exported)
+    <folder>/output.log   stdout and stderr of every step, merged, as raw bytes
+    <folder>/venv/        a virtual environment, only when the archive has requirements.txt
+    <folder>/home/        HOME and TMPDIR of an unconfined run
+
+A run goes through these steps in its own thread, never on the event loop:
+
+1. ``packages.txt`` is reported in the log as not installed (the emulator installs no system
+   packages);
+2. ``requirements.txt``, when present, is installed with pip into ``venv/`` (pip's output goes
+   to the log; pip runs with network access, the emulator's own pip drives it);
+3. ``main.py`` runs with the emulator's Python (or the venv's), working directory ``work/``,
+   ``AGENT_WORKSPACE`` set to the sandbox's workspace and an otherwise minimal environment.
+
+Where bubblewrap (``bwrap``) works, steps 2 and 3 are confined: the system folders and the
+Python installation are mounted read-only, the workspace is mounted at ``/data``, the working
+directory at ``/execution``, ``/tmp`` is private, and there is no network (unless allowed)
+for ``main.py``. Where it does not, the log says so and the run is unconfined. Lines the
+emulator itself writes to the log start with ``[emulator]``.
+
+A run has a time limit (all steps together); past it the process group is killed and the
+run fails. :meth:`ExecutionRun.kill` stops a run without reporting an outcome (used on
+reset, release and shutdown).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Final
+
+__all__ = [
+    "CONFINED_WORKDIR",
+    "CONFINED_WORKSPACE",
+    "EXECUTION_STATUSES",
+    "FINAL_STATUSES",
+    "LOG_CHUNK_BYTES",
+    "Confinement",
+    "ExecutionRun",
+    "RunSettings",
+    "complete_utf8_prefix",
+    "detect_confinement",
+    "execution_name_problem",
+    "read_log",
+]
+
+logger = logging.getLogger("klavis_emulator")
+
+EXECUTION_STATUSES: Final[tuple[str, ...]] = ("pending", "running", "completed", "failed")
+FINAL_STATUSES: Final[frozenset[str]] = frozenset({"completed", "failed"})
+LOG_CHUNK_BYTES: Final = 1024 * 1024
+CONFINED_WORKSPACE: Final = "/data"
+CONFINED_WORKDIR: Final = "/execution"
+_CONFINED_VENV: Final = "/venv"
+_PRIVATE_TMP: Final = "/tmp"  # noqa: S108 - a fresh tmpfs inside the sandbox, private to the run
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
+_KILL_WAIT: Final = 10.0
+
+
+def execution_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name an execution, or ``None`` when it can.
+
+    Names are 1 to 128 characters of letters, digits, ``.``, ``_`` and ``-``, start with a
+    letter or digit and contain no ``..`` (they become folder and object names).
+    """
+    if _NAME_RE.fullmatch(name) is None or ".." in name:
+        shown = name if len(name) <= 80 else name[:80] + "..."
+        return (
+            f"Invalid execution name {shown!r}: use 1 to 128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (no path separators, no '..')."
+        )
+    return None
+
+
+# ---------------------------------------------------------------------- confinement
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """Whether runs are confined with bubblewrap, and a sentence saying why (not)."""
+
+    enabled: bool
+    reason: str
+
+
+def _python_roots() -> list[str]:
+    """Folders of the emulator's Python that a confined run must see (read-only)."""
+    roots: list[str] = []
+    candidates = (
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
+    )
+    for candidate in candidates:
+        for path in (os.path.abspath(candidate), os.path.realpath(candidate)):
+            covered = any(
+                path == root or path.startswith(root + os.sep) for root in (*roots, *_SYSTEM_DIRS)
+            )
+            if not covered and os.path.isdir(path):
+                roots.append(path)
+    return roots
+
+
+def bwrap_prefix(
+    *,
+    workspace: Path,
+    workdir: Path,
+    venv: Path | None,
+    venv_writable: bool,
+    network: bool,
+    env: dict[str, str],
+) -> list[str]:
+    """The ``bwrap ... --`` arguments confining one step of a run."""
+    command = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all"]
+    if network:
+        command.append("--share-net")
+    for folder in _SYSTEM_DIRS:
+        command += ["--ro-bind-try", folder, folder]
+    for root in _python_roots():
+        command += ["--ro-bind", root, root]
+    command += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", _PRIVATE_TMP]
+    command += ["--bind", str(workspace), CONFINED_WORKSPACE]
+    command += ["--bind", str(workdir), CONFINED_WORKDIR]
+    if venv is not None:
+        command += ["--bind" if venv_writable else "--ro-bind", str(venv), _CONFINED_VENV]
+    command += ["--chdir", CONFINED_WORKDIR, "--clearenv"]
+    for key, value in env.items():
+        command += ["--setenv", key, value]
+    command.append("--")
+    return command
+
+
+@functools.lru_cache(maxsize=1)
+def detect_confinement() -> Confinement:
+    """Try one trivial confined run (once per process) to learn whether bwrap works here."""
+    if shutil.which("bwrap") is None:
+        return Confinement(False, "bubblewrap (bwrap) is not installed")
+    probe = Path(tempfile.gettempdir())
+    command = bwrap_prefix(
+        workspace=probe, workdir=probe, venv=None, venv_writable=False, network=False, env={}
+    )
+    try:
+        result = subprocess.run(
+            [*command, sys.executable, "-c", "pass"],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Confinement(False, f"bubblewrap (bwrap) does not work here ({type(exc).__name__})")
+    if result.returncode != 0:
+        lines = result.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"]
+        return Confinement(False, f"bubblewrap (bwrap) does not work here: {lines[-1][:200]}")
+    return Confinement(True, "bubblewrap (bwrap) works")
+
+
+# ---------------------------------------------------------------------- logs
+
+
+def complete_utf8_prefix(data: bytes) -> int:
+    """The length of ``data`` without a trailing, incomplete UTF-8 sequence."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:  # a continuation byte: keep looking for the lead byte
+            continue
+        if 0xF0 <= byte <= 0xF4:
+            needed = 4
+        elif 0xE0 <= byte <= 0xEF:
+            needed = 3
+        elif 0xC2 <= byte <= 0xDF:
+            needed = 2
+        else:  # ASCII, or a byte that starts no valid sequence
+            needed = 1
+        return len(data) - back if back < needed else len(data)
+    return len(data)
+
+
+def read_log(
+    path: Path, cursor: int, *, final: bool, limit: int = LOG_CHUNK_BYTES
+) -> tuple[str, int]:
+    """Read the log text after byte ``cursor``; return it and the next cursor.
+
+    At most ``limit`` bytes are read. The cursor only moves over complete UTF-8 characters:
+    a character whose last bytes are not written yet is left for the next call. Once the run
+    is over (``final``) nothing more will come, so an incomplete tail is returned too. Bytes
+    that are not valid UTF-8 (including continuation bytes at a cursor that points inside a
+    character) decode to U+FFFD. A cursor at or past the end answers ``("", cursor)``.
+    """
+    try:
+        log = path.open("rb")
+    except FileNotFoundError:
+        return "", cursor
+    with log:
+        size = os.fstat(log.fileno()).st_size
+        if cursor >= size:
+            return "", cursor
+        log.seek(cursor)
+        data = log.read(limit)
+    cut = complete_utf8_prefix(data)
+    if cut < len(data) and final and cursor + len(data) >= size:
+        cut = len(data)
+    return data[:cut].decode("utf-8", "replace"), cursor + cut
+
+
+# ---------------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How runs are carried out (the same for every run of one emulator)."""
+
+    timeout: float = 3600.0
+    allow_network: bool = False
+    confinement: Confinement = Confinement(False, "confinement was turned off")
+    python: str = sys.executable
+
+
+class ExecutionRun:
+    """One run of an execution folder, in a background thread.
+
+    ``on_running()`` is called when ``main.py`` starts; ``on_finished(status, exit_code)``
+    once when the run ends by itself (``completed`` or ``failed``), after the log's last
+    line was written. Neither is called after :meth:`kill`.
+    """
+
+    def __init__(
+        self,
+        *,
+        folder: Path,
+        workspace: Path,
+        settings: RunSettings,
+        on_running: Callable[[], None],
+        on_finished: Callable[[str, int | None], None],
+        label: str,
+    ) -> None:
+        self.folder = folder
+        self.workdir = folder / "work"
+        self.log_path = folder / "output.log"
+        self.workspace = workspace
+        self.settings = settings
+        self._on_running = on_running
+        self._on_finished = on_finished
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._killed = False
+        self._deadline = 0.0
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"execution {label}", daemon=True)
+
+    def start(self) -> None:
+        """Start the run's thread."""
+        self._deadline = time.monotonic() + self.settings.timeout
+        self._thread.start()
+
+    def kill(self, wait: float = _KILL_WAIT) -> None:
+        """Stop the run (no outcome is reported) and wait up to ``wait`` s for its thread."""
+        with self._lock:
+            self._killed = True
+            process = self._process
+        if process is not None:
+            _kill_group(process)
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(wait)
+
+    # ------------------------------------------------------------------ the thread
+
+    def _main(self) -> None:
+        try:
+            with self.log_path.open("ab", buffering=0) as log:
+                outcome = self._steps(log)
+                if outcome is None:
+                    return
+                status, exit_code, message = outcome
+                if message:
+                    _note(log, message)
+            with self._lock:
+                if self._killed:
+                    return
+            self._on_finished(status, exit_code)
+        except Exception:
+            with self._lock:
+                killed = self._killed
+            if killed:  # its folder may be gone already (release, reset): nothing to report
+                return
+            logger.exception("execution thread for %s failed", self.folder.name)
+            with contextlib.suppress(Exception):
+                self._on_finished("failed", None)
+        finally:
+            self.done.set()
+
+    def _steps(self, log: BinaryIO) -> tuple[str, int | None, str] | None:
+        settings = self.settings
+        confined = settings.confinement.enabled
+        if not confined:
+            _note(
+                log,
+                f"Not confined: {settings.confinement.reason}; main.py runs as the emulator's "
+                "user with the emulator's network access.",
+            )
+        packages = self.workdir / "packages.txt"
+        if packages.is_file():
+            names = _listed_names(packages)
+            _note(
+                log,
+                "packages.txt lists system packages "
+                f"({', '.join(names) if names else 'none'}); the emulator does not install "
+                "system packages: they are NOT installed.",
+            )
+        if not (self.workdir / "main.py").is_file():
+            return "failed", None, "The execution archive has no main.py at its top level."
+        python = settings.python
+        venv: Path | None = None
+        if (self.workdir / "requirements.txt").is_file():
+            venv = self.folder / "venv"
+            outcome = self._install_requirements(log, venv)
+            if outcome is not None:
+                return outcome
+            python = f"{_CONFINED_VENV}/bin/python" if confined else str(venv / "bin" / "python")
+        with self._lock:
+            if self._killed:
+                return None
+        self._on_running()
+        env = self._environment(venv)
+        argv = [python, "main.py"]
+        code = self._run_step(log, argv, env=env, venv=venv, venv_writable=False, network=None)
+        if code is None:
+            return None
+        if isinstance(code, str):
+            return "failed", None, code
+        if code == 0:
+            return "completed", 0, ""
+        if code < 0:
+            return "failed", code, f"main.py was killed by signal {-code}."
+        return "failed", code, f"main.py exited with status {code}."
+
+    def _install_requirements(
+        self, log: BinaryIO, venv: Path
+    ) -> tuple[str, int | None, str] | None:
+        _note(log, "Installing requirements.txt into this execution's virtual environment.")
+        shutil.rmtree(venv, ignore_errors=True)
+        code = self._run_step(
+            log,
+            [self.settings.python, "-m", "venv", "--without-pip", str(venv)],
+            env=self._environment(None, host=True),
+            venv=None,
+            venv_writable=False,
+            network=True,
+            confine=False,
+        )
+        if code is None:
+            return None
+        if code != 0 or isinstance(code, str):
+            reason = code if isinstance(code, str) else f"status {code}"
+            return "failed", None, f"Creating the virtual environment failed ({reason})."
+        target = (
+            f"{_CONFINED_VENV}/bin/python"
+            if self.settings.confinement.enabled
+            else str(venv / "bin" / "python")
+        )
+        argv = [
+            self.settings.python,
+            "-m",
+            "pip",
+            "--python",
+            target,
+            "install",
+            "--no-input",
+            "--disable-pip-version-check",
+            "-r",
+            "requirements.txt",
+        ]
+        env = self._environment(venv)
+        env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+        code = self._run_step(log, argv, env=env, venv=venv, venv_writable=True, network=True)
+        if code is None:
+            return None
+        if isinstance(code, str):
+            return "failed", None, code
+        if code != 0:
+            return "failed", None, f"pip failed with status {code}; main.py was not run."
+        return None
+
+    def _environment(self, venv: Path | None, *, host: bool = False) -> dict[str, str]:
+        confined = self.settings.confinement.enabled and not host
+        python_dir = os.path.dirname(self.settings.python)
+        if venv is not None:
+            bin_dir = f"{_CONFINED_VENV}/bin" if confined else str(venv / "bin")
+        else:
+            bin_dir = python_dir
+        env = {
+            "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONIOENCODING": "utf-8",
+            "AGENT_WORKSPACE": CONFINED_WORKSPACE if confined else str(self.workspace),
+        }
+        if venv is not None:
+            env["VIRTUAL_ENV"] = f"{_CONFINED_VENV}" if confined else str(venv)
+        if confined:
+            env["HOME"] = env["TMPDIR"] = _PRIVATE_TMP
+        else:
+            home = self.folder / "home"
+            home.mkdir(exist_ok=True)
+            env["HOME"] = env["TMPDIR"] = str(home)
+        return env
+
+    def _run_step(
+        self,
+        log: BinaryIO,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str],
+        venv: Path | None,
+        venv_writable: bool,
+        network: bool | None,
+        confine: bool = True,
+    ) -> int | str | None:
+        """Run one process with output to the log; its exit code, a failure sentence, or
+        ``None`` when the run was killed."""
+        command = list(argv)
+        if confine and self.settings.confinement.enabled:
+            command = [
+                *bwrap_prefix(
+                    workspace=self.workspace,
+                    workdir=self.workdir,
+                    venv=venv,
+                    venv_writable=venv_writable,
+                    network=self.settings.allow_network if network is None else network,
+                    env=env,
+                ),
+                *command,
+            ]
+        with self._lock:
+            if self._killed:
+                return None
+            try:
+                self._process = subprocess.Popen(
+                    command,
+                    cwd=self.workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                return f"Could not start {os.path.basename(argv[0])}: {exc.strerror or exc}."
+            process = self._process
+        try:
+            code = process.wait(timeout=max(0.0, self._deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            process.wait()
+            with self._lock:
+                if self._killed:
+                    return None
+            return (
+                f"The execution exceeded the emulator's time limit of "
+                f"{self.settings.timeout:g} s and was killed."
+            )
+        finally:
+            with self._lock:
+                self._process = None
+        with self._lock:
+            if self._killed:
+                return None
+        return code
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """Kill a process and its process group (it was started in a new session)."""
+    killpg = getattr(os, "killpg", None)  # POSIX only
+    if killpg is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=_KILL_WAIT)
+
+
+def _note(log: BinaryIO, message: str) -> None:
+    """Append one ``[emulator]`` line to a log."""
+    log.write(f"[emulator] {message}\n".encode())
+
+
+def append_note(path: Path, message: str) -> None:
+    """Append one ``[emulator]`` line to the log file at ``path`` (created if missing)."""
+    with path.open("ab", buffering=0) as log:
+        _note(log, message)
+
+
+def _listed_names(path: Path) -> list[str]:
+    names: list[str] = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text("utf-8", "replace").splitlines():
+            name = line.split("#", 1)[0].strip()
+            if name:
+                names.append(name[:100])
+    return names[:50]

@@ -1,0 +1,666 @@
+"""The real MCP servers at each sandbox's ``mcp_server_url``, over MCP Streamable HTTP.
+
+A sandbox's server item carries ``<base>/<server>/mcp/?local_sandbox_id=<id>``, as on the
+service. :class:`McpHost` is the ASGI app mounted at ``/{server}/mcp`` that serves those
+URLs: it checks the sandbox id against the registry of live sandboxes (404 for an unknown
+or released one, whatever the tenant: the URL carries only the id), checks that the
+sandbox holds the server (404), and answers 501 for servers of the contract's enum that the
+emulator does not run. For ``filesystem``, ``git`` and ``terminal`` it starts the real
+stdio server over the sandbox's workspace on the first request (see
+:mod:`klavis_emulator._mcp_launch`) and bridges it with a fastmcp proxy, one per sandbox and
+server, reused by later sessions.
+
+Lifecycle: each proxy app's lifespan runs in its own task of the host's task group (opened
+by the parent app's lifespan, see :func:`install_mcp`). A server is stopped when its
+sandbox is released or expires (through the state's listener hook, with a periodic sweep
+and a check on every request as a backstop), restarted when its workspace
+folder is replaced (reset, initialize), and every server is stopped when the emulator shuts
+down. Server processes run in their own process group, killed as a group; with bubblewrap
+they also die with the emulator if it is killed.
+
+``python -m klavis_emulator._mcp setup`` installs the npm and venv parts
+(:func:`~klavis_emulator._mcp_setup.setup_mcp_servers`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import parse_qs
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ._mcp_launch import (
+    CONFINED_WORKSPACE,
+    DEFAULT_COMMAND_TIMEOUT,
+    HOSTED_SERVERS,
+    LaunchSpec,
+    bwrap_path,
+    launch_spec,
+)
+from ._mcp_setup import McpSetupError, McpToolPaths, find_tools, setup_mcp_servers
+from ._state import LOCAL_SERVER_NAMES, EmulatorState, SandboxRecord
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+__all__ = [
+    "CONFINE_ENV",
+    "HOSTED_SERVERS",
+    "McpHost",
+    "McpSetupError",
+    "install_mcp",
+    "main",
+    "setup_mcp_servers",
+]
+
+logger = logging.getLogger("klavis_emulator.mcp")
+
+_MCP_PATH_RE: Final = re.compile(r"^/([A-Za-z0-9_.-]+)/mcp$")
+_SERVER_PARAM: Final = "mcp_server"
+CONFINE_ENV: Final = "KLAVIS_EMULATOR_MCP_CONFINE"
+_Key = tuple[str, str]  # (sandbox id, server name)
+
+
+@dataclass(frozen=True)
+class _WorkspaceId:
+    """Identity of a workspace folder: reset and initialize replace the folder itself."""
+
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> _WorkspaceId | None:
+        try:
+            info = path.stat()
+        except OSError:
+            return None
+        return cls(info.st_dev, info.st_ino)
+
+
+class _Backend:
+    """One stdio server of one sandbox, behind its own fastmcp proxy app."""
+
+    def __init__(
+        self, key: _Key, spec: LaunchSpec, workspace: _WorkspaceId, log_file: Path
+    ) -> None:
+        from fastmcp.client.transports import StdioTransport
+        from fastmcp.server import create_proxy
+        from fastmcp.server.providers.proxy import ProxyClient
+
+        self.key = key
+        self.spec = spec
+        self.workspace = workspace
+        self.log_file = log_file
+        self.transport = StdioTransport(
+            spec.command,
+            list(spec.args),
+            env=dict(spec.env),
+            cwd=spec.cwd,
+            keep_alive=True,
+            log_file=log_file,
+        )
+        # roots=None: otherwise the filesystem server swaps its allowed directories for
+        # the client's roots; mode="legacy" pins the protocol era of the shared session.
+        client: ProxyClient[Any] = ProxyClient(self.transport, roots=None, mode="legacy")
+        proxy = create_proxy(client, name=f"klavis-emulator-{key[1]}")
+        self.app: Any = proxy.http_app(path="/")
+        self.stopping = anyio.Event()
+        self.stopped = anyio.Event()
+        self.stopped_callback: Callable[[_Backend], None] | None = None
+        self.restart_lock = anyio.Lock()
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Run the proxy app's lifespan until :attr:`stopping` is set, then stop the server."""
+        try:
+            async with self.app.router.lifespan_context(self.app):
+                task_status.started()
+                await self.stopping.wait()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._close_transport()
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug("%s server of %s said: %s", *self.key[::-1], self.log_tail())
+                with contextlib.suppress(OSError):
+                    self.log_file.unlink()
+                self.stopped.set()
+                if self.stopped_callback is not None:
+                    self.stopped_callback(self)
+
+    async def _close_transport(self) -> None:
+        try:
+            await self.transport.close()  # type: ignore[no-untyped-call]
+        except Exception:  # noqa: BLE001 - a dying server must not break the shutdown
+            logger.warning("stopping the %s server of %s failed", self.key[1], self.key[0])
+
+    async def restart(self, workspace: _WorkspaceId) -> None:
+        """Stop the server process; the next request starts a fresh one on ``workspace``."""
+        async with self.restart_lock:
+            if self.workspace != workspace:
+                await self._close_transport()
+                self.workspace = workspace
+
+    def log_tail(self, limit: int = 600) -> str:
+        """The end of the server's stderr (for error messages)."""
+        try:
+            text = self.log_file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return text.strip()[-limit:]
+
+
+class McpHost:
+    """Serves each sandbox's hosted MCP servers; mount it with :func:`install_mcp`.
+
+    Args:
+        state: the emulator state (its registry of live sandboxes and their workspaces).
+        confine: run the servers in bubblewrap with the workspace at ``/data``; None (the
+            default) follows ``$KLAVIS_EMULATOR_MCP_CONFINE`` (``0``: never, ``1``: always)
+            and otherwise does so where bubblewrap is installed and works.
+        tools_dir: where :func:`setup_mcp_servers` installed the tools (default: the
+            per-user cache dir or ``$KLAVIS_EMULATOR_TOOLS_DIR``).
+        command_timeout: ``COMMAND_TIMEOUT`` of the terminal server, in seconds.
+        sweep_seconds: how often servers of released or expired sandboxes are looked for
+            (a backstop for the state's listener hook).
+        startup_timeout: how long a request waits for a server's proxy to come up.
+    """
+
+    def __init__(
+        self,
+        state: EmulatorState,
+        *,
+        confine: bool | None = None,
+        tools_dir: str | os.PathLike[str] | None = None,
+        command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+        sweep_seconds: float = 30.0,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        if command_timeout < 1:
+            raise ValueError("command_timeout must be at least 1 second")
+        if sweep_seconds <= 0:
+            raise ValueError("sweep_seconds must be positive")
+        self.state = state
+        self._confine_setting = confine
+        self._tools_dir = Path(tools_dir) if tools_dir is not None else None
+        self._command_timeout = command_timeout
+        self._sweep_seconds = sweep_seconds
+        self._startup_timeout = startup_timeout
+        self._backends: dict[_Key, _Backend] = {}
+        self._alive: set[_Backend] = set()  # started and not yet stopped, listed or not
+        self._starting: dict[_Key, anyio.Lock] = {}
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._closing = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._confine: bool | None = None
+        self._logs = state.data_dir / "mcp-logs"
+
+    def __repr__(self) -> str:
+        return f"McpHost(running={len(self._backends)}, confined={self._confine})"
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def confined(self) -> bool:
+        """Whether servers run in bubblewrap with the workspace at ``/data`` (probed once)."""
+        if self._confine is None:
+            setting = self._confine_setting
+            if setting is None:
+                setting = _confine_from_env()
+            if setting is False:
+                self._confine = False
+            else:
+                works = bwrap_path() is not None
+                if setting and not works:
+                    raise RuntimeError("confine=True but bubblewrap is not installed or fails")
+                self._confine = works
+        return self._confine
+
+    def workspace_as_seen(self, sandbox_id: str) -> str:
+        """The workspace path the servers report (``/data`` when confined, else host path)."""
+        if self.confined:
+            return CONFINED_WORKSPACE
+        return str(self.state.workspace_path(sandbox_id))
+
+    def running(self) -> list[tuple[str, str]]:
+        """``(sandbox id, server)`` of every backend currently up."""
+        return sorted(self._backends)
+
+    def tools(self) -> McpToolPaths:
+        """Where the hosted servers' programs are (None entries: not installed)."""
+        return find_tools(self._tools_dir)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[McpHost]:
+        """Run the host (from the parent app's lifespan): its task group and sweeper."""
+        if self._task_group is not None:
+            raise RuntimeError("this McpHost is already serving")
+        self._closing = False
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        await anyio.to_thread.run_sync(self._prepare)
+        try:
+            async with anyio.create_task_group() as group:
+                self._task_group = group
+                sweeper = anyio.CancelScope()
+
+                async def sweep_forever() -> None:
+                    with sweeper:
+                        while True:
+                            await anyio.sleep(self._sweep_seconds)
+                            await self.sweep()
+
+                group.start_soon(sweep_forever)
+                try:
+                    yield self
+                finally:
+                    self._closing = True
+                    sweeper.cancel()
+                    self._stop_all()
+        finally:
+            self._task_group = None
+            self._loop = None
+            self._loop_thread = None
+
+    def _prepare(self) -> None:
+        """Probe bubblewrap once and drop server logs a killed emulator left behind."""
+        _ = self.confined
+        shutil.rmtree(self._logs, ignore_errors=True)
+
+    def _in_loop(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the host's event loop, from any thread (non-blocking)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        if threading.get_ident() == self._loop_thread:
+            callback()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(callback)
+
+    def stop(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
+        """Stop the servers of one sandbox (released or expired); safe from any thread.
+
+        Returns at once; the processes end shortly after. Extra arguments are ignored,
+        so this can be given to the state's listener hook as is.
+        """
+
+        def stop_now() -> None:
+            for key in [key for key in self._backends if key[0] == sandbox_id]:
+                self._backends.pop(key).stopping.set()
+            for key in [key for key in self._starting if key[0] == sandbox_id]:
+                del self._starting[key]
+
+        self._in_loop(stop_now)
+
+    def restart(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
+        """Restart the servers of one sandbox on its (new) workspace; safe from any thread.
+
+        The proxies and their client sessions stay; each server process is stopped and the
+        next request starts a fresh one. Extra arguments are ignored (listener hook).
+        """
+
+        def restart_now() -> None:
+            group = self._task_group
+            if group is None:
+                return
+            workspace = _WorkspaceId.of(self.state.workspace_path(sandbox_id))
+            for key, backend in list(self._backends.items()):
+                if key[0] == sandbox_id:
+                    group.start_soon(backend.restart, workspace or _WorkspaceId(-1, -1))
+
+        self._in_loop(restart_now)
+
+    def shutdown(self, *, wait: float | None = None) -> None:
+        """Stop every server and refuse new MCP requests (503); safe from any thread.
+
+        With ``wait`` (seconds), called from another thread than the emulator's event
+        loop, block until the servers are gone. ``EmulatorServer.stop`` should call it
+        before telling uvicorn to exit: stopping the proxies ends the MCP streams clients
+        still hold open, which uvicorn would otherwise wait for.
+        """
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        async def stop_all() -> None:
+            self._closing = True
+            for backend in self._stop_all():
+                await backend.stopped.wait()
+
+        if wait is None or threading.get_ident() == self._loop_thread:
+
+            def start() -> None:
+                task = loop.create_task(stop_all())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+            self._in_loop(start)
+            return
+        future = asyncio.run_coroutine_threadsafe(stop_all(), loop)
+        with contextlib.suppress(TimeoutError, concurrent.futures.TimeoutError):
+            future.result(wait)
+
+    def _stop_all(self) -> list[_Backend]:
+        """Tell every backend to stop (in the loop's thread); return them."""
+        backends = list(self._alive)
+        self._backends.clear()
+        for backend in backends:
+            backend.stopping.set()
+        return backends
+
+    async def sweep(self) -> None:
+        """Stop the servers of sandboxes that are no longer live (expired TTL, released)."""
+        for sandbox_id in {key[0] for key in self._backends}:
+            record = await anyio.to_thread.run_sync(_live_record, self.state, sandbox_id)
+            if record is None:
+                self.stop(sandbox_id)
+
+    # ------------------------------------------------------------------ requests
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """ASGI entry point (mounted at ``/{server}/mcp``)."""
+        if scope["type"] != "http":
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        server = str(scope.get("path_params", {}).get(_SERVER_PARAM, ""))
+        try:
+            backend = await self._backend_for(server, scope)
+        except _Refusal as refusal:
+            await JSONResponse({"detail": refusal.detail}, status_code=refusal.status)(
+                scope, receive, send
+            )
+            return
+        await _forward_once(backend.app, scope, receive, send)
+
+    async def _backend_for(self, server: str, scope: Scope) -> _Backend:
+        if server not in LOCAL_SERVER_NAMES:
+            raise _Refusal(
+                404,
+                f"There is no MCP server called {server[:80]!r} (known: "
+                f"{', '.join(LOCAL_SERVER_NAMES)}).",
+            )
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        ids = query.get("local_sandbox_id", [])
+        if not ids or not ids[0]:
+            raise _Refusal(
+                400, "The MCP URL needs the query parameter local_sandbox_id=<sandbox id>."
+            )
+        sandbox_id = ids[0]
+        record = await anyio.to_thread.run_sync(_live_record, self.state, sandbox_id)
+        if record is None:
+            if any(key[0] == sandbox_id for key in self._backends):
+                self.stop(sandbox_id)  # gone without us hearing of it: reap its servers
+            shown = sandbox_id if len(sandbox_id) <= 80 else sandbox_id[:80] + "..."
+            raise _Refusal(
+                404,
+                f"Local sandbox {shown!r} not found: it does not exist or was released, so "
+                "its MCP servers are gone.",
+            )
+        if server not in record.server_names:
+            raise _Refusal(
+                404,
+                f"Local sandbox {sandbox_id} does not hold the {server!r} server (it holds: "
+                f"{', '.join(record.server_names)}).",
+            )
+        if server not in HOSTED_SERVERS:
+            raise _Refusal(
+                501,
+                f"The emulator does not host the {server!r} MCP server: only "
+                f"{', '.join(HOSTED_SERVERS)} run for real here. Use the Klavis service "
+                "for the others.",
+            )
+        if self._task_group is None or self._closing:
+            raise _Refusal(503, "The emulator's MCP host is not running (starting or stopping).")
+        key = (sandbox_id, server)
+        lock = self._starting.setdefault(key, anyio.Lock())
+        async with lock:
+            return await self._ensure_backend(key)
+
+    async def _ensure_backend(self, key: _Key) -> _Backend:
+        sandbox_id, server = key
+        workspace_path = self.state.workspace_path(sandbox_id)
+        workspace = _WorkspaceId.of(workspace_path)
+        if workspace is None:
+            raise _Refusal(404, f"Local sandbox {sandbox_id!r} was released.")
+        backend = self._backends.get(key)
+        if backend is not None:
+            if backend.workspace != workspace:  # reset or initialize replaced the folder
+                await backend.restart(workspace)
+            return backend
+        tools = self.tools()
+        problem = tools.missing(server)
+        if problem is not None:
+            raise _Refusal(503, f"The emulator cannot start the {server!r} MCP server: {problem}")
+        spec = launch_spec(
+            server,
+            workspace_path,
+            tools,
+            confine=self.confined,
+            command_timeout=self._command_timeout,
+        )
+        self._logs.mkdir(parents=True, exist_ok=True)
+        log_file = self._logs / f"{sandbox_id}-{server}-{uuid.uuid4().hex[:8]}.log"
+        started = time.monotonic()
+        backend = _Backend(key, spec, workspace, log_file)
+        group = self._task_group
+        if group is None or self._closing:
+            raise _Refusal(503, "The emulator's MCP host is stopping.")
+        self._alive.add(backend)
+        backend.stopped_callback = self._alive.discard
+        with anyio.fail_after(self._startup_timeout):
+            await group.start(backend.run)
+        # the sandbox may have been released, or the host told to stop, meanwhile
+        if self._closing:
+            backend.stopping.set()
+            raise _Refusal(503, "The emulator's MCP host is stopping.")
+        if await anyio.to_thread.run_sync(_live_record, self.state, sandbox_id) is None:
+            backend.stopping.set()
+            raise _Refusal(404, f"Local sandbox {sandbox_id!r} was released.")
+        self._backends[key] = backend
+        logger.info(
+            "MCP %s proxy for sandbox %s ready in %.0f ms (%s)",
+            server,
+            sandbox_id,
+            (time.monotonic() - started) * 1000,
+            "confined at /data" if spec.confined else "unconfined",
+        )
+        return backend
+
+
+def _confine_from_env() -> bool | None:
+    """``$KLAVIS_EMULATOR_MCP_CONFINE``: 0 never, 1 always (fail without bwrap), else auto."""
+    value = os.environ.get(CONFINE_ENV, "auto").strip().lower()
+    if value in ("0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    return None
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+def _live_record(state: EmulatorState, sandbox_id: str) -> SandboxRecord | None:
+    """The live sandbox with this id, whoever owns it (the MCP URL carries only the id).
+
+    Expired sandboxes are released first, as every state operation does.
+    """
+    try:
+        canonical = str(uuid.UUID(sandbox_id))
+    except ValueError:
+        return None
+    if canonical != sandbox_id:
+        return None
+    lookup = getattr(state, "find_live", None)
+    if lookup is not None:  # a public lookup, once the state has one
+        found: SandboxRecord | None = lookup(sandbox_id)
+        return found
+    try:
+        state._expire_due()
+        with state._transaction() as db:
+            row = db.execute(
+                "SELECT * FROM sandboxes WHERE id = ? AND released_ts IS NULL", (sandbox_id,)
+            ).fetchone()
+            return None if row is None else state._load(db, row)
+    except RuntimeError:  # the state is closed: the emulator is stopping
+        return None
+
+
+async def _forward_once(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Call ``app``, letting through one complete response.
+
+    When a client gives up mid-request, or a proxy stops under an open stream, the MCP
+    SDK's server may try to answer a second time (a 500 after the stream it already sent)
+    or end without finishing its answer; uvicorn would log an error for each. The second
+    answer is dropped, and an unfinished one is finished.
+    """
+    started = False
+    finished = False
+    spoiled = False
+
+    async def send_once(message: Message) -> None:
+        nonlocal started, finished, spoiled
+        if spoiled or finished:
+            return
+        if message["type"] == "http.response.start":
+            if started:
+                spoiled = True
+                return
+            started = True
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            finished = True
+        await send(message)
+
+    try:
+        await app(scope, receive, send_once)
+    except Exception:
+        if not started:
+            raise
+        logger.debug("an MCP request failed after its answer had started", exc_info=True)
+    if started and not finished:
+        with contextlib.suppress(Exception):  # the client may be gone already
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class _TrailingSlash:
+    """Serve ``/<server>/mcp`` as ``/<server>/mcp/`` instead of answering a 307 redirect."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            match = _MCP_PATH_RE.match(scope["path"])
+            if match is not None and match[1] in LOCAL_SERVER_NAMES:
+                scope = dict(scope)
+                scope["path"] = scope["path"] + "/"
+                raw = scope.get("raw_path")
+                if isinstance(raw, bytes):
+                    scope["raw_path"] = raw.split(b"?", 1)[0] + b"/"
+        await self.app(scope, receive, send)
+
+
+def install_mcp(
+    app: FastAPI,
+    state: EmulatorState | None = None,
+    **options: Any,
+) -> McpHost:
+    """Serve the real MCP servers on ``app`` at ``/{server}/mcp`` and return the host.
+
+    Call it on the app from ``create_app`` before it starts serving: it mounts the host,
+    adds the ``/x/mcp`` -> ``/x/mcp/`` rewrite, runs the host inside the app's lifespan
+    (the host stops before the state closes), and subscribes the host to the state's
+    listener hook (release, TTL expiry, reset). ``options`` go to :class:`McpHost`. The host is
+    also kept as ``app.state.mcp``.
+    """
+    emulator: EmulatorState = state if state is not None else app.state.emulator
+    host = McpHost(emulator, **options)
+    app.mount(f"/{{{_SERVER_PARAM}}}/mcp", host, name="mcp")
+    app.add_middleware(_TrailingSlash)
+
+    original = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(parent: Any) -> AsyncIterator[Any]:
+        async with original(parent) as value, host.serving():
+            yield value
+
+    app.router.lifespan_context = lifespan
+    emulator.add_listener(on_gone=host.stop, on_reset=host.restart)
+    app.state.mcp = host
+    return host
+
+
+# ---------------------------------------------------------------------- command line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m klavis_emulator._mcp setup|check``: install or report the MCP servers."""
+    parser = argparse.ArgumentParser(
+        prog="python -m klavis_emulator._mcp",
+        description="Install (setup) or report (check) the MCP servers the emulator hosts.",
+    )
+    parser.add_argument("command", choices=["setup", "check"])
+    parser.add_argument("--tools-dir", type=Path, default=None, help="where the venv goes")
+    parser.add_argument("--force", action="store_true", help="reinstall everything")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only problems")
+    args = parser.parse_args(argv)
+
+    def say(line: str) -> None:
+        if not args.quiet:
+            print(line, flush=True)
+
+    if args.command == "setup":
+        started = time.monotonic()
+        try:
+            tools = setup_mcp_servers(tools_dir=args.tools_dir, force=args.force, log=say)
+        except McpSetupError as exc:
+            print(f"setup failed: {exc}", file=sys.stderr)
+            return 1
+        say(f"MCP servers ready ({time.monotonic() - started:.1f} s).")
+    else:
+        tools = find_tools(args.tools_dir)
+    ok = True
+    for server in HOSTED_SERVERS:
+        problem = tools.missing(server)
+        ok = ok and problem is None
+        if problem is None:
+            say(f"  {server:<10} ok")
+        else:
+            print(f"  {server:<10} {problem}", file=sys.stderr)
+    bwrap = bwrap_path()
+    where = f"confined by {bwrap}, workspace at /data" if bwrap else "unconfined (no bubblewrap)"
+    say(f"  servers run {where}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

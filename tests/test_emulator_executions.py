@@ -1,0 +1,495 @@
+"""Executions over real HTTP: upload, execute, status, logs with a byte cursor, artifacts,
+requirements in a per-execution venv, failures, time limits, and bad input."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from klavis_emulator import ArchiveLimits, EmulatorServer, detect_confinement, tenant_for_token
+from tests.conftest import Executions
+
+WAIT_FOR_GO = """
+import os, pathlib, sys, time
+print("started", flush=True)
+go = pathlib.Path(os.environ["AGENT_WORKSPACE"]) / "go"
+deadline = time.monotonic() + 60
+while not go.exists():
+    if time.monotonic() > deadline:
+        sys.exit("no go file")
+    time.sleep(0.02)
+print("finished")
+"""
+
+
+def _go(emulator: EmulatorServer, sandbox_id: str) -> None:
+    (emulator.state.workspace_path(sandbox_id) / "go").write_text("go")
+
+
+def test_a_run_completes_with_merged_logs_workspace_and_artifacts(
+    executions: Executions,
+) -> None:
+    sandbox_id = executions.acquire()
+    main = (
+        "import os, sys\n"
+        "print('to stdout', flush=True)\n"
+        "print('to stderr', file=sys.stderr, flush=True)\n"
+        "open(os.path.join(os.environ['AGENT_WORKSPACE'], 'report.txt'), 'w').write('ws')\n"
+        "os.makedirs('out', exist_ok=True)\n"
+        "open('out/result.txt', 'w').write('artifact')\n"
+    )
+    assert executions.run(sandbox_id, "first", {"main.py": main, "data.csv": "a,b\n"}) == (
+        "completed"
+    )
+    assert executions.status(sandbox_id, "first").json() == {"status": "completed"}
+    logs = executions.logs(sandbox_id, "first")
+    assert logs["status"] == "completed"
+    assert "to stdout\n" in logs["logs"]
+    assert "to stderr\n" in logs["logs"]
+    assert logs["cursor"] == len(logs["logs"].encode())
+    # Files under AGENT_WORKSPACE land in the workspace the MCP servers (and dump) see.
+    assert (executions.emulator.state.workspace_path(sandbox_id) / "report.txt").read_text() == (
+        "ws"
+    )
+    # Files in the working directory are the artifacts, next to the archive's own files.
+    members = executions.artifacts(sandbox_id, "first")
+    assert members["./out/result.txt"] == b"artifact"
+    assert members["./data.csv"] == b"a,b\n"
+    assert "./main.py" in members
+    assert "." in members
+
+
+def test_status_goes_pending_running_completed(
+    executions: Executions, emulator: EmulatorServer
+) -> None:
+    sandbox_id = executions.acquire()
+    executions.start(sandbox_id, "slow", {"main.py": WAIT_FOR_GO})
+    assert executions.status(sandbox_id, "slow").json()["status"] in ("pending", "running")
+    assert executions.wait(sandbox_id, "slow", {"running"}) == "running"
+    # While it runs: no second start, no export.
+    again = executions.execute(sandbox_id, "slow")
+    assert again.status_code == 409
+    assert "still running" in again.json()["detail"]
+    export = executions.http.post(
+        f"/local-sandbox/{sandbox_id}/export-artifacts", json={"execution_name": "slow"}
+    )
+    assert export.status_code == 409
+    assert "still running" in export.json()["detail"]
+    _go(emulator, sandbox_id)
+    assert executions.wait(sandbox_id, "slow") == "completed"
+    assert executions.logs(sandbox_id, "slow")["logs"].endswith("started\nfinished\n")
+
+
+def test_non_zero_exit_fails_with_a_log_line(executions: Executions) -> None:
+    sandbox_id = executions.acquire()
+    status = executions.run(sandbox_id, "boom", {"main.py": "raise SystemExit(3)"})
+    assert status == "failed"
+    assert "[emulator] main.py exited with status 3." in executions.logs(sandbox_id, "boom")["logs"]
+    # A failed run's folder can still be exported.
+    assert "./main.py" in executions.artifacts(sandbox_id, "boom")
+
+
+def test_missing_main_py_fails(executions: Executions) -> None:
+    sandbox_id = executions.acquire()
+    assert executions.run(sandbox_id, "nomain", {"script.py": "print(1)"}) == "failed"
+    assert "has no main.py" in executions.logs(sandbox_id, "nomain")["logs"]
+
+
+def test_packages_txt_is_reported_as_not_installed(executions: Executions) -> None:
+    sandbox_id = executions.acquire()
+    files = {"main.py": "print('ok')", "packages.txt": "curl\n# a comment\n\njq\n"}
+    assert executions.run(sandbox_id, "pkgs", files) == "completed"
+    logs = executions.logs(sandbox_id, "pkgs")["logs"]
+    assert "packages.txt lists system packages (curl, jq)" in logs
+    assert "NOT installed" in logs
+
+
+def _tiny_wheel() -> bytes:
+    """A pure-Python wheel of the package ``tinypkg`` 0.1, built by hand (no network)."""
+    files = {
+        "tinypkg/__init__.py": "VALUE = 42\n",
+        "tinypkg-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 0.1\n",
+        "tinypkg-0.1.dist-info/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = []
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+            digest = hashlib.sha256(text.encode()).digest()
+            encoded = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+            record.append(f"{name},sha256={encoded},{len(text)}")
+        record.append("tinypkg-0.1.dist-info/RECORD,,")
+        wheel.writestr("tinypkg-0.1.dist-info/RECORD", "\n".join(record) + "\n")
+    return buffer.getvalue()
+
+
+def test_requirements_are_installed_into_a_per_execution_venv(
+    executions: Executions, emulator: EmulatorServer
+) -> None:
+    sandbox_id = executions.acquire()
+    files: dict[str, bytes | str] = {
+        "main.py": "import tinypkg\nprint('value', tinypkg.VALUE)",
+        "requirements.txt": "--no-index\n./tinypkg-0.1-py3-none-any.whl\n",
+        "tinypkg-0.1-py3-none-any.whl": _tiny_wheel(),
+    }
+    assert executions.run(sandbox_id, "reqs", files) == "completed"
+    logs = executions.logs(sandbox_id, "reqs")["logs"]
+    assert "Installing requirements.txt" in logs
+    assert "Successfully installed tinypkg-0.1" in logs  # pip's own output
+    assert "value 42" in logs
+    # The emulator's own environment is untouched, and the venv is not an artifact.
+    with pytest.raises(ImportError):
+        __import__("tinypkg")
+    assert not any(name.startswith("./venv") for name in executions.artifacts(sandbox_id, "reqs"))
+
+
+def test_failing_requirements_fail_the_run_without_running_main(executions: Executions) -> None:
+    sandbox_id = executions.acquire()
+    files = {
+        "main.py": "print('main ran')",
+        "requirements.txt": "--no-index\nsurely-not-a-package-here==1.0\n",
+    }
+    assert executions.run(sandbox_id, "badreqs", files) == "failed"
+    logs = executions.logs(sandbox_id, "badreqs")["logs"]
+    assert "pip failed" in logs
+    assert "main ran" not in logs
+
+
+def test_a_finished_execution_can_run_again(executions: Executions) -> None:
+    sandbox_id = executions.acquire()
+    assert executions.run(sandbox_id, "twice", {"main.py": "print('one')"}) == "completed"
+    assert executions.run(sandbox_id, "twice", {"main.py": "print('two')"}) == "completed"
+    logs = executions.logs(sandbox_id, "twice")["logs"]
+    assert "two" in logs
+    assert "one" not in logs
+
+
+def test_log_cursor_sees_every_byte_once_and_splits_only_whole_characters(
+    executions: Executions, emulator: EmulatorServer
+) -> None:
+    sandbox_id = executions.acquire()
+    main = (
+        "import os, pathlib, sys, time\n"
+        "out = sys.stdout.buffer\n"
+        "out.write('héllo '.encode()); out.write('€'.encode()[:2]); out.flush()\n"
+        "go = pathlib.Path(os.environ['AGENT_WORKSPACE']) / 'go'\n"
+        "while not go.exists(): time.sleep(0.02)\n"
+        "out.write('€'.encode()[2:] + ' wörld ✓\\n'.encode()); out.flush()\n"
+    )
+    executions.start(sandbox_id, "utf8", {"main.py": main})
+    executions.wait(sandbox_id, "utf8", {"running"})
+    # Poll until the first write is visible: it ends inside the 3-byte '€'.
+    first = executions.logs(sandbox_id, "utf8")
+    seen = first["logs"]
+    for _ in range(500):
+        if "héllo " in seen:
+            break
+        first = executions.logs(sandbox_id, "utf8", first["cursor"])
+        seen += first["logs"]
+    assert seen.endswith("héllo ")
+    log_file = emulator.state.execution_path(sandbox_id, "utf8") / "output.log"
+    # The cursor stopped before the incomplete character (2 of its 3 bytes are written).
+    assert log_file.read_bytes()[first["cursor"] :] == "€".encode()[:2]
+    again = executions.logs(sandbox_id, "utf8", first["cursor"])
+    assert again == {"status": "running", "logs": "", "cursor": first["cursor"]}
+    _go(emulator, sandbox_id)
+    executions.wait(sandbox_id, "utf8")
+    rest = executions.logs(sandbox_id, "utf8", first["cursor"])
+    assert rest["logs"] == "€ wörld ✓\n"
+    assert rest["cursor"] == log_file.stat().st_size
+    assert seen + rest["logs"] == log_file.read_bytes().decode()
+    assert (seen + rest["logs"]).endswith("héllo € wörld ✓\n")
+    # At the end: nothing more, the cursor stays; past the end: the same.
+    assert executions.logs(sandbox_id, "utf8", rest["cursor"])["logs"] == ""
+    past = executions.logs(sandbox_id, "utf8", rest["cursor"] + 100)
+    assert past == {"status": "completed", "logs": "", "cursor": rest["cursor"] + 100}
+    # A cursor inside a character: its stray continuation bytes decode as U+FFFD.
+    inside = log_file.read_bytes().index("é".encode()) + 1
+    assert executions.logs(sandbox_id, "utf8", inside)["logs"].startswith("\ufffdllo")
+
+
+def test_invalid_utf8_output_decodes_with_replacement(executions: Executions) -> None:
+    sandbox_id = executions.acquire()
+    main = "import sys\nsys.stdout.buffer.write(b'bad \\xff\\xfe bytes, cut \\xe2\\x82')"
+    assert executions.run(sandbox_id, "binary", {"main.py": main}) == "completed"
+    logs = executions.logs(sandbox_id, "binary")
+    # Finished: even the incomplete tail is returned (nothing more will come).
+    assert logs["logs"].endswith("bad \ufffd\ufffd bytes, cut \ufffd")
+    log_file = executions.emulator.state.execution_path(sandbox_id, "binary") / "output.log"
+    assert log_file.read_bytes().endswith(b"bad \xff\xfe bytes, cut \xe2\x82")
+    assert logs["cursor"] == log_file.stat().st_size
+
+
+def test_bad_execution_input(executions: Executions) -> None:
+    sandbox_id = executions.acquire()
+    base = f"/local-sandbox/{sandbox_id}"
+    http = executions.http
+    for bad in ("a/b", "../x", "..", ".hidden", "", "a" * 129, "name with space", "é", "a..b"):
+        calls = [
+            http.post(f"{base}/execution-upload-url", json={"execution_name": bad}),
+            http.post(f"{base}/execute", json={"execution_name": bad}),
+            http.get(f"{base}/execution-status", params={"execution_name": bad}),
+            http.get(f"{base}/execution-logs", params={"execution_name": bad}),
+            http.post(f"{base}/export-artifacts", json={"execution_name": bad}),
+        ]
+        for response in calls:
+            assert response.status_code == 400, (bad, response.request.url, response.text)
+            assert "Invalid execution name" in response.json()["detail"]
+    # Unknown names: 404 with a hint; executing before uploading: 409.
+    for response in (
+        http.get(f"{base}/execution-status", params={"execution_name": "ghost"}),
+        http.get(f"{base}/execution-logs", params={"execution_name": "ghost"}),
+        http.post(f"{base}/export-artifacts", json={"execution_name": "ghost"}),
+    ):
+        assert response.status_code == 404, response.text
+        assert "no execution named 'ghost'" in response.json()["detail"]
+    not_uploaded = http.post(f"{base}/execute", json={"execution_name": "ghost"})
+    assert not_uploaded.status_code == 409
+    assert "execution-upload-url" in not_uploaded.json()["detail"]
+    # The region of the upload matters.
+    executions.upload(sandbox_id, "asia-only", {"main.py": "print(1)"}, region="asia")
+    assert executions.execute(sandbox_id, "asia-only").status_code == 409
+    in_asia = http.post(
+        f"{base}/execute", params={"region": "asia"}, json={"execution_name": "asia-only"}
+    )
+    assert in_asia.status_code == 200
+    # Negative cursors are refused by validation.
+    negative = http.get(f"{base}/execution-logs", params={"execution_name": "x", "cursor": -1})
+    assert negative.status_code == 422
+    assert negative.json()["detail"][0]["loc"] == ["query", "cursor"]
+
+
+def test_unsafe_execution_archives_are_refused(
+    executions: Executions, emulator: EmulatorServer, tmp_path: Path
+) -> None:
+    import tarfile
+
+    sandbox_id = executions.acquire()
+    base = f"/local-sandbox/{sandbox_id}"
+    outside = tmp_path / "escaped.txt"
+    for name in ("../escaped.txt", str(outside)):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+        url = executions.http.post(
+            f"{base}/execution-upload-url", json={"execution_name": "evil"}
+        ).json()["upload_url"]
+        put = httpx.put(
+            url, content=buffer.getvalue(), headers={"Content-Type": "application/gzip"}
+        )
+        assert put.status_code == 200
+        response = executions.execute(sandbox_id, "evil")
+        assert response.status_code == 400, response.text
+        assert "Archive member" in response.json()["detail"]
+    assert not outside.exists()
+    assert not (emulator.state.workspace_path(sandbox_id).parent / "escaped.txt").exists()
+    # Nothing was started.
+    assert executions.status(sandbox_id, "evil").status_code == 404
+
+
+def test_signed_urls_cover_execution_uploads_and_artifacts(executions: Executions) -> None:
+    sandbox_id = executions.acquire()
+    base = f"/local-sandbox/{sandbox_id}"
+    url = executions.http.post(
+        f"{base}/execution-upload-url", json={"execution_name": "signed"}
+    ).json()["upload_url"]
+    assert "/_storage/upload/" in url
+    assert "signature=" in url
+    forged = url.replace("signed.tar.gz", "other.tar.gz")
+    response = httpx.put(forged, content=b"\x1f\x8b", headers={"Content-Type": "application/gzip"})
+    assert response.status_code == 403
+    assert executions.run(sandbox_id, "signed", {"main.py": "print(1)"}) == "completed"
+    export = executions.http.post(f"{base}/export-artifacts", json={"execution_name": "signed"})
+    download = export.json()["download_url"]
+    assert export.json()["expires_in_minutes"] == 30
+    assert "/_storage/download/" in download
+    assert httpx.get(download.replace("signature=", "signature=0")).status_code == 403
+    assert httpx.put(download, content=b"x").status_code in (403, 405)
+
+
+@pytest.fixture
+def short_limits(tmp_path: Path, token: str) -> Iterator[Executions]:
+    """An emulator of this test's own: 1 s per execution, 1 MB uploads, 3 archive members."""
+    with (
+        EmulatorServer(
+            data_dir=tmp_path / "data",
+            execution_timeout=1,
+            max_upload_mb=1,
+            archive_limits=ArchiveLimits(max_members=3),
+        ) as server,
+        httpx.Client(
+            base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        ) as http,
+    ):
+        yield Executions(server, http, token)
+
+
+def test_runaway_scripts_are_killed_at_the_time_limit(short_limits: Executions) -> None:
+    sandbox_id = short_limits.acquire()
+    main = "import time\nprint('sleeping', flush=True)\ntime.sleep(600)"
+    assert short_limits.run(sandbox_id, "forever", {"main.py": main}) == "failed"
+    logs = short_limits.logs(sandbox_id, "forever")["logs"]
+    assert "sleeping" in logs
+    assert "exceeded the emulator's time limit of 1 s and was killed" in logs
+
+
+def test_execution_uploads_are_capped(short_limits: Executions) -> None:
+    sandbox_id = short_limits.acquire()
+    url = short_limits.http.post(
+        f"/local-sandbox/{sandbox_id}/execution-upload-url", json={"execution_name": "big"}
+    ).json()["upload_url"]
+    too_big = b"\x1f\x8b" + bytes(1024 * 1024)
+    response = httpx.put(url, content=too_big, headers={"Content-Type": "application/gzip"})
+    assert response.status_code == 413
+    # Past the archive caps: 413 from execute, and nothing runs.
+    short_limits.upload(sandbox_id, "many", {f"f{i}.txt": "x" for i in range(4)})
+    refused = short_limits.execute(sandbox_id, "many")
+    assert refused.status_code == 413
+    assert "more than 3 members" in refused.json()["detail"]
+    assert short_limits.status(sandbox_id, "many").status_code == 404
+
+
+@pytest.fixture
+def unconfined(tmp_path: Path, token: str) -> Iterator[Executions]:
+    """An emulator of this test's own that never uses bubblewrap."""
+    with (
+        EmulatorServer(data_dir=tmp_path / "data", confine_executions=False) as server,
+        httpx.Client(
+            base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        ) as http,
+    ):
+        yield Executions(server, http, token)
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("how", ["release", "reset", "ttl"])
+def test_release_reset_and_ttl_kill_running_executions(
+    unconfined: Executions, tmp_path: Path, how: str
+) -> None:
+    sandbox_id = unconfined.acquire()
+    pid_file = tmp_path / "pid"
+    main = f"import os, pathlib\npathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\n"
+    main += WAIT_FOR_GO
+    unconfined.start(sandbox_id, "victim", {"main.py": main})
+    unconfined.wait(sandbox_id, "victim", {"running"})
+    logs = unconfined.logs(sandbox_id, "victim")
+    for _ in range(500):
+        if "started" in logs["logs"]:
+            break
+        logs = unconfined.logs(sandbox_id, "victim")
+    pid = int(pid_file.read_text())
+    assert not _pid_gone(pid)
+    state = unconfined.emulator.state
+    if how == "release":
+        assert unconfined.http.delete(f"/local-sandbox/{sandbox_id}").status_code == 200
+    elif how == "reset":
+        assert unconfined.http.post(f"/local-sandbox/{sandbox_id}/reset").status_code == 200
+        # Same sandbox, but the execution is gone.
+        assert unconfined.status(sandbox_id, "victim").status_code == 404
+        assert not state.execution_path(sandbox_id, "victim").exists()
+    else:
+        moved = unconfined.http.post("/_emulator/clock/advance", json={"seconds": 7201})
+        assert moved.status_code == 200
+        assert unconfined.http.get(f"/local-sandbox/{sandbox_id}").status_code == 404
+    assert _pid_gone(pid)
+
+
+def test_unconfined_runs_say_so_in_the_log(unconfined: Executions) -> None:
+    sandbox_id = unconfined.acquire()
+    main = "import os\nprint('ws', os.environ['AGENT_WORKSPACE'])\nprint('cwd', os.getcwd())"
+    assert unconfined.run(sandbox_id, "loose", {"main.py": main}) == "completed"
+    logs = unconfined.logs(sandbox_id, "loose")["logs"]
+    assert "[emulator] Not confined: confinement was turned off" in logs
+    state = unconfined.emulator.state
+    assert f"ws {state.workspace_path(sandbox_id)}" in logs
+    assert f"cwd {state.execution_path(sandbox_id, 'loose') / 'work'}" in logs
+
+
+needs_bwrap = pytest.mark.skipif(
+    not detect_confinement().enabled, reason=detect_confinement().reason
+)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("allow_network", [False, True])
+def test_bubblewrap_confines_runs(tmp_path: Path, token: str, allow_network: bool) -> None:
+    with (
+        EmulatorServer(data_dir=tmp_path / "data", allow_network=allow_network) as server,
+        httpx.Client(
+            base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        ) as http,
+    ):
+        executions = Executions(server, http, token)
+        sandbox_id = executions.acquire()
+        port = int(server.base_url.rsplit(":", 1)[1])
+        main = f"""
+import os, socket
+print("ws", os.environ["AGENT_WORKSPACE"], "cwd", os.getcwd())
+print("env", ",".join(sorted(os.environ)))
+open("/data/inside.txt", "w").write("ok")
+open("artifact.txt", "w").write("ok")
+for path in ("/usr/escaped.txt", {str(tmp_path / "escaped.txt")!r}):
+    try:
+        open(path, "w").write("x")
+        print("wrote", path)
+    except OSError as exc:
+        print("refused", path, type(exc).__name__)
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=5).close()
+    print("network: yes")
+except OSError:
+    print("network: no")
+"""
+        assert executions.run(sandbox_id, "boxed", {"main.py": main}) == "completed"
+        logs = executions.logs(sandbox_id, "boxed")["logs"]
+        assert "Not confined" not in logs
+        assert "ws /data cwd /execution" in logs
+        assert "env AGENT_WORKSPACE,HOME,LANG,PATH,PWD,PYTHONIOENCODING,PYTHONUNBUFFERED," in logs
+        assert "wrote" not in logs
+        assert logs.count("refused") == 2
+        assert not (tmp_path / "escaped.txt").exists()
+        assert (server.state.workspace_path(sandbox_id) / "inside.txt").read_text() == "ok"
+        assert executions.artifacts(sandbox_id, "boxed")["./artifact.txt"] == b"ok"
+        assert ("network: yes" if allow_network else "network: no") in logs
+
+
+def test_executions_belong_to_their_tenant(
+    executions: Executions, emulator: EmulatorServer, token: str
+) -> None:
+    sandbox_id = executions.acquire()
+    assert executions.run(sandbox_id, "mine", {"main.py": "print('secret')"}) == "completed"
+    with httpx.Client(
+        base_url=emulator.base_url, headers={"Authorization": f"Bearer other-{token}"}
+    ) as intruder:
+        for response in (
+            intruder.get(
+                f"/local-sandbox/{sandbox_id}/execution-logs", params={"execution_name": "mine"}
+            ),
+            intruder.post(
+                f"/local-sandbox/{sandbox_id}/export-artifacts", json={"execution_name": "mine"}
+            ),
+        ):
+            assert response.status_code == 404
+            assert "secret" not in response.text
+    with pytest.raises(Exception, match="not found"):
+        emulator.state.execution_status(tenant_for_token("someone-else"), sandbox_id, "mine")

@@ -1,0 +1,157 @@
+"""How the hosted MCP servers are started (pure command lines), installed, and imported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from klavis_emulator._mcp_launch import (
+    CONFINED_WORKSPACE,
+    TERMINAL_ALLOWED_COMMANDS,
+    bwrap_path,
+    launch_spec,
+)
+from klavis_emulator._mcp_setup import McpToolPaths, find_tools, setup_mcp_servers
+
+
+@pytest.fixture
+def fake_tools(tmp_path: Path) -> McpToolPaths:
+    """Tool paths laid out like a real install (nothing is run)."""
+    entry = tmp_path / "pkg" / "node_modules" / "@modelcontextprotocol" / "server-filesystem"
+    (entry / "dist").mkdir(parents=True)
+    (entry / "dist" / "index.js").write_text("")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "cli-mcp-server").write_text("")
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    return McpToolPaths(
+        node=Path("/usr/bin/node"),
+        filesystem_entry=entry / "dist" / "index.js",
+        git_python=Path(sys.executable),
+        cli_server=venv / "bin" / "cli-mcp-server",
+    )
+
+
+def test_unconfined_servers_get_the_host_workspace(
+    fake_tools: McpToolPaths, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    filesystem = launch_spec("filesystem", workspace, fake_tools, confine=False)
+    git = launch_spec("git", workspace, fake_tools, confine=False)
+    terminal = launch_spec("terminal", workspace, fake_tools, confine=False, command_timeout=7)
+
+    assert not filesystem.confined
+    assert filesystem.args[-1] == str(workspace)
+    assert filesystem.cwd == str(workspace)
+    assert str(fake_tools.filesystem_entry) in filesystem.args
+    assert git.args[-1] == str(workspace)
+    assert "create_server" in git.args[-2]  # confined to the workspace by the server itself
+    assert terminal.env["ALLOWED_DIR"] == str(workspace)
+    assert terminal.env["COMMAND_TIMEOUT"] == "7"
+    assert terminal.env["ALLOWED_FLAGS"] == "all"
+    assert {"ls", "cat", "git", "python3", "grep"} <= set(
+        terminal.env["ALLOWED_COMMANDS"].split(",")
+    )
+    assert terminal.workspace_as_seen == str(workspace)
+
+
+def test_everyday_commands_are_allowed_and_privileged_ones_are_not() -> None:
+    allowed = set(TERMINAL_ALLOWED_COMMANDS)
+    assert {"ls", "cat", "echo", "pwd", "mkdir", "cp", "mv", "rm", "sed", "sort", "find"} <= allowed
+    assert not {"sudo", "su", "mount", "reboot", "curl", "wget", "ssh"} & allowed
+
+
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed or does not work")
+def test_confined_servers_see_the_workspace_at_data(
+    fake_tools: McpToolPaths, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    spec = launch_spec("terminal", workspace, fake_tools, confine=True)
+    args = list(spec.args)
+
+    assert spec.confined
+    assert spec.command == bwrap_path()
+    assert spec.workspace_as_seen == CONFINED_WORKSPACE
+    for flag in ("--die-with-parent", "--unshare-all", "--clearenv", "--new-session"):
+        assert flag in args
+    bind = args.index("--bind")
+    assert args[bind + 1 : bind + 3] == [str(workspace), CONFINED_WORKSPACE]
+    assert args[args.index("--chdir") + 1] == CONFINED_WORKSPACE
+    setenv = {args[i + 1]: args[i + 2] for i, arg in enumerate(args) if arg == "--setenv"}
+    assert setenv["ALLOWED_DIR"] == CONFINED_WORKSPACE
+    assert setenv["AGENT_WORKSPACE"] == CONFINED_WORKSPACE
+    venv = str(fake_tools.cli_server.parent.parent)  # type: ignore[union-attr]
+    assert venv in args  # the server's own venv is mounted (read-only)
+    assert args[args.index("--") + 1] == str(fake_tools.cli_server)
+
+
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed or does not work")
+def test_a_confined_process_sees_only_its_workspace(
+    fake_tools: McpToolPaths, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "mine.txt").write_text("x")
+    (tmp_path / "secret.txt").write_text("not for the sandbox")
+    spec = launch_spec("git", workspace, fake_tools, confine=True)
+    args = list(spec.args)
+    wrapper = [spec.command, *args[: args.index("--")]]
+    shown = subprocess.run(
+        [*wrapper, "--", "/bin/sh", "-c", f"pwd; ls; ls {tmp_path} 2>&1; echo $HOME"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    lines = shown.stdout.splitlines()
+    assert lines[0] == CONFINED_WORKSPACE
+    assert lines[1] == "mine.txt"
+    assert "secret.txt" not in shown.stdout
+    assert lines[-1] == "/tmp"
+
+
+def test_unknown_server_is_refused(fake_tools: McpToolPaths, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not host"):
+        launch_spec("arxiv", tmp_path, fake_tools, confine=False)
+
+
+def test_missing_tools_say_how_to_install_them() -> None:
+    nothing = McpToolPaths(node=None, filesystem_entry=None, git_python=None, cli_server=None)
+    assert "Node.js" in (nothing.missing("filesystem") or "")
+    no_package = McpToolPaths(
+        node=Path("/usr/bin/node"), filesystem_entry=None, git_python=None, cli_server=None
+    )
+    assert "klavis-emulator setup" in (no_package.missing("filesystem") or "")
+    assert "mcp-server-git" in (nothing.missing("git") or "")
+    assert "klavis-emulator setup" in (nothing.missing("terminal") or "")
+    assert nothing.missing("arxiv") is None
+
+
+def test_setup_is_fast_and_silent_when_everything_is_installed() -> None:
+    tools = find_tools()
+    if tools.filesystem_entry is None or tools.cli_server is None:
+        pytest.skip("the MCP servers are not installed: python -m klavis_emulator._mcp setup")
+    steps: list[str] = []
+    started = time.monotonic()
+    again = setup_mcp_servers(log=steps.append)
+    assert steps == []
+    assert time.monotonic() - started < 5
+    assert again == tools
+
+
+def test_importing_workflows_does_not_import_the_mcp_sdk() -> None:
+    code = (
+        "import sys, workflows, workflows._mcp\n"
+        "heavy = [m for m in ('mcp', 'httpx2', 'fastmcp') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == ""
