@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from ._api import AsyncApi
 from ._archive import ArchiveLimits
+from ._base import SandboxBase
 from ._collect import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._common import check_id, disown, dump_target, ledger_of, own
-from ._config import ApiKey, Settings, resolve_settings
-from ._errors import InvalidInputError
+from ._config import ApiKey, resolve_settings
 from ._execution import AsyncExecution, check_execution_name, execution_files, start_flow
 from ._flows import (
     acquire_attempt,
@@ -42,8 +42,8 @@ from ._mcp import (
     async_list_tools,
     open_session,
 )
-from ._models import SandboxInfo, ServerInfo, check_acquire
-from ._server_data import ServerData, dump_data_flow, initialize_data_flow, server_data_body
+from ._models import SandboxInfo, check_acquire
+from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class _Acquiring:
             await self._sandbox.__aexit__(exc_type, exc, tb)
 
 
-class AsyncLocalSandbox:
+class AsyncLocalSandbox(SandboxBase):
     """The asyncio twin of :class:`~workflows.LocalSandbox`::
 
         async with AsyncLocalSandbox.acquire(["filesystem"], ttl_seconds=600) as sb:
@@ -110,14 +110,11 @@ class AsyncLocalSandbox:
         progress: bool | None = None,
         limits: ArchiveLimits | None = None,
     ) -> None:
+        super().__init__(
+            api.settings, info, owned=owned, ledger=ledger, progress=progress, limits=limits
+        )
         self._api = api
         self._owns_api = owns_api
-        self._info = info
-        self._owned = owned
-        self._released = False
-        self._ledger = ledger
-        self.progress = progress
-        self.limits = limits or ArchiveLimits()
 
     @classmethod
     def acquire(
@@ -204,62 +201,6 @@ class AsyncLocalSandbox:
             limits=limits,
         )
 
-    # ----------------------------------------------------------------- state
-    @property
-    def id(self) -> str:
-        """The sandbox id."""
-        return self._info.id
-
-    @property
-    def status(self) -> str | None:
-        """The status when last fetched."""
-        return self._info.status
-
-    @property
-    def benchmark(self) -> str | None:
-        """The benchmark the sandbox was configured for, if any."""
-        return self._info.benchmark
-
-    @property
-    def servers(self) -> tuple[ServerInfo, ...]:
-        """The MCP servers: name, ``mcp_server_url``, status, auth data."""
-        return self._info.servers
-
-    @property
-    def info(self) -> SandboxInfo:
-        """Everything known about the sandbox since the last fetch."""
-        return self._info
-
-    @property
-    def settings(self) -> Settings:
-        """The connection settings (the key inside never shows in a repr)."""
-        return self._api.settings
-
-    @property
-    def owned(self) -> bool:
-        """Whether leaving ``async with`` releases the sandbox."""
-        return self._owned
-
-    @property
-    def released(self) -> bool:
-        """Whether :meth:`release` has run."""
-        return self._released
-
-    def mcp_url(self, server_name: str) -> str:
-        """The MCP Streamable HTTP URL of one of the sandbox's servers."""
-        url = self._info.server(server_name).mcp_server_url
-        if not url:
-            raise KeyError(f"the {server_name!r} server has no MCP URL yet; try refresh()")
-        return url
-
-    def __repr__(self) -> str:
-        names = [s.name for s in self.servers]
-        state = "released" if self._released else self.status
-        return (
-            f"{type(self).__name__}(id={self.id!r}, status={state!r}, servers={names!r}, "
-            f"base_url={self.settings.base_url!r})"
-        )
-
     async def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current details."""
         self._info = await self._api.run(get_flow(self.id))
@@ -290,20 +231,20 @@ class AsyncLocalSandbox:
 
     async def _upload(self, entries: Sequence[SourceFile], progress: bool | None) -> None:
         self._check_live()
-        show = self.progress if progress is None else progress
+        show = self._show(progress)
         await self._api.run(upload_flow(self.id, entries, show))
 
     async def dump(self, *, progress: bool | None = None) -> Snapshot:
         """Download the workspace as a read-only :class:`Snapshot`; see LocalSandbox.dump."""
         self._check_live()
-        show = self.progress if progress is None else progress
+        show = self._show(progress)
         return await self._api.run(dump_flow(self.id, self.limits, show))
 
     async def dump_to(self, path: str | os.PathLike[str], *, progress: bool | None = None) -> Path:
         """Save the workspace to a folder or a .tar.gz file; see LocalSandbox.dump_to."""
         target = dump_target(path)
         self._check_live()
-        show = self.progress if progress is None else progress
+        show = self._show(progress)
         return await self._api.run(dump_to_flow(self.id, target, self.limits, show))
 
     async def reset(self) -> None:
@@ -363,7 +304,7 @@ class AsyncLocalSandbox:
         entries = execution_files(main, requirements=requirements, files=files)
         run_name = check_execution_name(name)
         self._check_live()
-        show = self.progress if progress is None else progress
+        show = self._show(progress)
         await self._api.run(start_flow(self.id, run_name, entries, show))
         return AsyncExecution(self._api, self.id, run_name, limits=self.limits, progress=show)
 
@@ -380,16 +321,6 @@ class AsyncLocalSandbox:
         """The current data document of google_cloud, poste_email_toolathlon or canvas."""
         self._data_request(server, None)
         return await self._api.run(dump_data_flow(self.id, server))
-
-    def _data_request(self, server: str, data: Mapping[str, Any] | None) -> Any:
-        body = server_data_body(server, data)
-        if server not in {s.name for s in self.servers}:
-            raise InvalidInputError(
-                f"this sandbox does not hold the {server!r} server; acquire it with "
-                f"server_names including {server!r}"
-            )
-        self._check_live()
-        return body
 
     # ----------------------------------------------------------------- release
     async def release(self) -> bool:
@@ -439,7 +370,3 @@ class AsyncLocalSandbox:
                 self.id,
                 release_error,
             )
-
-    def _check_live(self) -> None:
-        if self._released:
-            raise InvalidInputError(f"sandbox {self.id} was released; acquire a new one")

@@ -201,20 +201,10 @@ def next_delay(idle_polls: int) -> float:
     return float(min(_POLL_MAX, _POLL_MIN * (1.5**idle_polls)))
 
 
-class Execution:
-    """A script running in a sandbox (sync). Get one from ``LocalSandbox.execute``.
-
-    >>> run = sb.execute("print('hi')")  # doctest: +SKIP
-    >>> for text in run.logs():  # doctest: +SKIP
-    ...     print(text, end="")
-    hi
-    >>> run.wait()  # doctest: +SKIP
-    'completed'
-    """
-
+class _ExecutionBase:
     def __init__(
         self,
-        api: SyncApi,
+        api: Any,
         sandbox_id: str,
         name: str,
         *,
@@ -228,7 +218,24 @@ class Execution:
         self._progress = progress
 
     def __repr__(self) -> str:
-        return f"Execution(name={self.name!r}, sandbox_id={self.sandbox_id!r})"
+        return f"{type(self).__name__}(name={self.name!r}, sandbox_id={self.sandbox_id!r})"
+
+    def _artifacts(self) -> Flow[Snapshot]:
+        return artifacts_flow(self.sandbox_id, self.name, self._limits, self._progress)
+
+
+class Execution(_ExecutionBase):
+    """A script running in a sandbox (sync). Get one from ``LocalSandbox.execute``.
+
+    >>> run = sb.execute("print('hi')")  # doctest: +SKIP
+    >>> for text in run.logs():  # doctest: +SKIP
+    ...     print(text, end="")
+    hi
+    >>> run.wait()  # doctest: +SKIP
+    'completed'
+    """
+
+    _api: SyncApi
 
     def status(self) -> str:
         """``pending``, ``running``, ``completed`` or ``failed``."""
@@ -272,31 +279,13 @@ class Execution:
 
     def export_artifacts(self) -> Snapshot:
         """The files the script left in its working directory, as a Snapshot."""
-        return self._api.run(
-            artifacts_flow(self.sandbox_id, self.name, self._limits, self._progress)
-        )
+        return self._api.run(self._artifacts())
 
 
-class AsyncExecution:
+class AsyncExecution(_ExecutionBase):
     """The asyncio twin of :class:`Execution`: ``async for text in run.logs()``."""
 
-    def __init__(
-        self,
-        api: AsyncApi,
-        sandbox_id: str,
-        name: str,
-        *,
-        limits: ArchiveLimits,
-        progress: bool | None,
-    ) -> None:
-        self._api = api
-        self.sandbox_id = sandbox_id
-        self.name = name
-        self._limits = limits
-        self._progress = progress
-
-    def __repr__(self) -> str:
-        return f"AsyncExecution(name={self.name!r}, sandbox_id={self.sandbox_id!r})"
+    _api: AsyncApi
 
     async def status(self) -> str:
         """``pending``, ``running``, ``completed`` or ``failed``."""
@@ -336,6 +325,4 @@ class AsyncExecution:
 
     async def export_artifacts(self) -> Snapshot:
         """The files the script left in its working directory, as a Snapshot."""
-        return await self._api.run(
-            artifacts_flow(self.sandbox_id, self.name, self._limits, self._progress)
-        )
+        return await self._api.run(self._artifacts())

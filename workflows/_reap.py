@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ._config import ApiKey, resolve_settings
+from ._config import ApiKey, Settings, resolve_settings
 from ._ledger import Ledger, LedgerEntry, default_ledger
 from ._recipes import ReleaseResult, async_bulk_release, bulk_release
 
@@ -45,6 +45,17 @@ def held_sandboxes(
     return [e for e in held if include_live or not _alive(e.pid)]
 
 
+def _plan(
+    api_key: str | ApiKey | None, base_url: str | None, ledger: Ledger | None, include_live: bool
+) -> tuple[Settings, Ledger, list[LedgerEntry]]:
+    settings = resolve_settings(api_key, base_url)
+    book = ledger or default_ledger()
+    held = held_sandboxes(
+        api_key=settings.api_key, base_url=settings.base_url, ledger=book, include_live=include_live
+    )
+    return settings, book, held
+
+
 def reap(
     *,
     api_key: str | ApiKey | None = None,
@@ -61,11 +72,7 @@ def reap(
     >>> [r.sandbox_id for r in reap(dry_run=True)]  # doctest: +SKIP
     []
     """
-    settings = resolve_settings(api_key, base_url)
-    book = ledger or default_ledger()
-    held = held_sandboxes(
-        api_key=settings.api_key, base_url=settings.base_url, ledger=book, include_live=include_live
-    )
+    settings, book, held = _plan(api_key, base_url, ledger, include_live)
     if dry_run:
         return [ReleaseResult(e.sandbox_id, False) for e in held]
     return bulk_release(
@@ -89,11 +96,7 @@ async def async_reap(
     progress: bool | None = None,
 ) -> list[ReleaseResult]:
     """The async twin of :func:`reap`."""
-    settings = resolve_settings(api_key, base_url)
-    book = ledger or default_ledger()
-    held = held_sandboxes(
-        api_key=settings.api_key, base_url=settings.base_url, ledger=book, include_live=include_live
-    )
+    settings, book, held = _plan(api_key, base_url, ledger, include_live)
     if dry_run:
         return [ReleaseResult(e.sandbox_id, False) for e in held]
     return await async_bulk_release(

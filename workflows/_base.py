@@ -1,0 +1,109 @@
+"""What both sandbox faces know without I/O: identity, servers, state, argument checks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ._archive import ArchiveLimits
+from ._config import Settings
+from ._errors import InvalidInputError
+from ._ledger import Ledger
+from ._models import SandboxInfo, ServerInfo
+from ._server_data import server_data_body
+
+__all__ = ["SandboxBase"]
+
+
+class SandboxBase:
+    """The state shared by :class:`~workflows.LocalSandbox` and its async twin."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        info: SandboxInfo,
+        *,
+        owned: bool,
+        ledger: Ledger | None,
+        progress: bool | None,
+        limits: ArchiveLimits | None,
+    ) -> None:
+        self._settings = settings
+        self._info = info
+        self._owned = owned
+        self._released = False
+        self._ledger = ledger
+        self.progress = progress
+        self.limits = limits or ArchiveLimits()
+
+    @property
+    def id(self) -> str:
+        """The sandbox id."""
+        return self._info.id
+
+    @property
+    def status(self) -> str | None:
+        """The status when last fetched (``occupied`` while held); see ``refresh()``."""
+        return self._info.status
+
+    @property
+    def benchmark(self) -> str | None:
+        """The benchmark the sandbox was configured for, if any."""
+        return self._info.benchmark
+
+    @property
+    def servers(self) -> tuple[ServerInfo, ...]:
+        """The MCP servers: name, ``mcp_server_url``, status, auth data."""
+        return self._info.servers
+
+    @property
+    def info(self) -> SandboxInfo:
+        """Everything known about the sandbox since the last fetch."""
+        return self._info
+
+    @property
+    def settings(self) -> Settings:
+        """The connection settings (the key inside never shows in a repr)."""
+        return self._settings
+
+    @property
+    def owned(self) -> bool:
+        """Whether leaving the ``with`` block releases the sandbox (False after ``attach``)."""
+        return self._owned
+
+    @property
+    def released(self) -> bool:
+        """Whether ``release()`` has run."""
+        return self._released
+
+    def mcp_url(self, server_name: str) -> str:
+        """The MCP Streamable HTTP URL of one of the sandbox's servers."""
+        url = self._info.server(server_name).mcp_server_url
+        if not url:
+            raise KeyError(f"the {server_name!r} server has no MCP URL yet; try refresh()")
+        return url
+
+    def __repr__(self) -> str:
+        names = [s.name for s in self.servers]
+        state = "released" if self._released else self.status
+        return (
+            f"{type(self).__name__}(id={self.id!r}, status={state!r}, servers={names!r}, "
+            f"base_url={self.settings.base_url!r})"
+        )
+
+    def _show(self, progress: bool | None) -> bool | None:
+        return self.progress if progress is None else progress
+
+    def _check_live(self) -> None:
+        if self._released:
+            raise InvalidInputError(f"sandbox {self.id} was released; acquire a new one")
+
+    def _data_request(self, server: str, data: Mapping[str, Any] | None) -> Any:
+        body = server_data_body(server, data)
+        if server not in {s.name for s in self.servers}:
+            raise InvalidInputError(
+                f"this sandbox does not hold the {server!r} server; acquire it with "
+                f"server_names including {server!r}"
+            )
+        self._check_live()
+        return body
