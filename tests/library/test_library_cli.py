@@ -99,3 +99,19 @@ def test_demo_runs_on_the_embedded_emulator(tmp_path: Path) -> None:
     assert "round-trip dump: ok: 3 files came back" in done.stdout
     assert "dump diff: 1 added, 0 removed, 1 modified" in done.stdout
     assert "sandboxes still listed: 0" in done.stdout
+
+
+def test_exec_streams_output_and_exit_status(cli: Cli, tmp_path: Path) -> None:
+    code, out = cli("acquire", "filesystem")
+    sandbox_id = out.splitlines()[0]
+    good = tmp_path / "good.py"
+    good.write_text("print('from the sandbox')\n")
+    code, out = cli("exec", sandbox_id, str(good))
+    own_lines = [line for line in out.splitlines() if not line.startswith("[emulator]")]
+    assert (code, own_lines) == (0, ["from the sandbox"])  # emulator notes vary by machine
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nprint('failing')\nsys.exit(2)\n")
+    code, out = cli("exec", sandbox_id, str(bad), "--name", "bad-run")
+    assert code == 1
+    assert "failing" in out
+    cli("release", sandbox_id)
