@@ -123,3 +123,58 @@ def test_refused_connections_are_not_ambiguous() -> None:
     refused.__cause__ = httpx.ConnectError("refused")
     assert not is_ambiguous(refused)
     assert is_ambiguous(_timeout())
+
+
+def test_a_refused_signed_url_is_requested_again() -> None:
+    from klavis_sandbox_client.models import InitializeSandboxResponse, UploadUrlResponse
+
+    from workflows import TransferError
+    from workflows._collect import plan_mapping
+    from workflows._flows import Blocking, Upload, upload_flow
+
+    def url_response(n: int) -> Response[Any]:
+        body = UploadUrlResponse(upload_url=f"http://storage.test/o?sig={n}", expires_in_minutes=30)
+        return Response(HTTPStatus.OK, b"", {}, body)
+
+    flow = upload_flow("sb-1", plan_mapping({"a.txt": "A"}), False)
+    step = next(flow)
+    assert isinstance(step, Blocking)
+    step = flow.send(step.fn(*step.args, **step.kwargs))  # pack for real
+    assert isinstance(step, Call)
+    assert step.op == "get_upload_url"
+    step = flow.send(url_response(1))
+    assert isinstance(step, Upload)
+    assert step.url.endswith("sig=1")
+    step = flow.throw(TransferError("expired", status_code=403))
+    assert isinstance(step, Call)
+    assert step.op == "get_upload_url"  # a fresh URL, not a blind retry of the stale one
+    step = flow.send(url_response(2))
+    assert isinstance(step, Upload)
+    assert step.url.endswith("sig=2")
+    step = flow.send(None)
+    assert isinstance(step, Call)
+    assert step.op == "initialize_workspace"
+    done = InitializeSandboxResponse.from_dict(
+        {"sandbox_id": "sb-1", "status": "occupied", "message": "ok"}
+    )
+    with pytest.raises(StopIteration):
+        flow.send(Response(HTTPStatus.OK, b"", {}, done))
+
+
+def test_a_second_refusal_is_final() -> None:
+    from klavis_sandbox_client.models import UploadUrlResponse
+
+    from workflows import TransferError
+    from workflows._collect import plan_mapping
+    from workflows._flows import Blocking, upload_flow
+
+    body = UploadUrlResponse(upload_url="http://storage.test/o?sig=x", expires_in_minutes=30)
+    flow = upload_flow("sb-1", plan_mapping({"a.txt": "A"}), False)
+    step = next(flow)
+    assert isinstance(step, Blocking)
+    flow.send(step.fn(*step.args, **step.kwargs))
+    flow.send(Response(HTTPStatus.OK, b"", {}, body))
+    flow.throw(TransferError("expired", status_code=403))
+    flow.send(Response(HTTPStatus.OK, b"", {}, body))
+    with pytest.raises(TransferError):
+        flow.throw(TransferError("expired again", status_code=403))
