@@ -16,7 +16,7 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
 EXPECTED = ["01-quickstart", "02-generated-client", "03-seed-and-round-trip", "04-bulk"]
-EXPECTED += ["07-reliability"]
+EXPECTED += ["05-execution", "06-mcp-agent", "07-reliability"]
 IGNORE_TAG = "nbval-ignore-output"
 
 # What must never appear in a stored output: a bearer token or Authorization header, a
@@ -127,3 +127,32 @@ def test_the_sanitize_file_is_read_as_nbval_reads_it() -> None:
     ]
     for sample in samples:
         assert any(p.search(sample) for p in patterns), sample
+
+
+def sanitized(text: str) -> str:
+    """``text`` after every pattern of sanitize.cfg, applied in file order as nbval does."""
+    config = (NOTEBOOKS / "sanitize.cfg").read_text(encoding="utf-8")
+    for regex, replace in re.findall(r"^regex: (.*)$\n^replace: (.*)$", config, flags=re.MULTILINE):
+        text = re.sub(regex, replace, text)
+    return text
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "/tmp/klavis-emulator-m5s8sa87/workspaces/086c479c-ef4f-44d7-a4ae-5634d50a8511",
+        "/private/var/folders/x1/T/klavis-emulator-q/workspaces/086c479c-ef4f-44d7-a4ae-5634d50a8511",
+    ],
+)
+def test_an_unconfined_workspace_reads_as_the_confined_one(host: str) -> None:
+    """MCP servers without bubblewrap see the workspace's host folder; confined ones see /data."""
+    for template in ("Successfully wrote to {}/src/greet.py", "Allowed directories:\n{}"):
+        assert sanitized(template.format(host)) == sanitized(template.format("/data"))
+    assert sanitized("/data/src/greet.py") == "/data/src/greet.py"
+
+
+def test_commit_ids_are_sanitized_but_not_sha256_digests() -> None:
+    commit = "Changes committed successfully with hash 682f5790dd6dfb115209454692b87b0d4b625cb6"
+    assert sanitized(commit) == "Changes committed successfully with hash <SHA>"
+    digest = "c49ea39d9524b772e81efaf428626b5e08378a0a702033b21d47cdc2e5610e2c"
+    assert sanitized(digest) == digest
