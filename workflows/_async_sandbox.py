@@ -66,7 +66,7 @@ async def async_list_sandboxes(
 
 
 class _Acquiring:
-    """What ``AsyncLocalSandbox.acquire`` returns: await it, or use it in ``async with``."""
+    """What ``AsyncLocalSandbox.acquire`` and ``attach`` return: await it, or ``async with`` it."""
 
     def __init__(self, make: Callable[[], Awaitable[AsyncLocalSandbox]]) -> None:
         self._make = make
@@ -174,7 +174,7 @@ class AsyncLocalSandbox(SandboxBase):
         return _Acquiring(make)
 
     @classmethod
-    async def attach(
+    def attach(
         cls,
         local_sandbox_id: str,
         *,
@@ -183,23 +183,28 @@ class AsyncLocalSandbox(SandboxBase):
         timeout: float | None = None,
         progress: bool | None = None,
         limits: ArchiveLimits | None = None,
-    ) -> AsyncLocalSandbox:
-        """Wrap an existing sandbox without owning it; NotFoundError if it is not there."""
+    ) -> _Acquiring:
+        """Wrap an existing sandbox without owning it; NotFoundError if it is not there.
+
+        Await it, or use it in ``async with`` (which closes the connections but does not
+        release the sandbox)::
+
+            async with AsyncLocalSandbox.attach(sandbox_id) as sb:
+                snap = await sb.dump()
+        """
         check_id(local_sandbox_id)
-        api = AsyncApi(resolve_settings(api_key, base_url, timeout=timeout))
-        try:
-            info = await api.run(get_flow(local_sandbox_id))
-        except BaseException:
-            await api.aclose()
-            raise
-        return cls(
-            api,
-            info,
-            owned=False,
-            owns_api=True,
-            progress=progress,
-            limits=limits,
-        )
+        settings = resolve_settings(api_key, base_url, timeout=timeout)
+
+        async def make() -> AsyncLocalSandbox:
+            api = AsyncApi(settings)
+            try:
+                info = await api.run(get_flow(local_sandbox_id))
+            except BaseException:
+                await api.aclose()
+                raise
+            return cls(api, info, owned=False, owns_api=True, progress=progress, limits=limits)
+
+        return _Acquiring(make)
 
     async def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current details."""

@@ -114,7 +114,11 @@ class Face:
     def attach(self, *args: Any, **kwargs: Any) -> Any:
         if self._loop is None:
             return workflows.LocalSandbox.attach(*args, **kwargs)
-        return Blocking(self._loop, self._run(workflows.AsyncLocalSandbox.attach(*args, **kwargs)))
+
+        async def go() -> workflows.AsyncLocalSandbox:
+            return await workflows.AsyncLocalSandbox.attach(*args, **kwargs)
+
+        return Blocking(self._loop, self._run(go()))
 
     def _twin(self, name: str) -> Callable[..., Any]:
         if self._loop is None:
