@@ -113,14 +113,21 @@ class SyncApi:
         self, fn: Callable[..., Response[Any]], *, retry: bool, **kwargs: Any
     ) -> Response[Any]:
         """Run a generated ``*_detailed`` function; retry it only when ``retry`` says it is safe."""
-        if not retry:
+        try:  # the common case, without the cost of a retry context
             return self._once(fn, kwargs)
+        except Exception as exc:
+            if not retry or retry_backoff(exc) is False:
+                raise
+            first: Exception | None = exc
         for attempt in stamina.retry_context(
             on=retry_backoff,
             attempts=self.settings.retry_attempts,
             timeout=self.settings.retry_deadline,
         ):
             with attempt:
+                if first is not None:  # replay the first failure so stamina backs off from it
+                    failure, first = first, None
+                    raise failure
                 return self._once(fn, kwargs)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -245,14 +252,21 @@ class AsyncApi:
         self, fn: Callable[..., Awaitable[Response[Any]]], *, retry: bool, **kwargs: Any
     ) -> Response[Any]:
         """Await a generated ``asyncio_detailed`` function; retried only when ``retry`` is safe."""
-        if not retry:
+        try:  # the common case, without the cost of a retry context
             return await self._once(fn, kwargs)
+        except Exception as exc:
+            if not retry or retry_backoff(exc) is False:
+                raise
+            first: Exception | None = exc
         async for attempt in stamina.retry_context(
             on=retry_backoff,
             attempts=self.settings.retry_attempts,
             timeout=self.settings.retry_deadline,
         ):
             with attempt:
+                if first is not None:  # replay the first failure so stamina backs off from it
+                    failure, first = first, None
+                    raise failure
                 return await self._once(fn, kwargs)
         raise AssertionError("unreachable")  # pragma: no cover
 

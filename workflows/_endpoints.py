@@ -8,6 +8,7 @@ ambiguous failure; acquire and execute never are, they are reconciled instead.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator, Mapping
 from types import ModuleType
 
 __all__ = ["OPERATIONS"]
@@ -34,8 +35,22 @@ _NAMES = (
     "reset_local_sandbox",
 )
 
-OPERATIONS: dict[str, ModuleType] = {
-    name: importlib.import_module(f"klavis_sandbox_client.api.local_sandbox.{name}")
-    for name in _NAMES
-}
+
+class _Operations(Mapping[str, ModuleType]):
+    """Imports each generated endpoint module (and the models it needs) on first use, so that
+    ``import workflows`` stays fast."""
+
+    def __getitem__(self, name: str) -> ModuleType:
+        if name not in _NAMES:
+            raise KeyError(name)
+        return importlib.import_module(f"klavis_sandbox_client.api.local_sandbox.{name}")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_NAMES)
+
+    def __len__(self) -> int:
+        return len(_NAMES)
+
+
+OPERATIONS: Mapping[str, ModuleType] = _Operations()
 """The generated endpoint modules by name; each has ``sync_detailed`` and ``asyncio_detailed``."""

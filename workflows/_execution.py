@@ -18,12 +18,6 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from klavis_sandbox_client.models import (
-    ExecuteRequest,
-    ExecutionUploadUrlRequest,
-    ExportArtifactsRequest,
-)
-
 from ._api import AsyncApi, SyncApi
 from ._archive import ArchiveLimits, pack_to_tempfile, read_snapshot
 from ._collect import SourceFile, plan_mapping
@@ -121,6 +115,8 @@ def start_flow(
     sandbox_id: str, name: str, entries: Sequence[SourceFile], progress: bool | None
 ) -> Flow[None]:
     """Upload the execution archive and start it; an ambiguous start is checked, not re-sent."""
+    from klavis_sandbox_client.models import ExecuteRequest, ExecutionUploadUrlRequest
+
     kwargs: dict[str, Any] = {"local_sandbox_id": sandbox_id}
     with progress_bar(total=None, desc="packing", progress=progress) as update:
         packed: tuple[IO[bytes], int] = yield Blocking(
@@ -177,6 +173,8 @@ def artifacts_flow(
     sandbox_id: str, name: str, limits: ArchiveLimits, progress: bool | None
 ) -> Flow[Snapshot]:
     """Export the execution's working directory and read it as a Snapshot."""
+    from klavis_sandbox_client.models import ExportArtifactsRequest
+
     with tempfile.TemporaryFile() as tmp:
         for fresh in (False, True):
             response = yield Call(

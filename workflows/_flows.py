@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from klavis_sandbox_client.models import AcquireLocalSandboxRequest
 from klavis_sandbox_client.types import Response
 
 from . import _reconcile
@@ -123,6 +122,8 @@ def acquire_attempt(request: AcquireRequest, base_url: str) -> Flow[SandboxInfo]
     Raises :class:`~workflows._reconcile.AcquireDidNotHappen` when the acquire is known not to
     have happened, which the driver retries (see :func:`retry_acquire`).
     """
+    from klavis_sandbox_client.models import AcquireLocalSandboxRequest
+
     before = {s.id for s in (yield from list_flow())}
     body = AcquireLocalSandboxRequest.from_dict(request.to_body())
     failure: Exception

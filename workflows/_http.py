@@ -199,6 +199,8 @@ def _error_for(response: httpx.Response) -> ApiError:
 
 
 def _log_response(response: httpx.Response) -> None:
+    if not log.isEnabledFor(logging.DEBUG):
+        return
     request = response.request
     signed = "authorization" not in request.headers
     log.debug(

@@ -6,8 +6,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from klavis_sandbox_client.models import BenchmarkEnum, LocalSandboxMCPServer
-
 from ._errors import InvalidInputError
 
 __all__ = [
@@ -23,11 +21,30 @@ __all__ = [
     "sandbox_info_from_dict",
 ]
 
-SERVER_NAMES: tuple[str, ...] = tuple(m.value for m in LocalSandboxMCPServer)
-"""The MCP servers a local sandbox can host, in the order of the contract's enum."""
+SERVER_NAMES: tuple[str, ...] = (
+    "filesystem",
+    "git",
+    "terminal",
+    "desktop-commander",
+    "arxiv",
+    "excel",
+    "word",
+    "powerpoint",
+    "code-executor",
+    "code-runner",
+    "pdf-tools",
+    "google_cloud",
+    "poste_email_toolathlon",
+    "canvas",
+    "localmemory",
+    "playwright",
+)
+"""The MCP servers a local sandbox can host (the contract's ``LocalSandboxMCPServer`` enum;
+written out so that importing `workflows` does not load the generated models — a test keeps
+the two equal)."""
 
-BENCHMARKS: tuple[str, ...] = tuple(m.value for m in BenchmarkEnum)
-"""The benchmarks a sandbox can be configured for."""
+BENCHMARKS: tuple[str, ...] = ("MCP_Atlas", "Toolathlon", "MCP_Mark")
+"""The benchmarks a sandbox can be configured for (the contract's ``BenchmarkEnum``)."""
 
 MIN_TTL_SECONDS = 60
 MAX_TTL_SECONDS = 86_400

@@ -6,8 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from klavis_sandbox_client.models import CanvasDataInput, GoogleCloudDataInput, PosteEmailDataInput
-
 from ._common import body_dict
 from ._errors import InvalidInputError
 from ._flows import Call, Flow
@@ -20,11 +18,12 @@ __all__ = [
     "server_data_body",
 ]
 
-_MODELS: dict[str, type[Any]] = {
-    "google_cloud": GoogleCloudDataInput,
-    "poste_email_toolathlon": PosteEmailDataInput,
-    "canvas": CanvasDataInput,
+_MODELS: dict[str, str] = {
+    "google_cloud": "GoogleCloudDataInput",
+    "poste_email_toolathlon": "PosteEmailDataInput",
+    "canvas": "CanvasDataInput",
 }
+"""The generated request model of each server's document, imported when first needed."""
 _OPS = {
     "google_cloud": ("initialize_google_cloud_data", "dump_google_cloud_data"),
     "poste_email_toolathlon": ("initialize_poste_email_data", "dump_poste_email_data"),
@@ -60,8 +59,11 @@ def server_data_body(server: str, data: Mapping[str, Any] | None) -> Any:
         return None
     if not isinstance(data, Mapping):
         raise InvalidInputError(f"{server} data must be a mapping, got {type(data).__name__}")
+    from klavis_sandbox_client import models
+
+    model: Any = getattr(models, _MODELS[server])
     try:
-        return _MODELS[server].from_dict(dict(data))
+        return model.from_dict(dict(data))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InvalidInputError(
             f"the {server} document does not fit the contract: {type(exc).__name__}: {exc}"

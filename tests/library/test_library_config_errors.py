@@ -146,3 +146,25 @@ def test_all_lists_exactly_the_public_names() -> None:
         assert name in workflows.__all__
     assert issubclass(workflows.UnsafeArchiveError, workflows.KlavisError)
     assert issubclass(workflows.TransferError, workflows.KlavisError)
+
+
+def test_written_out_names_match_the_contract() -> None:
+    from klavis_sandbox_client.models import BenchmarkEnum, LocalSandboxMCPServer
+
+    assert sorted(workflows.SERVER_NAMES) == sorted(m.value for m in LocalSandboxMCPServer)
+    assert sorted(workflows.BENCHMARKS) == sorted(m.value for m in BenchmarkEnum)
+
+
+def test_import_does_not_load_the_generated_models() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, workflows; "
+        "print(sorted(m for m in sys.modules if m.startswith(('klavis_sandbox_client.models', "
+        "'klavis_sandbox_client.api', 'mcp', 'httpx2', 'fastmcp', 'tqdm'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
