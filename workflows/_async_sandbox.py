@@ -153,7 +153,7 @@ class AsyncLocalSandbox(SandboxBase):
             conn = api or AsyncApi(settings)
             try:
                 info = await conn.run_retrying(
-                    lambda: acquire_attempt(request, settings.base_url), on=retry_acquire
+                    lambda: acquire_attempt(request, settings.base_url, book), on=retry_acquire
                 )
             except BaseException:
                 if api is None:

@@ -30,6 +30,7 @@ from ._common import (
 )
 from ._errors import AcquireAmbiguousError, ApiError, NotFoundError, TransferError
 from ._http import retry_backoff
+from ._ledger import Ledger, LedgerEntry
 from ._models import AcquireRequest, SandboxInfo, sandbox_info_from_dict
 from ._progress import progress_bar
 from ._snapshot import Snapshot
@@ -116,11 +117,14 @@ def get_flow(sandbox_id: str) -> Flow[SandboxInfo]:
     return info_from(response)
 
 
-def acquire_attempt(request: AcquireRequest, base_url: str) -> Flow[SandboxInfo]:
+def acquire_attempt(
+    request: AcquireRequest, base_url: str, ledger: Ledger | None = None
+) -> Flow[SandboxInfo]:
     """One acquire, reconciled by listing when its failure is ambiguous.
 
     Raises :class:`~workflows._reconcile.AcquireDidNotHappen` when the acquire is known not to
-    have happened, which the driver retries (see :func:`retry_acquire`).
+    have happened, which the driver retries (see :func:`retry_acquire`). Sandboxes that the
+    ledger says other processes hold are never adopted.
     """
     from klavis_sandbox_client.models import AcquireLocalSandboxRequest
 
@@ -146,6 +150,9 @@ def acquire_attempt(request: AcquireRequest, base_url: str) -> Flow[SandboxInfo]
             f"acquire failed ({failure}) and listing sandboxes to reconcile also failed ({exc}); "
             "a sandbox may have been created: run `klavis-sandbox reap` or let its TTL expire"
         ) from failure
+    if ledger is not None:  # other processes of this user record what they hold
+        held: list[LedgerEntry] = yield Blocking(ledger.held, (), {"base_url": base_url})
+        before |= {entry.sandbox_id for entry in held}
     for candidate in _reconcile.adoptable(request, before, after):
         if _reconcile.claim(base_url, candidate.id):
             log.warning(

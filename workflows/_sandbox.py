@@ -115,7 +115,7 @@ class LocalSandbox(SandboxBase):
         book = ledger_of(ledger)
         api = sync_api_for(settings)
         info = api.run_retrying(
-            lambda: acquire_attempt(request, settings.base_url), on=retry_acquire
+            lambda: acquire_attempt(request, settings.base_url, book), on=retry_acquire
         )
         own(info.id, settings, book)
         log.info("acquired sandbox %s (%s)", info.id, ", ".join(s.name for s in info.servers))

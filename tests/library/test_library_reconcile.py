@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -178,3 +179,20 @@ def test_a_second_refusal_is_final() -> None:
     flow.send(Response(HTTPStatus.OK, b"", {}, body))
     with pytest.raises(TransferError):
         flow.throw(TransferError("expired again", status_code=403))
+
+
+def test_sandboxes_other_processes_hold_are_never_adopted(tmp_path: Path) -> None:
+    from workflows import Ledger
+    from workflows._flows import Blocking
+
+    base = "http://ledger.test"
+    book = Ledger(tmp_path / "ledger.jsonl")
+    book.record("acquired", "theirs", base_url=base, key="k")  # another process's fresh sandbox
+    flow = acquire_attempt(check_acquire(["git"]), base, book)
+    step = next(flow)
+    step = flow.send(_listing())
+    step = flow.throw(_timeout())
+    step = flow.send(_listing(_sandbox("theirs", "git")))
+    assert isinstance(step, Blocking)  # reads the ledger
+    with pytest.raises(AcquireDidNotHappen):
+        flow.send(step.fn(*step.args, **step.kwargs))
