@@ -10,32 +10,13 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
-from ._state import BENCHMARKS, LOCAL_SERVER_NAMES
+from ._state import BENCHMARKS, LOCAL_SERVER_NAMES, ServerName
 
-ServerName = Literal[
-    "filesystem",
-    "git",
-    "terminal",
-    "desktop-commander",
-    "arxiv",
-    "excel",
-    "word",
-    "powerpoint",
-    "code-executor",
-    "code-runner",
-    "pdf-tools",
-    "google_cloud",
-    "poste_email_toolathlon",
-    "canvas",
-    "localmemory",
-    "playwright",
-]
 Benchmark = Literal["MCP_Atlas", "Toolathlon", "MCP_Mark"]
 SandboxStatus = Literal["idle", "occupied", "error"]
 Region = Literal["us", "asia"]
 ExecutionStatus = Literal["pending", "running", "completed", "failed"]
 
-assert get_args(ServerName) == LOCAL_SERVER_NAMES
 assert get_args(Benchmark) == BENCHMARKS
 
 _VALID_NAMES = ", ".join(LOCAL_SERVER_NAMES)

@@ -42,7 +42,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Final, Literal
+from typing import Any, BinaryIO, Final, Literal, get_args
 
 from ._archive import ArchiveLimits, copy_tree, extract_archive, make_archive
 from ._clock import Clock, OffsetClock, isoformat
@@ -61,6 +61,7 @@ from ._signing import SignedUrl, UrlSigner, is_valid_object_key
 __all__ = [
     "BENCHMARKS",
     "LOCAL_SERVER_NAMES",
+    "ServerName",
     "REGIONS",
     "EmulatorError",
     "EmulatorState",
@@ -78,7 +79,7 @@ __all__ = [
     "tenant_for_token",
 ]
 
-LOCAL_SERVER_NAMES: Final[tuple[str, ...]] = (
+ServerName = Literal[
     "filesystem",
     "git",
     "terminal",
@@ -95,7 +96,10 @@ LOCAL_SERVER_NAMES: Final[tuple[str, ...]] = (
     "canvas",
     "localmemory",
     "playwright",
-)
+]
+"""The contract's ``LocalSandboxMCPServer`` enum, as a type."""
+
+LOCAL_SERVER_NAMES: Final[tuple[str, ...]] = get_args(ServerName)
 BENCHMARKS: Final[tuple[str, ...]] = ("MCP_Atlas", "Toolathlon", "MCP_Mark")
 REGIONS: Final[tuple[str, ...]] = ("us", "asia")
 
