@@ -188,3 +188,66 @@ def test_archive_caps_answer_413(tmp_path: Path, token: str, make_tar_gz: MakeTa
         assert list(server.state.workspace_path(sandbox_id).iterdir()) == []
         fine = _upload_and_initialize(http, sandbox_id, make_tar_gz({"a": "1", "b": "2"}))
         assert fine.status_code == 200
+
+
+def _direct_tar_gz(*members: tuple[str, str, object]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, kind, arg in members:
+            info = tarfile.TarInfo(name)
+            if kind == "f":
+                assert isinstance(arg, bytes)
+                info.size = len(arg)
+                tar.addfile(info, io.BytesIO(arg))
+            elif kind == "d":
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.type = tarfile.SYMTYPE if kind == "l" else tarfile.LNKTYPE
+                assert isinstance(arg, str)
+                info.linkname = arg
+                tar.addfile(info)
+    return buf.getvalue()
+
+
+def _extract_directly(tmp_path: Path, data: bytes) -> tuple[str, list[str]]:
+    from klavis_emulator import _archive
+
+    root = tmp_path / "box" / "root"
+    root.mkdir(parents=True)
+    archive = tmp_path / "a.tgz"
+    archive.write_bytes(data)
+    try:
+        _archive.extract_archive(archive, root)
+        result = "ok"
+    except _archive.ArchiveRejected as exc:
+        result = f"rejected: {exc}"
+    outside = sorted(
+        str(p.relative_to(tmp_path))
+        for p in (tmp_path / "box").rglob("*")
+        if p != root and root not in p.parents
+    )
+    return result, outside
+
+
+def test_a_symlink_chain_built_member_by_member_cannot_escape(tmp_path: Path) -> None:
+    chain = _direct_tar_gz(
+        ("d0/", "d", None),
+        ("d0/sub/", "d", None),
+        ("sub/", "d", None),
+        ("q", "l", "d0"),
+        ("p", "l", "q/sub/../.."),
+        ("p/a.txt", "f", b"a"),
+        ("q", "l", "."),  # now p leads out of the tree
+        ("p/evil.txt", "f", b"evil"),
+    )
+    result, outside = _extract_directly(tmp_path, chain)
+    assert result.startswith("rejected")
+    assert outside == []
+
+
+def test_a_cut_gzip_end_is_refused_and_a_self_hard_link_is_fine(tmp_path: Path) -> None:
+    whole = _direct_tar_gz(("a", "f", b"A"))
+    assert _extract_directly(tmp_path / "cut", whole[:-4])[0].startswith("rejected")
+    self_link = _direct_tar_gz(("a", "f", b"A"), ("a", "h", "a"))
+    assert _extract_directly(tmp_path / "self", self_link) == ("ok", [])

@@ -5,7 +5,7 @@ Packing (:func:`write_archive`, :func:`pack_to_tempfile`) turns planned
 (``isal``), reading file contents in 1 MiB chunks so memory stays flat.
 
 Unpacking (:func:`iter_archive_files`, :func:`extract_archive`, :func:`read_snapshot`) streams
-the archive once (never seeking, never holding a member in memory) and refuses, with
+the archive once (never seeking, never holding a big member in memory) and refuses, with
 :class:`~workflows.UnsafeArchiveError`, anything that could write outside the destination or
 exhaust the disk: absolute names, ``..``, links leading outside, members reached through a
 symlink, devices and fifos, and archives over the :class:`ArchiveLimits`.
@@ -22,9 +22,11 @@ import shutil
 import stat
 import tarfile
 import tempfile
+import threading
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, cast
 
@@ -602,6 +604,16 @@ def _iter_members(
 
 _O_BINARY: int = getattr(os, "O_BINARY", 0)
 _O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
+_UTIME_FD = os.utime in os.supports_fd
+# Files up to this size are read whole and written by a few threads, so that creating and writing
+# them (system calls that let go of the GIL) overlaps with decompressing the next members; bigger
+# ones are streamed by the calling thread in CHUNK_SIZE pieces.
+_POOLED_FILE_MAX = 4 * 1024 * 1024
+_WRITE_THREADS = 4
+# Bytes read but not yet written, at most; an empty file counts as _WRITE_MIN_COST.
+_WRITE_BUDGET = 8 * 1024 * 1024
+_WRITE_MIN_COST = 4096
+_WRITE_BATCH = 512 * 1024
 
 
 def _file_mode(info: tarfile.TarInfo) -> int:
@@ -613,12 +625,43 @@ def _remove_non_dir(path: str) -> None:
         os.unlink(path)
 
 
-def _write_member(
+def _member_mtime(info: tarfile.TarInfo) -> int:
+    return int(info.mtime) if info.mtime and info.mtime > 0 else ARCHIVE_MTIME
+
+
+def _create_file(path: str, mode: int) -> int:
+    """Open a new file at ``path`` for writing; an entry already there (an earlier member of
+    the same name, or a symlink, never followed) is replaced."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_BINARY
+    try:
+        return os.open(path, flags, mode)
+    except FileExistsError:
+        os.unlink(path)
+        return os.open(path, flags, mode)
+
+
+def _set_mtime(fd: int, path: str, mtime: int) -> None:
+    if _UTIME_FD:
+        os.utime(fd, (mtime, mtime))
+    else:  # pragma: no cover - platforms without futimens
+        os.utime(path, (mtime, mtime))
+
+
+def _write_bytes(path: str, data: bytes, mode: int, mtime: int) -> None:
+    fd = _create_file(path, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        _set_mtime(fd, path, mtime)
+    finally:
+        os.close(fd)
+
+
+def _write_stream(
     path: str, reader: BinaryIO, info: tarfile.TarInfo, progress: ProgressCallback | None
 ) -> None:
-    _remove_non_dir(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_BINARY
-    fd = os.open(path, flags, _file_mode(info))
+    fd = _create_file(path, _file_mode(info))
     with open(fd, "wb", buffering=0, closefd=True) as out:
         while True:
             chunk = reader.read(CHUNK_SIZE)
@@ -627,8 +670,103 @@ def _write_member(
             out.write(chunk)
             if progress is not None:
                 progress(len(chunk))
-    mtime = int(info.mtime) if info.mtime and info.mtime > 0 else ARCHIVE_MTIME
-    os.utime(path, (mtime, mtime))
+        _set_mtime(fd, path, _member_mtime(info))
+
+
+class _FileWriter:
+    """Writes small files on a few threads while the calling thread decompresses the next ones.
+
+    Files are handed over in batches of about :data:`_WRITE_BATCH` bytes (one hand-over per file
+    cost more than it saved). At most ``budget`` bytes read but not yet written are held (an empty
+    file counts as :data:`_WRITE_MIN_COST`, which also bounds the queue). The first error of a
+    write is raised by the next :meth:`submit` or by :meth:`drain`; :meth:`close` waits for the
+    threads, so nothing is written after it returns.
+    """
+
+    def __init__(self, threads: int, budget: int) -> None:
+        self._threads = threads
+        self._budget = budget
+        self._pool: ThreadPoolExecutor | None = None
+        self._cond = threading.Condition()
+        self._held = 0
+        self._tasks = 0
+        self._error: BaseException | None = None
+        self._batch: list[tuple[str, bytes, int, int]] = []
+        self._batch_cost = 0
+
+    def submit(self, path: str, reader: BinaryIO, info: tarfile.TarInfo) -> int:
+        """Read the member's contents now; they are written to ``path`` on a thread."""
+        cost = max(info.size, _WRITE_MIN_COST)
+        with self._cond:
+            if self._held and self._held + cost > self._budget:
+                self._flush_locked()
+                while self._held and self._held + cost > self._budget and self._error is None:
+                    self._cond.wait()
+            self._raise_error()
+            self._held += cost
+        try:
+            data = reader.read(info.size)
+        except BaseException:
+            with self._cond:
+                self._held -= cost
+            raise
+        with self._cond:
+            self._batch.append((path, data, _file_mode(info), _member_mtime(info)))
+            self._batch_cost += cost
+            if self._batch_cost >= _WRITE_BATCH:
+                self._flush_locked()
+        return len(data)
+
+    def _flush_locked(self) -> None:
+        if not self._batch:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, "workflows-extract")
+        batch, cost = self._batch, self._batch_cost
+        self._pool.submit(self._write, batch, cost)
+        self._batch, self._batch_cost = [], 0
+        self._tasks += 1
+
+    def _write(self, batch: list[tuple[str, bytes, int, int]], cost: int) -> None:
+        error: BaseException | None = None
+        try:
+            for path, data, mode, mtime in batch:
+                if self._error is not None:
+                    break
+                _write_bytes(path, data, mode, mtime)
+        except Exception as exc:  # noqa: BLE001 - raised again on the calling thread
+            error = exc
+        finally:
+            with self._cond:
+                self._held -= cost
+                self._tasks -= 1
+                if error is not None and self._error is None:
+                    self._error = error
+                self._cond.notify_all()
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def drain(self) -> None:
+        """Wait until every file handed over is written; raise the first error of a write."""
+        with self._cond:
+            self._flush_locked()
+            while self._tasks:
+                self._cond.wait()
+            self._raise_error()
+
+    def close(self) -> None:
+        """Stop the threads (batches not yet started are dropped) and wait for them."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _add_folders(folders: set[str], name: str) -> None:
+    """Record ``name`` and all its parents as folders that exist."""
+    while name and name not in folders:
+        folders.add(name)
+        name = name.rpartition("/")[0]
 
 
 def _plan_merge(tmp: str, dest: str) -> None:
@@ -700,8 +838,10 @@ def extract_archive(
 
     Files get mode 0o644, or 0o755 when the member's owner exec bit is set (less the umask), and
     the member's mtime; symlinks are created as stored (they were checked to stay inside); a hard
-    link becomes a copy of its target. ``progress(n)`` is called with the number of file bytes
-    written since its last call. Returns the names of the regular files extracted, sorted.
+    link becomes a copy of its target. Files up to 4 MiB are written by a few threads while the
+    next members are decompressed (at most 8 MiB waiting). ``progress(n)`` is called, on the
+    calling thread, with the number of file bytes extracted since its last call. Returns the
+    names of the regular files extracted, sorted.
     """
     dest_path = os.path.realpath(dest)
     if os.path.lexists(dest_path) and not os.path.isdir(dest_path):
@@ -711,31 +851,58 @@ def extract_archive(
     tmp = tempfile.mkdtemp(prefix=f".{base}.extract-", dir=parent)
     # mkdtemp's folder is private (0o700); the tree is built in a folder made the usual way
     root = os.path.join(tmp, "root")
+    writer = _FileWriter(_WRITE_THREADS, _WRITE_BUDGET)
     try:
         os.mkdir(root)
         files: set[str] = set()
-        for name, info, reader in iter_archive_files(src, limits=limits):
-            path = os.path.join(root, *name.split("/"))
-            if info.isdir():
-                os.makedirs(path, exist_ok=True)
-                continue
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            if reader is not None:
-                _write_member(path, reader, info, progress)
-                files.add(name)
-            elif info.issym():
-                _remove_non_dir(path)
-                os.symlink(info.linkname, path)
-                files.discard(name)
-            else:  # a hard link: copy the earlier file
-                source = os.path.join(root, *info.linkname.split("/"))
-                if source != path:
-                    _remove_non_dir(path)
-                    shutil.copyfile(source, path, follow_symlinks=False)
-                    shutil.copymode(source, path, follow_symlinks=False)
-                    if progress is not None:
-                        progress(os.path.getsize(path))
-                files.add(name)
+        # The tree is new and only this loop writes to it, and iter_archive_files refuses members
+        # reached through a symlink or a file: so a folder made once stays a folder (no stat).
+        folders: set[str] = {""}
+        # names written as files or symlinks: a later member of the same name waits for them
+        written: set[str] = set()
+        try:
+            for name, info, reader in iter_archive_files(src, limits=limits):
+                path = os.path.join(root, *name.split("/"))
+                if info.isdir():
+                    if name not in folders:
+                        os.makedirs(path, exist_ok=True)
+                        _add_folders(folders, name)
+                    continue
+                folder = name.rpartition("/")[0]
+                if folder not in folders:
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    _add_folders(folders, folder)
+                if name in written:
+                    writer.drain()
+                written.add(name)
+                if reader is not None:
+                    if info.size <= _POOLED_FILE_MAX:
+                        size = writer.submit(path, reader, info)
+                        if progress is not None and size:
+                            progress(size)
+                    else:
+                        _write_stream(path, reader, info, progress)
+                    files.add(name)
+                elif info.issym():
+                    try:
+                        os.symlink(info.linkname, path)
+                    except FileExistsError:  # an earlier member of that name
+                        os.unlink(path)
+                        os.symlink(info.linkname, path)
+                    files.discard(name)
+                else:  # a hard link: copy the earlier file
+                    writer.drain()
+                    source = os.path.join(root, *info.linkname.split("/"))
+                    if source != path:
+                        _remove_non_dir(path)
+                        shutil.copyfile(source, path, follow_symlinks=False)
+                        shutil.copymode(source, path, follow_symlinks=False)
+                        if progress is not None:
+                            progress(os.path.getsize(path))
+                    files.add(name)
+            writer.drain()
+        finally:
+            writer.close()
         if not os.path.lexists(dest_path):
             os.rename(root, dest_path)
         else:
