@@ -15,7 +15,6 @@ from typing import IO, Any
 from klavis_sandbox_client.types import Response
 
 from . import _reconcile, _registry
-from ._archive import ArchiveLimits
 from ._config import Settings
 from ._errors import ApiError, InvalidInputError
 from ._ledger import Ledger, default_ledger
@@ -116,6 +115,12 @@ class RoundTripReport:
     def __bool__(self) -> bool:
         return self.ok
 
+    def __repr__(self) -> str:
+        return (
+            f"RoundTripReport(ok={self.ok}, missing={self.missing!r}, changed={self.changed!r}, "
+            f"extra={self.extra!r})"
+        )
+
     def summary(self) -> str:
         """One line, e.g. ``ok: 3 files came back`` or ``1 missing, 0 changed, 2 extra``."""
         if self.ok:
@@ -134,8 +139,6 @@ def compare_round_trip(seeded: Mapping[str, bytes], snapshot: Snapshot) -> Round
         missing=diff.removed, changed=diff.modified, extra=diff.added, snapshot=snapshot
     )
 
-
-DEFAULT_LIMITS = ArchiveLimits()
 
 
 def check_id(sandbox_id: object) -> None:
