@@ -140,7 +140,6 @@ def compare_round_trip(seeded: Mapping[str, bytes], snapshot: Snapshot) -> Round
     )
 
 
-
 def check_id(sandbox_id: object) -> None:
     if not isinstance(sandbox_id, str) or not sandbox_id.strip() or "/" in sandbox_id:
         raise InvalidInputError(f"not a sandbox id: {sandbox_id!r}")
