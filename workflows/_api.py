@@ -77,18 +77,44 @@ def _read_chunks(fileobj: IO[bytes], progress: Progress) -> Iterator[bytes]:
         yield chunk
 
 
-class SyncApi:
-    """A pooled sync connection: the generated client, an API httpx client, a transfer client."""
+class _ApiBase:
+    """What the sync and async connections share: settings, the generated client, retries."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._http = make_sync_client(settings)
-        self._transfer_client: httpx.Client | None = None
         self.client = AuthenticatedClient(base_url=settings.base_url, token=_PLACEHOLDER_TOKEN)
-        self.client.set_httpx_client(self._http)
 
     def __repr__(self) -> str:
-        return f"SyncApi(base_url={self.settings.base_url!r})"
+        return f"{type(self).__name__}(base_url={self.settings.base_url!r})"
+
+    def _retrying(self, on: Callable[[Exception], bool | float]) -> Any:
+        """A stamina retry context (sync or async iterable) bounded by the settings' attempts
+        and deadline."""
+        return stamina.retry_context(
+            on=on, attempts=self.settings.retry_attempts, timeout=self.settings.retry_deadline
+        )
+
+
+def _upload_headers(size: int) -> dict[str, str]:
+    return {"Content-Type": "application/gzip", "Content-Length": str(size)}
+
+
+def _advance(flow: Flow[Any], value: Any, error: Exception | None) -> tuple[bool, Any]:
+    """Feed a flow the last step's result (or exception): (False, next step) or (True, result)."""
+    try:
+        return False, (flow.throw(error) if error is not None else flow.send(value))
+    except StopIteration as stop:
+        return True, stop.value
+
+
+class SyncApi(_ApiBase):
+    """A pooled sync connection: the generated client, an API httpx client, a transfer client."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self._http = make_sync_client(settings)
+        self._transfer_client: httpx.Client | None = None
+        self.client.set_httpx_client(self._http)
 
     def close(self) -> None:
         """Close the pooled connections."""
@@ -119,11 +145,7 @@ class SyncApi:
             if not retry or retry_backoff(exc) is False:
                 raise
             first: Exception | None = exc
-        for attempt in stamina.retry_context(
-            on=retry_backoff,
-            attempts=self.settings.retry_attempts,
-            timeout=self.settings.retry_deadline,
-        ):
+        for attempt in self._retrying(retry_backoff):
             with attempt:
                 if first is not None:  # replay the first failure so stamina backs off from it
                     failure, first = first, None
@@ -147,13 +169,12 @@ class SyncApi:
         value: Any = None
         error: Exception | None = None
         while True:
-            try:
-                step = flow.throw(error) if error is not None else flow.send(value)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+            done, item = _advance(flow, value, error)
+            if done:
+                return item  # type: ignore[no-any-return]
             value, error = None, None
             try:
-                value = self.perform(step)
+                value = self.perform(item)
             except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
                 error = exc
 
@@ -161,23 +182,17 @@ class SyncApi:
         self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
     ) -> T:
         """Run a fresh flow until it succeeds or ``on`` says the failure is final."""
-        for attempt in stamina.retry_context(
-            on=on, attempts=self.settings.retry_attempts, timeout=self.settings.retry_deadline
-        ):
+        for attempt in self._retrying(on):
             with attempt:
                 return self.run(make_flow())
         raise AssertionError("unreachable")  # pragma: no cover
 
     def upload(self, url: str, fileobj: IO[bytes], size: int, progress: Progress) -> None:
         """PUT a file to a signed URL, streamed from disk with a Content-Length; retried."""
-        for attempt in stamina.retry_context(
-            on=retry_backoff,
-            attempts=self.settings.retry_attempts,
-            timeout=self.settings.retry_deadline,
-        ):
+        for attempt in self._retrying(retry_backoff):
             with attempt:
                 fileobj.seek(0)
-                headers = {"Content-Type": "application/gzip", "Content-Length": str(size)}
+                headers = _upload_headers(size)
                 try:
                     response = self._transfer.put(
                         url, content=_read_chunks(fileobj, progress), headers=headers
@@ -189,11 +204,7 @@ class SyncApi:
 
     def download(self, url: str, sink: IO[bytes], progress: Progress) -> int:
         """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start."""
-        for attempt in stamina.retry_context(
-            on=retry_backoff,
-            attempts=self.settings.retry_attempts,
-            timeout=self.settings.retry_deadline,
-        ):
+        for attempt in self._retrying(retry_backoff):
             with attempt:
                 sink.seek(0)
                 sink.truncate()
@@ -214,18 +225,14 @@ class SyncApi:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-class AsyncApi:
+class AsyncApi(_ApiBase):
     """The async twin of :class:`SyncApi`; owned by one sandbox or one batch, closed with it."""
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self._http = make_async_client(settings)
         self._transfer_client: httpx.AsyncClient | None = None
-        self.client = AuthenticatedClient(base_url=settings.base_url, token=_PLACEHOLDER_TOKEN)
         self.client.set_async_httpx_client(self._http)
-
-    def __repr__(self) -> str:
-        return f"AsyncApi(base_url={self.settings.base_url!r})"
 
     async def aclose(self) -> None:
         """Close the connections."""
@@ -258,11 +265,7 @@ class AsyncApi:
             if not retry or retry_backoff(exc) is False:
                 raise
             first: Exception | None = exc
-        async for attempt in stamina.retry_context(
-            on=retry_backoff,
-            attempts=self.settings.retry_attempts,
-            timeout=self.settings.retry_deadline,
-        ):
+        async for attempt in self._retrying(retry_backoff):
             with attempt:
                 if first is not None:  # replay the first failure so stamina backs off from it
                     failure, first = first, None
@@ -286,13 +289,12 @@ class AsyncApi:
         value: Any = None
         error: Exception | None = None
         while True:
-            try:
-                step = flow.throw(error) if error is not None else flow.send(value)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+            done, item = _advance(flow, value, error)
+            if done:
+                return item  # type: ignore[no-any-return]
             value, error = None, None
             try:
-                value = await self.perform(step)
+                value = await self.perform(item)
             except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
                 error = exc
 
@@ -300,9 +302,7 @@ class AsyncApi:
         self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
     ) -> T:
         """Run a fresh flow until it succeeds or ``on`` says the failure is final."""
-        async for attempt in stamina.retry_context(
-            on=on, attempts=self.settings.retry_attempts, timeout=self.settings.retry_deadline
-        ):
+        async for attempt in self._retrying(on):
             with attempt:
                 return await self.run(make_flow())
         raise AssertionError("unreachable")  # pragma: no cover
@@ -314,14 +314,10 @@ class AsyncApi:
             for chunk in _read_chunks(fileobj, progress):
                 yield chunk
 
-        async for attempt in stamina.retry_context(
-            on=retry_backoff,
-            attempts=self.settings.retry_attempts,
-            timeout=self.settings.retry_deadline,
-        ):
+        async for attempt in self._retrying(retry_backoff):
             with attempt:
                 fileobj.seek(0)
-                headers = {"Content-Type": "application/gzip", "Content-Length": str(size)}
+                headers = _upload_headers(size)
                 try:
                     response = await self._transfer.put(url, content=chunks(), headers=headers)
                 except httpx.TransportError as exc:
@@ -331,11 +327,7 @@ class AsyncApi:
 
     async def download(self, url: str, sink: IO[bytes], progress: Progress) -> int:
         """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start."""
-        async for attempt in stamina.retry_context(
-            on=retry_backoff,
-            attempts=self.settings.retry_attempts,
-            timeout=self.settings.retry_deadline,
-        ):
+        async for attempt in self._retrying(retry_backoff):
             with attempt:
                 sink.seek(0)
                 sink.truncate()

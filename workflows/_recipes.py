@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from ._api import AsyncApi, sync_api_for
 from ._async_sandbox import AsyncLocalSandbox
-from ._collect import plan_mapping
+from ._collect import SourceFile, plan_mapping
 from ._common import RoundTripReport, compare_round_trip, disown, ledger_of
 from ._config import ApiKey, resolve_settings
 from ._errors import InvalidInputError
@@ -93,8 +93,7 @@ async def async_seed_from_dict(sandbox: AsyncLocalSandbox, files: Mapping[str, s
     return await sandbox.seed(files)
 
 
-def _as_bytes(files: Mapping[str, str | bytes]) -> dict[str, bytes]:
-    entries = plan_mapping(files)
+def _contents(entries: Sequence[SourceFile]) -> dict[str, bytes]:
     return {e.name: e.data for e in entries if e.data is not None and not e.is_dir}
 
 
@@ -105,18 +104,18 @@ def round_trip_dump(sandbox: LocalSandbox, files: Mapping[str, str | bytes]) -> 
     >>> report.ok, report.missing, report.changed, report.extra  # doctest: +SKIP
     (True, (), (), ())
     """
-    expected = _as_bytes(files)
-    sandbox.seed(files)
-    return compare_round_trip(expected, sandbox.dump())
+    entries = plan_mapping(files)  # checked and encoded once, for the seed and the comparison
+    sandbox._upload(entries, None)
+    return compare_round_trip(_contents(entries), sandbox.dump())
 
 
 async def async_round_trip_dump(
     sandbox: AsyncLocalSandbox, files: Mapping[str, str | bytes]
 ) -> RoundTripReport:
     """The async twin of :func:`round_trip_dump`."""
-    expected = _as_bytes(files)
-    await sandbox.seed(files)
-    return compare_round_trip(expected, await sandbox.dump())
+    entries = plan_mapping(files)
+    await sandbox._upload(entries, None)
+    return compare_round_trip(_contents(entries), await sandbox.dump())
 
 
 def _check_count(count: int, concurrency: int) -> None:
