@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -107,12 +108,51 @@ def _read_dotenv_key(path: Path) -> str | None:
     return None
 
 
-def _find_dotenv(start: Path) -> Path | None:
-    for folder in (start, *start.parents):
-        candidate = folder / ".env"
-        if candidate.is_file():
-            return candidate
-    return None
+def _find_dotenv(folder: Path) -> Path | None:
+    """The ``.env`` of ``folder`` itself, if the current user owns it.
+
+    Only the working folder counts, never its parents: a ``.env`` planted in a shared parent
+    such as the temp folder would otherwise send the user's sandboxes into another account.
+    For the same reason a ``.env`` owned by another user is refused (on POSIX systems).
+    """
+    candidate = folder / ".env"
+    try:
+        st = candidate.stat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None and st.st_uid != getuid():
+        raise ConfigurationError(
+            f"{candidate} belongs to another user (uid {st.st_uid}); refusing to read an API key "
+            "from it. Pass api_key=... or set KLAVIS_API_KEY, or remove that file."
+        )
+    return candidate
+
+
+def _check_key(value: str, source: str) -> None:
+    """Refuse a key that cannot be sent as a header, naming the problem but never the key.
+
+    Keys are printable ASCII without spaces. A newline (a key pasted with its line end, or read
+    from a file) used to reach the HTTP layer, which echoed the header line in its error, and
+    the call was retried for seconds although it could never succeed.
+    """
+    for index, char in enumerate(value):
+        if not "!" <= char <= "~":
+            if char in "\r\n":
+                what = "a line break"
+            elif char.isspace():
+                what = "a space" if char == " " else "a whitespace character"
+            elif ord(char) < 0x20 or ord(char) == 0x7F:
+                what = f"a control character (U+{ord(char):04X})"
+            else:
+                what = f"a non-ASCII character (U+{ord(char):04X})"
+            raise ConfigurationError(
+                f"the API key from {source} contains {what} at position {index + 1} of "
+                f"{len(value)}; API keys are printable ASCII without spaces (check for a stray "
+                "line break or quote where the key was copied)"
+            )
 
 
 def _check_base_url(url: str) -> str:
@@ -137,8 +177,9 @@ def resolve_settings(
 ) -> Settings:
     """Resolve settings: argument > environment variable > ``.env`` (key only) > default.
 
-    A ``.env`` file (the first found from the working directory upwards) may supply
-    ``KLAVIS_API_KEY`` but never the base URL, so a stray file cannot redirect your key.
+    A ``.env`` file in the working directory (not its parents; owned by the current user) may
+    supply ``KLAVIS_API_KEY`` but never the base URL, so a stray file cannot redirect your key.
+    The key is checked here (printable ASCII, no spaces), before any request.
 
     >>> resolve_settings("k", "http://127.0.0.1:8000/").base_url
     'http://127.0.0.1:8000'
@@ -148,16 +189,24 @@ def resolve_settings(
     key: ApiKey | None
     if isinstance(api_key, ApiKey):
         key = api_key
+        _check_key(key.reveal(), "the api_key argument")
     else:
-        raw = api_key or os.environ.get(API_KEY_ENV)
+        source = "the api_key argument"
+        raw = api_key
+        if not raw and os.environ.get(API_KEY_ENV):
+            raw, source = os.environ.get(API_KEY_ENV), f"the {API_KEY_ENV} environment variable"
         if not raw and dotenv:
             found = _find_dotenv(Path.cwd())
             raw = _read_dotenv_key(found) if found else None
+            source = str(found)
         key = ApiKey(raw.strip()) if raw and raw.strip() else None
+        if key is not None:
+            _check_key(key.reveal(), source)
     if key is None:
         raise ConfigurationError(
             "no Klavis API key: pass api_key=..., set the KLAVIS_API_KEY environment variable, "
-            "or put KLAVIS_API_KEY=... in a .env file. To work offline, start the local emulator "
+            "or put KLAVIS_API_KEY=... in a .env file in the current folder. To work offline, "
+            "start the local emulator "
             "(`klavis-emulator --port 8000`) and set KLAVIS_BASE_URL=http://127.0.0.1:8000 with "
             "any KLAVIS_API_KEY."
         )
