@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ __all__ = [
     "SandboxInfo",
     "ServerInfo",
     "check_acquire",
+    "check_sandbox_id",
     "check_server_name",
     "sandbox_info_from_dict",
 ]
@@ -48,6 +50,32 @@ BENCHMARKS: tuple[str, ...] = ("MCP_Atlas", "Toolathlon", "MCP_Mark")
 
 MIN_TTL_SECONDS = 60
 MAX_TTL_SECONDS = 86_400
+
+# The service's sandbox ids are UUIDs in their canonical text form. Anything else would be
+# pasted into a URL path: ".." makes `GET /local-sandbox/..` (that is `GET /`), "a/b" another
+# route, so ids are checked before any URL is built.
+_SANDBOX_ID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
+
+
+def check_sandbox_id(sandbox_id: object) -> str:
+    """Return ``sandbox_id`` if it has the form of the service's ids (a UUID), else raise
+    :class:`~workflows.InvalidInputError` before anything is sent.
+
+    >>> check_sandbox_id("3f0c2a6e-8d4b-4c1e-9a7f-0b2d5e6f7a8b")
+    '3f0c2a6e-8d4b-4c1e-9a7f-0b2d5e6f7a8b'
+    >>> check_sandbox_id("..")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    workflows._errors.InvalidInputError: not a sandbox id: '..' (sandbox ids are UUIDs such as ...)
+    """
+    if isinstance(sandbox_id, str) and _SANDBOX_ID.fullmatch(sandbox_id):
+        return sandbox_id
+    if isinstance(sandbox_id, str):
+        shown = sandbox_id if len(sandbox_id) <= 80 else sandbox_id[:80] + "..."
+        raise InvalidInputError(
+            f"not a sandbox id: {shown!r} (sandbox ids are UUIDs such as "
+            "'3f0c2a6e-8d4b-4c1e-9a7f-0b2d5e6f7a8b')"
+        )
+    raise InvalidInputError(f"a sandbox id is a string (a UUID), not {type(sandbox_id).__name__}")
 
 
 @dataclass(frozen=True)

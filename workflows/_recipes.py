@@ -12,17 +12,17 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from ._api import AsyncApi, sync_api_for
 from ._async_sandbox import AsyncLocalSandbox
 from ._collect import SourceFile, plan_mapping
 from ._common import RoundTripReport, compare_round_trip, disown, ledger_of
-from ._config import ApiKey, resolve_settings
+from ._config import ApiKey, Settings, resolve_settings
 from ._errors import InvalidInputError
 from ._flows import list_flow, release_flow
 from ._ledger import Ledger
-from ._models import check_acquire
+from ._models import check_acquire, check_sandbox_id
 from ._progress import progress_bar
 from ._sandbox import LocalSandbox
 
@@ -350,19 +350,39 @@ async def async_bulk_acquire(
     return AsyncSandboxBatch(results, api=api, concurrency=concurrency, progress=progress)
 
 
-Target = str | LocalSandbox | AsyncLocalSandbox
-
-
-def _target_ids(targets: Iterable[Any]) -> list[Any]:
+def _target_ids(targets: Iterable[Any], face: type[LocalSandbox | AsyncLocalSandbox]) -> list[Any]:
     items = list(targets)
+    name = "bulk_release" if face is LocalSandbox else "async_bulk_release"
     for item in items:
-        if not isinstance(item, str | LocalSandbox | AsyncLocalSandbox):
+        if isinstance(item, str):
+            check_sandbox_id(item)
+        elif not isinstance(item, face):
             raise InvalidInputError(
-                f"bulk_release takes sandbox ids or sandboxes, got {type(item).__name__}"
+                f"{name} takes sandbox ids or {face.__name__} objects, got {type(item).__name__}"
             )
-        if isinstance(item, str) and (not item.strip() or "/" in item):
-            raise InvalidInputError(f"not a sandbox id: {item!r}")
     return items
+
+
+def _release_settings(
+    targets: list[Any] | None,
+    api_key: str | ApiKey | None,
+    base_url: str | None,
+    timeout: float | None,
+) -> Settings | None:
+    """The settings for releasing ids (or listing), None when every target is a sandbox.
+
+    A sandbox is released with its own settings, the key it was acquired with: resolving them
+    again from the environment would fail (or pick another account) where that key was passed
+    as an argument, and leave every sandbox of a batch acquired. Ids without an explicit key
+    use the first given sandbox's settings, else the usual resolution.
+    """
+    if targets is not None and all(not isinstance(t, str) for t in targets):
+        return None
+    if api_key is None and base_url is None:
+        first = next((t for t in targets or () if not isinstance(t, str)), None)
+        if first is not None:
+            return cast("Settings", first.settings)
+    return resolve_settings(api_key, base_url, timeout=timeout)
 
 
 def bulk_release(
@@ -383,12 +403,15 @@ def bulk_release(
     []
     """
     _check_count(1, concurrency)
-    settings = resolve_settings(api_key, base_url, timeout=timeout)
-    api = sync_api_for(settings)
+    given = None if sandbox_ids is None else _target_ids(sandbox_ids, LocalSandbox)
+    settings = _release_settings(given, api_key, base_url, timeout)
+    api = sync_api_for(settings) if settings is not None else None
     book = ledger_of(ledger)
-    targets: list[Any] = (
-        [s.id for s in api.run(list_flow())] if sandbox_ids is None else _target_ids(sandbox_ids)
-    )
+    if given is None:
+        assert api is not None
+        targets: list[Any] = [s.id for s in api.run(list_flow())]
+    else:
+        targets = given
     if not targets:
         return []
 
@@ -400,6 +423,8 @@ def bulk_release(
                 released = target.release()
                 gone = not released
             else:
+                assert api is not None
+                assert settings is not None
                 gone = not api.run(release_flow(sandbox_id))
                 disown(sandbox_id, settings, book)
         except Exception as exc:  # noqa: BLE001 - reported per item
@@ -431,18 +456,14 @@ async def async_bulk_release(
 ) -> list[ReleaseResult]:
     """The async twin of :func:`bulk_release`."""
     _check_count(1, concurrency)
-    targets = None if sandbox_ids is None else _target_ids(sandbox_ids)
-    first = next((t for t in targets or () if not isinstance(t, str)), None)
-    settings = (
-        first.settings
-        if first is not None and api_key is None and base_url is None
-        else resolve_settings(api_key, base_url, timeout=timeout)
-    )
+    targets = None if sandbox_ids is None else _target_ids(sandbox_ids, AsyncLocalSandbox)
+    settings = _release_settings(targets, api_key, base_url, timeout)
     book = ledger_of(ledger)
-    api = AsyncApi(settings)
+    api = AsyncApi(settings) if settings is not None else None
     gate = asyncio.Semaphore(concurrency)
     try:
         if targets is None:
+            assert api is not None
             targets = [s.id for s in await api.run(list_flow())]
         with progress_bar(
             total=len(targets), desc="releasing", unit="sandbox", progress=progress
@@ -456,6 +477,8 @@ async def async_bulk_release(
                         if isinstance(target, AsyncLocalSandbox):
                             gone = not await target.release()
                         else:
+                            assert api is not None
+                            assert settings is not None
                             gone = not await api.run(release_flow(sandbox_id))
                             disown(sandbox_id, settings, book)
                     except Exception as exc:  # noqa: BLE001 - reported per item
@@ -475,4 +498,5 @@ async def async_bulk_release(
 
             return list(await asyncio.gather(*(one(t) for t in targets)))
     finally:
-        await api.aclose()
+        if api is not None:
+            await api.aclose()
