@@ -152,14 +152,14 @@ class AsyncLocalSandbox(SandboxBase):
         async def make() -> AsyncLocalSandbox:
             conn = api or AsyncApi(settings)
             try:
-                info = await conn.run_retrying(
-                    lambda: acquire_attempt(request, settings.base_url, book), on=retry_acquire
+                info, attempt = await conn.run_retrying(
+                    lambda: acquire_attempt(request, settings, book), on=retry_acquire
                 )
             except BaseException:
                 if api is None:
                     await conn.aclose()
                 raise
-            own(info.id, settings, book)
+            own(info.id, settings, book, attempt=attempt)
             log.info("acquired sandbox %s", info.id)
             return cls(
                 conn,

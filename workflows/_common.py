@@ -18,7 +18,7 @@ from . import _reconcile, _registry
 from ._config import Settings
 from ._errors import ApiError, InvalidInputError
 from ._ledger import Ledger, default_ledger
-from ._models import SandboxInfo, sandbox_info_from_dict
+from ._models import SandboxInfo, check_sandbox_id, sandbox_info_from_dict
 from ._snapshot import Snapshot
 
 __all__ = [
@@ -141,8 +141,7 @@ def compare_round_trip(seeded: Mapping[str, bytes], snapshot: Snapshot) -> Round
 
 
 def check_id(sandbox_id: object) -> None:
-    if not isinstance(sandbox_id, str) or not sandbox_id.strip() or "/" in sandbox_id:
-        raise InvalidInputError(f"not a sandbox id: {sandbox_id!r}")
+    check_sandbox_id(sandbox_id)
 
 
 def ledger_of(ledger: Ledger | bool) -> Ledger | None:
@@ -153,10 +152,16 @@ def ledger_of(ledger: Ledger | bool) -> Ledger | None:
     return ledger
 
 
-def own(sandbox_id: str, settings: Settings, ledger: Ledger | None) -> None:
+def own(
+    sandbox_id: str, settings: Settings, ledger: Ledger | None, *, attempt: str | None = None
+) -> None:
     if ledger is not None:
         ledger.record(
-            "acquired", sandbox_id, base_url=settings.base_url, key=settings.api_key.fingerprint
+            "acquired",
+            sandbox_id,
+            base_url=settings.base_url,
+            key=settings.api_key.fingerprint,
+            attempt=attempt,
         )
     _registry.own(sandbox_id, settings, ledger)
 

@@ -28,7 +28,14 @@ from ._common import (
     save_atomically,
     signed_url_from,
 )
-from ._errors import AcquireAmbiguousError, ApiError, NotFoundError, TransferError
+from ._config import Settings
+from ._errors import (
+    AcquireAmbiguousError,
+    ApiError,
+    InvalidInputError,
+    NotFoundError,
+    TransferError,
+)
 from ._http import retry_backoff
 from ._ledger import Ledger, LedgerEntry
 from ._models import AcquireRequest, SandboxInfo, sandbox_info_from_dict
@@ -118,9 +125,14 @@ def get_flow(sandbox_id: str) -> Flow[SandboxInfo]:
 
 
 def acquire_attempt(
-    request: AcquireRequest, base_url: str, ledger: Ledger | None = None
-) -> Flow[SandboxInfo]:
+    request: AcquireRequest, settings: Settings, ledger: Ledger | None = None
+) -> Flow[tuple[SandboxInfo, str | None]]:
     """One acquire, reconciled by listing when its failure is ambiguous.
+
+    Returns the sandbox and the id of the ledger's ``attempt`` record, which the caller settles
+    by recording the sandbox as acquired (``None`` without a ledger). The attempt is recorded
+    before the request is sent, so an acquire that ends ambiguously (or a process killed
+    mid-request) leaves an open attempt that ``reap`` reconciles by listing.
 
     Raises :class:`~workflows._reconcile.AcquireDidNotHappen` when the acquire is known not to
     have happened, which the driver retries (see :func:`retry_acquire`). Sandboxes that the
@@ -128,38 +140,68 @@ def acquire_attempt(
     """
     from klavis_sandbox_client.models import AcquireLocalSandboxRequest
 
+    base_url, key = settings.base_url, settings.api_key.fingerprint
     before = {s.id for s in (yield from list_flow())}
     body = AcquireLocalSandboxRequest.from_dict(request.to_body())
-    failure: Exception
+    attempt: str | None = None
+    if ledger is not None:
+        attempt = _reconcile.new_attempt()
+        yield Blocking(
+            ledger.record_attempt,
+            (attempt,),
+            {
+                "base_url": base_url,
+                "key": key,
+                "servers": tuple(sorted(request.wanted_servers())),
+                "benchmark": request.benchmark,
+                "known": frozenset(before),
+            },
+        )
     try:
-        info = info_from((yield Call("acquire_local_sandbox", False, {"body": body})))
-    except Exception as exc:
-        if not _reconcile.is_ambiguous(exc):
-            if retry_backoff(exc) is not False:  # refused before it happened (429, refused)
-                raise _reconcile.AcquireDidNotHappen(exc) from exc
-            raise
-        failure = exc
-    else:
-        if _reconcile.claim(base_url, info.id):
-            return info
-        failure = ApiError("acquire answered a sandbox already adopted", status_code=500)
-    try:
-        after = yield from list_flow()
-    except Exception as exc:  # noqa: BLE001 - wrapped with its cause
-        raise AcquireAmbiguousError(
-            f"acquire failed ({failure}) and listing sandboxes to reconcile also failed ({exc}); "
-            "a sandbox may have been created: run `klavis-sandbox reap` or let its TTL expire"
-        ) from failure
-    if ledger is not None:  # other processes of this user record what they hold
-        held: list[LedgerEntry] = yield Blocking(ledger.held, (), {"base_url": base_url})
-        before |= {entry.sandbox_id for entry in held}
-    for candidate in _reconcile.adoptable(request, before, after):
-        if _reconcile.claim(base_url, candidate.id):
-            log.warning(
-                "acquire failed (%s) but created sandbox %s: adopted it", failure, candidate.id
+        failure: Exception
+        try:
+            info = info_from((yield Call("acquire_local_sandbox", False, {"body": body})))
+        except Exception as exc:
+            if not _reconcile.is_ambiguous(exc):
+                if retry_backoff(exc) is not False:  # refused before it happened (429, refused)
+                    raise _reconcile.AcquireDidNotHappen(exc) from exc
+                raise
+            failure = exc
+        else:
+            if _reconcile.claim(base_url, info.id):
+                return info, attempt
+            failure = ApiError("acquire answered a sandbox already adopted", status_code=500)
+        try:
+            after = yield from list_flow()
+        except Exception as exc:  # noqa: BLE001 - wrapped with its cause
+            advice = (
+                "run `klavis-sandbox reap` (it finds it by listing) or let its TTL expire"
+                if ledger is not None
+                else "find it with `klavis-sandbox list` and release it, or let its TTL expire"
             )
-            return candidate
-    raise _reconcile.AcquireDidNotHappen(failure) from failure
+            raise AcquireAmbiguousError(
+                f"acquire failed ({failure}) and listing sandboxes to reconcile also failed "
+                f"({exc}); a sandbox may have been created: {advice}"
+            ) from failure
+        if ledger is not None:  # other processes of this user record what they hold
+            held: list[LedgerEntry] = yield Blocking(ledger.held, (), {"base_url": base_url})
+            before |= {entry.sandbox_id for entry in held}
+        for candidate in _reconcile.adoptable(request, before, after):
+            if _reconcile.claim(base_url, candidate.id):
+                log.warning(
+                    "acquire failed (%s) but created sandbox %s: adopted it", failure, candidate.id
+                )
+                return candidate, attempt
+        raise _reconcile.AcquireDidNotHappen(failure) from failure
+    except (_reconcile.AcquireDidNotHappen, InvalidInputError, ApiError) as exc:
+        # known to have created nothing: an API error answered before it took effect (4xx), or
+        # a listing that shows no new sandbox. (Ambiguous ends are AcquireAmbiguousError.)
+        if ledger is not None and attempt is not None and not _reconcile.is_ambiguous(exc):
+            yield Blocking(ledger.settle_attempt, (attempt,), {"base_url": base_url, "key": key})
+        raise
+    finally:
+        if attempt is not None:
+            _reconcile.attempt_ended(attempt)
 
 
 def retry_acquire(exc: Exception) -> bool | float:

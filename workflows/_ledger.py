@@ -7,6 +7,18 @@ Each line is one event::
 
 The key is stored as a one-way fingerprint, never as the key. ``klavis-sandbox reap`` releases
 every sandbox whose last event is ``acquired``.
+
+Every acquire is also recorded *before* its request is sent, as an ``attempt`` with the servers
+asked for and the ids the key already had::
+
+    {"event": "attempt", "attempt": "<hex>", "servers": ["git"], "benchmark": null,
+     "known": ["<id>", ...], "base_url": "...", "key": "<fingerprint>", "pid": 123, "time": "..."}
+
+An attempt is settled by an ``acquired`` event carrying its ``attempt`` id, or by an
+``attempt-settled`` event when it is known to have created nothing. One that stays open ended
+ambiguously (a timeout or a 5xx, then a failed listing; or the process died mid-request): the
+sandbox it may have created never reached the ledger by id, so ``reap`` finds it by listing
+(see :func:`workflows._reap.reap`).
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
-__all__ = ["STATE_DIR_ENV", "Ledger", "LedgerEntry", "default_ledger"]
+__all__ = ["STATE_DIR_ENV", "AcquireAttempt", "Ledger", "LedgerEntry", "default_ledger"]
 
 STATE_DIR_ENV = "KLAVIS_SANDBOX_STATE_DIR"
 _log = logging.getLogger("workflows")
@@ -36,6 +48,20 @@ class LedgerEntry:
     sandbox_id: str
     base_url: str
     key: str
+    pid: int
+    time: str
+
+
+@dataclass(frozen=True)
+class AcquireAttempt:
+    """An acquire recorded before it was sent and never settled: it may have left a sandbox."""
+
+    attempt: str
+    base_url: str
+    key: str
+    servers: tuple[str, ...]
+    benchmark: str | None
+    known: frozenset[str]
     pid: int
     time: str
 
@@ -72,22 +98,61 @@ class Ledger:
         except OSError as exc:  # the ledger must never break the work it records
             _log.warning("could not write the sandbox ledger %s: %s", self.path, exc)
 
-    def record(self, event: str, sandbox_id: str, *, base_url: str, key: str) -> None:
-        """Append an ``acquired`` or ``released`` event."""
+    def record(
+        self, event: str, sandbox_id: str, *, base_url: str, key: str, attempt: str | None = None
+    ) -> None:
+        """Append an ``acquired`` or ``released`` event (``attempt``: the acquire it settles)."""
+        record: dict[str, object] = {
+            "event": event,
+            "sandbox_id": sandbox_id,
+            "base_url": base_url,
+            "key": key,
+            "pid": os.getpid(),
+            "time": _now(),
+        }
+        if attempt is not None:
+            record["attempt"] = attempt
+        self._append(record)
+
+    def record_attempt(
+        self,
+        attempt: str,
+        *,
+        base_url: str,
+        key: str,
+        servers: tuple[str, ...],
+        benchmark: str | None,
+        known: frozenset[str],
+    ) -> None:
+        """Append an ``attempt``: an acquire about to be sent (see the module docstring)."""
         self._append(
             {
-                "event": event,
-                "sandbox_id": sandbox_id,
+                "event": "attempt",
+                "attempt": attempt,
+                "servers": sorted(servers),
+                "benchmark": benchmark,
+                "known": sorted(known),
                 "base_url": base_url,
                 "key": key,
                 "pid": os.getpid(),
-                "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "time": _now(),
             }
         )
 
-    def held(self, *, base_url: str | None = None, key: str | None = None) -> list[LedgerEntry]:
-        """Sandboxes whose last event is ``acquired``, optionally for one base URL and key."""
-        last: dict[tuple[str, str], dict[str, object]] = {}
+    def settle_attempt(self, attempt: str, *, base_url: str, key: str) -> None:
+        """Append ``attempt-settled``: the acquire is known to have left no sandbox behind."""
+        self._append(
+            {
+                "event": "attempt-settled",
+                "attempt": attempt,
+                "base_url": base_url,
+                "key": key,
+                "pid": os.getpid(),
+                "time": _now(),
+            }
+        )
+
+    def _items(self) -> Iterator[dict[str, object]]:
         try:
             with open(self.path, encoding="utf-8") as handle:
                 for raw in handle:
@@ -95,11 +160,64 @@ class Ledger:
                         item = json.loads(raw)
                     except json.JSONDecodeError:
                         continue  # a torn last line from a killed process
-                    if not isinstance(item, dict) or "sandbox_id" not in item:
-                        continue
-                    last[(str(item.get("base_url")), str(item["sandbox_id"]))] = item
+                    if isinstance(item, dict):
+                        yield item
         except FileNotFoundError:
-            return []
+            return
+
+    def known_ids(self, *, base_url: str) -> set[str]:
+        """Every sandbox id any process of this user recorded for ``base_url``."""
+        return {
+            str(item["sandbox_id"])
+            for item in self._items()
+            if "sandbox_id" in item and item.get("base_url") == base_url
+        }
+
+    def open_attempts(
+        self, *, base_url: str | None = None, key: str | None = None
+    ) -> list[AcquireAttempt]:
+        """Attempts never settled (oldest first), optionally for one base URL and key."""
+        opened: dict[str, dict[str, object]] = {}
+        settled: set[str] = set()
+        for item in self._items():
+            attempt = item.get("attempt")
+            if not isinstance(attempt, str):
+                continue
+            if item.get("event") == "attempt":
+                opened[attempt] = item
+            else:
+                settled.add(attempt)
+        out = []
+        for attempt, item in opened.items():
+            if attempt in settled:
+                continue
+            if base_url is not None and item.get("base_url") != base_url:
+                continue
+            if key is not None and item.get("key") != key:
+                continue
+            servers = item.get("servers")
+            known = item.get("known")
+            benchmark = item.get("benchmark")
+            out.append(
+                AcquireAttempt(
+                    attempt=attempt,
+                    base_url=str(item.get("base_url", "")),
+                    key=str(item.get("key", "")),
+                    servers=tuple(str(s) for s in servers) if isinstance(servers, list) else (),
+                    benchmark=benchmark if isinstance(benchmark, str) else None,
+                    known=frozenset(str(k) for k in known) if isinstance(known, list) else _NONE,
+                    pid=int(str(item.get("pid", 0))),
+                    time=str(item.get("time", "")),
+                )
+            )
+        return sorted(out, key=lambda a: (a.time, a.attempt))
+
+    def held(self, *, base_url: str | None = None, key: str | None = None) -> list[LedgerEntry]:
+        """Sandboxes whose last event is ``acquired``, optionally for one base URL and key."""
+        last: dict[tuple[str, str], dict[str, object]] = {}
+        for item in self._items():
+            if "sandbox_id" in item:
+                last[(str(item.get("base_url")), str(item["sandbox_id"]))] = item
         out = []
         for item in last.values():
             if item.get("event") != "acquired":
@@ -117,6 +235,13 @@ class Ledger:
                 continue
             out.append(entry)
         return sorted(out, key=lambda e: (e.time, e.sandbox_id))
+
+
+_NONE: frozenset[str] = frozenset()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def default_ledger() -> Ledger:

@@ -1,12 +1,25 @@
-"""Release what the ledger says is still held: the cure for crashed or killed jobs."""
+"""Release what the ledger says is still held: the cure for crashed or killed jobs.
+
+Two kinds of leftovers are found: sandboxes recorded as acquired and never released, and
+sandboxes that an acquire created without the ledger ever learning their id (it ended
+ambiguously, or its process died mid-request). The second kind is found by listing: see
+:func:`workflows._reconcile.orphans` for how an open attempt is matched to a sandbox.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 
+from . import _reconcile
+from ._api import AsyncApi, sync_api_for
 from ._config import ApiKey, Settings, resolve_settings
-from ._ledger import Ledger, LedgerEntry, default_ledger
+from ._flows import list_flow
+from ._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger
+from ._models import SandboxInfo
 from ._recipes import ReleaseResult, async_bulk_release, bulk_release
+
+log = logging.getLogger("workflows")
 
 __all__ = ["async_reap", "held_sandboxes", "reap"]
 
@@ -47,13 +60,49 @@ def held_sandboxes(
 
 def _plan(
     api_key: str | ApiKey | None, base_url: str | None, ledger: Ledger | None, include_live: bool
-) -> tuple[Settings, Ledger, list[LedgerEntry]]:
+) -> tuple[Settings, Ledger, list[LedgerEntry], list[AcquireAttempt]]:
     settings = resolve_settings(api_key, base_url)
     book = ledger or default_ledger()
     held = held_sandboxes(
         api_key=settings.api_key, base_url=settings.base_url, ledger=book, include_live=include_live
     )
-    return settings, book, held
+    attempts = [
+        a
+        for a in book.open_attempts(base_url=settings.base_url, key=settings.api_key.fingerprint)
+        if not _reconcile.in_flight(a.attempt) and (include_live or not _alive(a.pid))
+    ]
+    return settings, book, held, attempts
+
+
+def _match_orphans(
+    book: Ledger,
+    settings: Settings,
+    attempts: list[AcquireAttempt],
+    listed: list[SandboxInfo],
+    held: list[LedgerEntry],
+    dry_run: bool,
+) -> list[str]:
+    """The ids of the sandboxes open attempts left behind; settles the attempts (unless dry)."""
+    known = book.known_ids(base_url=settings.base_url) | {e.sandbox_id for e in held}
+    found: list[str] = []
+    key = settings.api_key.fingerprint
+    for attempt, orphan in _reconcile.orphans(attempts, listed, known):
+        if orphan is not None:
+            log.warning(
+                "sandbox %s was left by an acquire that failed ambiguously (%s); releasing it",
+                orphan.id,
+                attempt.time,
+            )
+            found.append(orphan.id)
+        if dry_run:
+            continue
+        if orphan is not None:  # held from now on: a failed release is retried by the next reap
+            book.record(
+                "acquired", orphan.id, base_url=settings.base_url, key=key, attempt=attempt.attempt
+            )
+        else:
+            book.settle_attempt(attempt.attempt, base_url=settings.base_url, key=key)
+    return found
 
 
 def reap(
@@ -67,16 +116,23 @@ def reap(
     progress: bool | None = None,
 ) -> list[ReleaseResult]:
     """Release every sandbox :func:`held_sandboxes` lists (sandboxes already gone count as
-    released). With ``dry_run``, release nothing and report what would be released.
+    released), and the sandboxes that acquires which ended ambiguously left behind: each such
+    acquire was recorded before it was sent, and the sandbox that appeared after it with the
+    servers it asked for, unknown to the ledger, is taken for its orphan (at most one each).
+    With ``dry_run``, release nothing and report what would be released.
 
     >>> [r.sandbox_id for r in reap(dry_run=True)]  # doctest: +SKIP
     []
     """
-    settings, book, held = _plan(api_key, base_url, ledger, include_live)
+    settings, book, held, attempts = _plan(api_key, base_url, ledger, include_live)
+    orphans: list[str] = []
+    if attempts:
+        listed = sync_api_for(settings).run(list_flow())
+        orphans = _match_orphans(book, settings, attempts, listed, held, dry_run)
     if dry_run:
-        return [ReleaseResult(e.sandbox_id, False) for e in held]
+        return [ReleaseResult(sid, False) for sid in [e.sandbox_id for e in held] + orphans]
     return bulk_release(
-        [entry.sandbox_id for entry in held],
+        [entry.sandbox_id for entry in held] + orphans,
         concurrency=concurrency,
         api_key=settings.api_key,
         base_url=settings.base_url,
@@ -96,11 +152,19 @@ async def async_reap(
     progress: bool | None = None,
 ) -> list[ReleaseResult]:
     """The async twin of :func:`reap`."""
-    settings, book, held = _plan(api_key, base_url, ledger, include_live)
+    settings, book, held, attempts = _plan(api_key, base_url, ledger, include_live)
+    orphans: list[str] = []
+    if attempts:
+        api = AsyncApi(settings)
+        try:
+            listed = await api.run(list_flow())
+        finally:
+            await api.aclose()
+        orphans = _match_orphans(book, settings, attempts, listed, held, dry_run)
     if dry_run:
-        return [ReleaseResult(e.sandbox_id, False) for e in held]
+        return [ReleaseResult(sid, False) for sid in [e.sandbox_id for e in held] + orphans]
     return await async_bulk_release(
-        [entry.sandbox_id for entry in held],
+        [entry.sandbox_id for entry in held] + orphans,
         concurrency=concurrency,
         api_key=settings.api_key,
         base_url=settings.base_url,

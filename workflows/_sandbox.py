@@ -114,10 +114,10 @@ class LocalSandbox(SandboxBase):
         settings = resolve_settings(api_key, base_url, timeout=timeout)
         book = ledger_of(ledger)
         api = sync_api_for(settings)
-        info = api.run_retrying(
-            lambda: acquire_attempt(request, settings.base_url, book), on=retry_acquire
+        info, attempt = api.run_retrying(
+            lambda: acquire_attempt(request, settings, book), on=retry_acquire
         )
-        own(info.id, settings, book)
+        own(info.id, settings, book, attempt=attempt)
         log.info("acquired sandbox %s (%s)", info.id, ", ".join(s.name for s in info.servers))
         return cls(api, info, owned=True, ledger=book, progress=progress, limits=limits)
 

@@ -14,6 +14,7 @@ from klavis_sandbox_client.types import Response
 
 import workflows
 from workflows import AcquireAmbiguousError, ApiTimeoutError, BadRequestError, ServerError
+from workflows._config import ApiKey, Settings
 from workflows._flows import Call, acquire_attempt
 from workflows._models import check_acquire
 from workflows._reconcile import AcquireDidNotHappen, is_ambiguous
@@ -52,14 +53,18 @@ def _drive(flow: Generator[Any, Any, Any], answers: list[Any]) -> Any:
     raise AssertionError(f"flow wants more steps: {seen[-1]}")
 
 
+def _settings(base_url: str) -> Settings:
+    return Settings(api_key=ApiKey("test-key"), base_url=base_url)
+
+
 def _timeout() -> ApiTimeoutError:
     return ApiTimeoutError("timed out", method="POST", path="/local-sandbox")
 
 
 def test_ambiguous_failure_adopts_the_new_sandbox() -> None:
     request = check_acquire(["git"])
-    flow = acquire_attempt(request, "http://adopt.test")
-    info, steps = _drive(
+    flow = acquire_attempt(request, _settings("http://adopt.test"))
+    (info, _), steps = _drive(
         flow,
         [
             _listing(_sandbox("old", "git")),
@@ -77,7 +82,7 @@ def test_ambiguous_failure_adopts_the_new_sandbox() -> None:
 
 
 def test_ambiguous_failure_with_nothing_new_is_safe_to_retry() -> None:
-    flow = acquire_attempt(check_acquire(["git"]), "http://retry.test")
+    flow = acquire_attempt(check_acquire(["git"]), _settings("http://retry.test"))
     with pytest.raises(AcquireDidNotHappen) as caught:
         _drive(flow, [_listing(), ServerError("boom", status_code=502), _listing()])
     assert isinstance(caught.value.cause, ServerError)
@@ -85,12 +90,12 @@ def test_ambiguous_failure_with_nothing_new_is_safe_to_retry() -> None:
 
 def test_two_acquires_never_share_one_sandbox() -> None:
     base = "http://share.test"
-    first = acquire_attempt(check_acquire(["git"]), base)
-    adopted, _ = _drive(first, [_listing(), _timeout(), _listing(_sandbox("s1", "git"))])
+    first = acquire_attempt(check_acquire(["git"]), _settings(base))
+    (adopted, _), _ = _drive(first, [_listing(), _timeout(), _listing(_sandbox("s1", "git"))])
     assert adopted.id == "s1"
     # a concurrent acquire whose answer names s1 must not take it: it reconciles instead
-    second = acquire_attempt(check_acquire(["git"]), base)
-    got, _ = _drive(
+    second = acquire_attempt(check_acquire(["git"]), _settings(base))
+    (got, _), _ = _drive(
         second,
         [
             _listing(),
@@ -102,13 +107,36 @@ def test_two_acquires_never_share_one_sandbox() -> None:
 
 
 def test_reconcile_listing_failure_is_reported_as_ambiguous() -> None:
-    flow = acquire_attempt(check_acquire(["git"]), "http://amb.test")
-    with pytest.raises(AcquireAmbiguousError, match="reap"):
+    flow = acquire_attempt(check_acquire(["git"]), _settings("http://amb.test"))
+    # without a ledger, reap cannot find it: the advice is to look at the listing
+    with pytest.raises(AcquireAmbiguousError, match="klavis-sandbox list"):
         _drive(flow, [_listing(), _timeout(), ServerError("down", status_code=503)])
 
 
+def test_an_ambiguous_end_leaves_an_open_attempt_for_reap(tmp_path: Path) -> None:
+    from workflows import Ledger
+    from workflows._flows import Blocking
+
+    base = "http://open.test"
+    book = Ledger(tmp_path / "ledger.jsonl")
+    flow = acquire_attempt(check_acquire(["git", "terminal"]), _settings(base), book)
+    next(flow)
+    step = flow.send(_listing(_sandbox("old", "git")))
+    assert isinstance(step, Blocking)
+    step = flow.send(step.fn(*step.args, **step.kwargs))  # recorded before the POST
+    assert isinstance(step, Call)
+    assert step.op == "acquire_local_sandbox"
+    (attempt,) = book.open_attempts(base_url=base)
+    assert attempt.servers == ("git", "terminal")
+    assert attempt.known == {"old"}
+    flow.throw(_timeout())
+    with pytest.raises(AcquireAmbiguousError, match="klavis-sandbox reap"):
+        flow.throw(ServerError("down", status_code=503))
+    assert [a.attempt for a in book.open_attempts(base_url=base)] == [attempt.attempt]
+
+
 def test_client_errors_are_final() -> None:
-    flow = acquire_attempt(check_acquire(["git"]), "http://final.test")
+    flow = acquire_attempt(check_acquire(["git"]), _settings("http://final.test"))
     with pytest.raises(BadRequestError):
         _drive(flow, [_listing(), BadRequestError("no", status_code=400)])
 
@@ -188,11 +216,17 @@ def test_sandboxes_other_processes_hold_are_never_adopted(tmp_path: Path) -> Non
     base = "http://ledger.test"
     book = Ledger(tmp_path / "ledger.jsonl")
     book.record("acquired", "theirs", base_url=base, key="k")  # another process's fresh sandbox
-    flow = acquire_attempt(check_acquire(["git"]), base, book)
+    flow = acquire_attempt(check_acquire(["git"]), _settings(base), book)
     step = next(flow)
     step = flow.send(_listing())
+    assert isinstance(step, Blocking)  # records the attempt before sending
+    step = flow.send(step.fn(*step.args, **step.kwargs))
     step = flow.throw(_timeout())
     step = flow.send(_listing(_sandbox("theirs", "git")))
     assert isinstance(step, Blocking)  # reads the ledger
+    step = flow.send(step.fn(*step.args, **step.kwargs))
+    assert isinstance(step, Blocking)  # nothing was created: the attempt is settled
+    assert len(book.open_attempts(base_url=base)) == 1
     with pytest.raises(AcquireDidNotHappen):
         flow.send(step.fn(*step.args, **step.kwargs))
+    assert book.open_attempts(base_url=base) == []

@@ -65,7 +65,7 @@ def test_key_never_in_repr_logs_or_errors(
         sb.dump()
         texts = [repr(sb), repr(sb.settings), repr(sb.info), str(sb.settings.api_key)]
     with pytest.raises(workflows.NotFoundError) as caught:
-        face.attach("no-such-sandbox", **conn)
+        face.attach("00000000-0000-4000-8000-00000000beef", **conn)
     texts += [str(caught.value), repr(caught.value)]
     texts += [r.getMessage() for r in caplog.records]
     assert any("/dump" in t for t in texts)
