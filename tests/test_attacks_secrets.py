@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -21,6 +20,16 @@ import pytest
 import workflows
 from workflows import ConfigurationError, LocalSandbox
 
+from .helpers import SilentService
+
+
+@pytest.fixture
+def silent_service() -> Iterator[SilentService]:
+    """A stand-in for the service: ``connections() == 0`` proves nothing was sent."""
+    with SilentService() as service:
+        yield service
+
+
 SECRET = "sk-attack-" + "7" * 24
 # where a key can go wrong: a line end (read from a file), a space, a control or non-ASCII char
 BAD_KEYS = {
@@ -31,41 +40,6 @@ BAD_KEYS = {
     "nul": f"{SECRET}\x00",
     "non-ascii": f"{SECRET}é",
 }
-
-
-class SilentService:
-    """A loopback listener standing in for the service: it accepts nothing, and counts."""
-
-    def __init__(self) -> None:
-        self._listener = socket.socket()
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(16)
-        self._listener.setblocking(False)
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self._connected = 0
-
-    def connections(self) -> int:
-        """How many clients connected so far (each connection is closed at once)."""
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except BlockingIOError:
-                return self._connected
-            conn.close()
-            self._connected += 1
-
-    def close(self) -> None:
-        self._listener.close()
-
-
-@pytest.fixture
-def silent_service() -> Iterator[SilentService]:
-    """A :class:`SilentService` for one test."""
-    service = SilentService()
-    try:
-        yield service
-    finally:
-        service.close()
 
 
 @pytest.fixture

@@ -295,6 +295,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except KlavisError as exc:
         sys.stderr.write(f"klavis-sandbox: error: {exc}\n")
         return 1
+    except OSError as exc:  # a file the user named: one line too, never a traceback
+        sys.stderr.write(f"klavis-sandbox: error: {exc}\n")
+        return 1
     except KeyboardInterrupt:
         sys.stderr.write("klavis-sandbox: interrupted\n")
         return 130

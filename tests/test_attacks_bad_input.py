@@ -1,0 +1,114 @@
+"""Ids that would reach the wrong place, and the CLI's answer to every error a user can cause.
+
+A sandbox id is pasted into a URL path: ``..`` made ``GET /local-sandbox/..`` (that is
+``GET /``), ``bulk_release([".."])`` sent ``DELETE /`` and reported it released, and
+``attach(".")`` raised a bare ``KeyError``. Ids are now checked as the service's (UUIDs) before
+any URL is built: each case asserts the exact error, that nothing was sent (a loopback listener
+sees no connection), and that nothing is held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import workflows
+from workflows import InvalidInputError, LocalSandbox
+
+from .helpers import SilentService
+
+BAD_IDS = [".", "..", "", " ", "../x", "a/b", "%2e%2e", "?x=1", "#", "00000000-0000-0000-0000"]
+
+
+@pytest.fixture
+def silent_service() -> Iterator[SilentService]:
+    """A stand-in for the service: ``connections() == 0`` proves nothing was sent."""
+    with SilentService() as service:
+        yield service
+
+
+@pytest.fixture
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No key in the environment, a private ledger, an empty working folder."""
+    monkeypatch.delenv("KLAVIS_API_KEY", raising=False)
+    monkeypatch.delenv("KLAVIS_BASE_URL", raising=False)
+    monkeypatch.setenv("KLAVIS_SANDBOX_STATE_DIR", str(tmp_path / "state"))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return work
+
+
+def _calls(bad: str, conn: dict[str, Any]) -> dict[str, Callable[[], object]]:
+    async def async_attach() -> object:
+        return await workflows.AsyncLocalSandbox.attach(bad, **conn)
+
+    return {
+        "attach": lambda: LocalSandbox.attach(bad, **conn),
+        "async-attach": lambda: asyncio.run(async_attach()),
+        "bulk_release": lambda: workflows.bulk_release([bad], **conn),
+        "async_bulk_release": lambda: asyncio.run(workflows.async_bulk_release([bad], **conn)),
+    }
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+@pytest.mark.parametrize("call", ["attach", "async-attach", "bulk_release", "async_bulk_release"])
+def test_an_id_that_is_not_a_uuid_is_refused_before_any_request(
+    bad: str, call: str, silent_service: SilentService, isolated: Path
+) -> None:
+    conn: dict[str, Any] = {"api_key": "test-key", "base_url": silent_service.url}
+    with pytest.raises(InvalidInputError) as caught:
+        _calls(bad, conn)[call]()
+    assert type(caught.value) is InvalidInputError
+    assert f"not a sandbox id: {bad!r}" in str(caught.value)
+    assert "UUID" in str(caught.value)
+    assert silent_service.connections() == 0, "a request was sent for a bad id"
+    assert workflows.default_ledger().held() == []
+    assert list(isolated.iterdir()) == []
+
+
+def test_a_non_string_id_is_refused(silent_service: SilentService, isolated: Path) -> None:
+    with pytest.raises(InvalidInputError, match="a sandbox id is a string"):
+        LocalSandbox.attach(42, api_key="k", base_url=silent_service.url)  # type: ignore[arg-type]
+    assert silent_service.connections() == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["get", ".."],
+        ["release", ".."],
+        ["dump", ".", "-o", "out"],
+        ["seed", "..", "."],
+        ["exec", "../x", "main.py"],
+    ],
+    ids=["get", "release", "dump", "seed", "exec"],
+)
+def test_the_cli_answers_a_bad_id_with_one_line(
+    argv: list[str], silent_service: SilentService, isolated: Path
+) -> None:
+    (isolated / "main.py").write_text("print('hi')\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("KLAVIS_API_KEY", "KLAVIS_BASE_URL")}
+    env |= {"KLAVIS_API_KEY": "test-key", "KLAVIS_BASE_URL": silent_service.url}
+    done = subprocess.run(
+        [sys.executable, "-m", "workflows", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("klavis-sandbox: error: not a sandbox id:")
+    assert silent_service.connections() == 0
+    assert sorted(p.name for p in isolated.iterdir()) == ["main.py"]  # no `out` folder
