@@ -13,6 +13,7 @@ from types import FrameType
 import uvicorn
 
 from ._app import create_app, default_data_dir
+from ._bwrap import ConfinementError
 from ._faults import FAULT_MODES
 from ._server import bind_socket, url_for_socket
 
@@ -112,10 +113,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="give confined executions network access (default: none under bubblewrap)",
     )
     parser.add_argument(
-        "--no-bwrap",
+        "--no-confine",
         dest="confine_executions",
         action="store_false",
-        help="never confine executions with bubblewrap, even where it works",
+        help=(
+            "run executions and MCP servers unconfined, as this user with its network and "
+            "files (default: confined with bubblewrap where it is installed; if it is "
+            "installed but fails, the emulator does not start)"
+        ),
+    )
+    parser.add_argument(  # the flag's older name
+        "--no-bwrap", dest="confine_executions", action="store_false", help=argparse.SUPPRESS
     )
     parser.add_argument(
         "--log-level",
@@ -155,20 +163,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return mcp_main(rest)
     args = build_parser().parse_args(rest)
-    app = create_app(
-        data_dir=args.data_dir,
-        latency_ms=args.latency_ms,
-        fault_rate=args.fault_rate,
-        fault_mode=args.fault_mode,
-        fault_seed=args.fault_seed,
-        signed_url_minutes=args.signed_url_minutes,
-        max_upload_mb=args.max_upload_mb,
-        api_keys=args.api_keys,
-        public_url=args.public_url,
-        execution_timeout=args.execution_timeout,
-        allow_network=args.allow_network,
-        confine_executions=args.confine_executions,
-    )
+    try:
+        app = create_app(
+            data_dir=args.data_dir,
+            latency_ms=args.latency_ms,
+            fault_rate=args.fault_rate,
+            fault_mode=args.fault_mode,
+            fault_seed=args.fault_seed,
+            signed_url_minutes=args.signed_url_minutes,
+            max_upload_mb=args.max_upload_mb,
+            api_keys=args.api_keys,
+            public_url=args.public_url,
+            execution_timeout=args.execution_timeout,
+            allow_network=args.allow_network,
+            confine_executions=args.confine_executions,
+        )
+    except ConfinementError as exc:  # one line, no traceback: the reason and the way out
+        print(f"klavis-emulator: error: {exc}", file=sys.stderr, flush=True)
+        return 1
     sock = bind_socket(args.host, args.port)
     # SIGTERM before uvicorn takes over the signals (or re-raised by uvicorn after its
     # graceful shutdown) ends the process with status 0.
@@ -177,9 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Data folder: {app.state.emulator.data_dir}", flush=True)
     confinement = app.state.emulator.run_settings.confinement
     if confinement.enabled:
-        print("Executions: confined with bubblewrap", flush=True)
+        print(f"Executions and MCP servers: {confinement.reason}", flush=True)
     else:
-        print(f"Executions: NOT confined ({confinement.reason})", flush=True)
+        print(f"Executions and MCP servers: NOT confined ({confinement.reason})", flush=True)
     config = uvicorn.Config(app, log_level=args.log_level, lifespan="on")
     logging.getLogger("uvicorn.access").addFilter(RedactSignedUrls())
     server = uvicorn.Server(config)

@@ -16,11 +16,13 @@ A run goes through these steps in its own thread, never on the event loop:
 3. ``main.py`` runs with the emulator's Python (or the venv's), working directory ``work/``,
    ``AGENT_WORKSPACE`` set to the sandbox's workspace and an otherwise minimal environment.
 
-Where bubblewrap (``bwrap``) works, steps 2 and 3 are confined: the system folders and the
-Python installation are mounted read-only, the workspace is mounted at ``/data``, the working
-directory at ``/execution``, ``/tmp`` is private, and there is no network (unless allowed)
-for ``main.py``. Where it does not, the log says so and the run is unconfined. Lines the
-emulator itself writes to the log start with ``[emulator]``.
+When the emulator confines runs (see :mod:`klavis_emulator._bwrap`, which decides once at
+startup and builds every ``bwrap`` command line), steps 2 and 3 are confined: the system
+folders and the Python installation are mounted read-only, the workspace is mounted at
+``/data``, the working directory at ``/execution``, ``/tmp`` is private, and there is no
+network (unless allowed) for ``main.py``. An unconfined run (turned off on purpose, or no
+bubblewrap installed) says so in one line of its log. Lines the emulator itself writes to
+the log start with ``[emulator]``.
 
 A run has a time limit (all steps together); past it the process group is killed and the
 run fails. :meth:`ExecutionRun.kill` stops a run without reporting an outcome (used on
@@ -30,7 +32,6 @@ reset, release and shutdown).
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import re
@@ -38,13 +39,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final
+
+from ._bwrap import CONFINED_WORKSPACE, PRIVATE_TMP, Bind, Confinement, bwrap_args
+from ._bwrap import detect_confinement as detect_confinement
 
 __all__ = [
     "CONFINED_WORKDIR",
@@ -66,13 +69,11 @@ logger = logging.getLogger("klavis_emulator")
 EXECUTION_STATUSES: Final[tuple[str, ...]] = ("pending", "running", "completed", "failed")
 FINAL_STATUSES: Final[frozenset[str]] = frozenset({"completed", "failed"})
 LOG_CHUNK_BYTES: Final = 1024 * 1024
-CONFINED_WORKSPACE: Final = "/data"
 CONFINED_WORKDIR: Final = "/execution"
 _CONFINED_VENV: Final = "/venv"
-_PRIVATE_TMP: Final = "/tmp"  # noqa: S108 - a fresh tmpfs inside the sandbox, private to the run
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
 _KILL_WAIT: Final = 10.0
+_UNCONFINED: Final = Confinement(False, "confinement was turned off")
 
 
 def execution_name_problem(name: str) -> str | None:
@@ -88,90 +89,6 @@ def execution_name_problem(name: str) -> str | None:
             "starting with a letter or digit (no path separators, no '..')."
         )
     return None
-
-
-# ---------------------------------------------------------------------- confinement
-
-
-@dataclass(frozen=True)
-class Confinement:
-    """Whether runs are confined with bubblewrap, and a sentence saying why (not)."""
-
-    enabled: bool
-    reason: str
-
-
-def _python_roots() -> list[str]:
-    """Folders of the emulator's Python that a confined run must see (read-only)."""
-    roots: list[str] = []
-    candidates = (
-        sys.prefix,
-        sys.base_prefix,
-        sys.exec_prefix,
-        sys.base_exec_prefix,
-        os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
-    )
-    for candidate in candidates:
-        for path in (os.path.abspath(candidate), os.path.realpath(candidate)):
-            covered = any(
-                path == root or path.startswith(root + os.sep) for root in (*roots, *_SYSTEM_DIRS)
-            )
-            if not covered and os.path.isdir(path):
-                roots.append(path)
-    return roots
-
-
-def bwrap_prefix(
-    *,
-    workspace: Path,
-    workdir: Path,
-    venv: Path | None,
-    venv_writable: bool,
-    network: bool,
-    env: dict[str, str],
-) -> list[str]:
-    """The ``bwrap ... --`` arguments confining one step of a run."""
-    command = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all"]
-    if network:
-        command.append("--share-net")
-    for folder in _SYSTEM_DIRS:
-        command += ["--ro-bind-try", folder, folder]
-    for root in _python_roots():
-        command += ["--ro-bind", root, root]
-    command += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", _PRIVATE_TMP]
-    command += ["--bind", str(workspace), CONFINED_WORKSPACE]
-    command += ["--bind", str(workdir), CONFINED_WORKDIR]
-    if venv is not None:
-        command += ["--bind" if venv_writable else "--ro-bind", str(venv), _CONFINED_VENV]
-    command += ["--chdir", CONFINED_WORKDIR, "--clearenv"]
-    for key, value in env.items():
-        command += ["--setenv", key, value]
-    command.append("--")
-    return command
-
-
-@functools.lru_cache(maxsize=1)
-def detect_confinement() -> Confinement:
-    """Try one trivial confined run (once per process) to learn whether bwrap works here."""
-    if shutil.which("bwrap") is None:
-        return Confinement(False, "bubblewrap (bwrap) is not installed")
-    probe = Path(tempfile.gettempdir())
-    command = bwrap_prefix(
-        workspace=probe, workdir=probe, venv=None, venv_writable=False, network=False, env={}
-    )
-    try:
-        result = subprocess.run(
-            [*command, sys.executable, "-c", "pass"],
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Confinement(False, f"bubblewrap (bwrap) does not work here ({type(exc).__name__})")
-    if result.returncode != 0:
-        lines = result.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"]
-        return Confinement(False, f"bubblewrap (bwrap) does not work here: {lines[-1][:200]}")
-    return Confinement(True, "bubblewrap (bwrap) works")
 
 
 # ---------------------------------------------------------------------- logs
@@ -231,7 +148,7 @@ class RunSettings:
 
     timeout: float = 3600.0
     allow_network: bool = False
-    confinement: Confinement = Confinement(False, "confinement was turned off")
+    confinement: Confinement = _UNCONFINED
     python: str = sys.executable
 
 
@@ -311,7 +228,7 @@ class ExecutionRun:
     def _steps(self, log: BinaryIO) -> tuple[str, int | None, str] | None:
         settings = self.settings
         confined = settings.confinement.enabled
-        if not confined:
+        if not confined:  # the one line about confinement; a failing bwrap never gets here
             _note(
                 log,
                 f"Not confined: {settings.confinement.reason}; main.py runs as the emulator's "
@@ -417,7 +334,7 @@ class ExecutionRun:
         if venv is not None:
             env["VIRTUAL_ENV"] = f"{_CONFINED_VENV}" if confined else str(venv)
         if confined:
-            env["HOME"] = env["TMPDIR"] = _PRIVATE_TMP
+            env["HOME"] = env["TMPDIR"] = PRIVATE_TMP
         else:
             home = self.folder / "home"
             home.mkdir(exist_ok=True)
@@ -438,15 +355,20 @@ class ExecutionRun:
         """Run one process with output to the log; its exit code, a failure sentence, or
         ``None`` when the run was killed."""
         command = list(argv)
-        if confine and self.settings.confinement.enabled:
+        confinement = self.settings.confinement
+        if confine and confinement.enabled:
+            assert confinement.bwrap is not None  # decide_confinement sets it when enabled
+            binds = [Bind(self.workdir, CONFINED_WORKDIR, writable=True)]
+            if venv is not None:
+                binds.append(Bind(venv, _CONFINED_VENV, writable=venv_writable))
             command = [
-                *bwrap_prefix(
+                *bwrap_args(
+                    confinement.bwrap,
                     workspace=self.workspace,
-                    workdir=self.workdir,
-                    venv=venv,
-                    venv_writable=venv_writable,
-                    network=self.settings.allow_network if network is None else network,
                     env=env,
+                    chdir=CONFINED_WORKDIR,
+                    binds=binds,
+                    network=self.settings.allow_network if network is None else network,
                 ),
                 *command,
             ]

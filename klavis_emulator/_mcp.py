@@ -49,14 +49,14 @@ import anyio.to_thread
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ._mcp_launch import (
+from ._bwrap import (
+    CONFINE_ENV,
     CONFINED_WORKSPACE,
-    DEFAULT_COMMAND_TIMEOUT,
-    HOSTED_SERVERS,
-    LaunchSpec,
-    bwrap_path,
-    launch_spec,
+    Confinement,
+    ConfinementError,
+    decide_confinement,
 )
+from ._mcp_launch import DEFAULT_COMMAND_TIMEOUT, HOSTED_SERVERS, LaunchSpec, launch_spec
 from ._mcp_setup import McpSetupError, McpToolPaths, find_tools, setup_mcp_servers
 from ._state import LOCAL_SERVER_NAMES, EmulatorState, SandboxRecord
 
@@ -77,7 +77,6 @@ logger = logging.getLogger("klavis_emulator.mcp")
 
 _MCP_PATH_RE: Final = re.compile(r"^/([A-Za-z0-9_.-]+)/mcp$")
 _SERVER_PARAM: Final = "mcp_server"
-CONFINE_ENV: Final = "KLAVIS_EMULATOR_MCP_CONFINE"
 _Key = tuple[str, str]  # (sandbox id, server name)
 
 
@@ -174,8 +173,11 @@ class McpHost:
     Args:
         state: the emulator state (its registry of live sandboxes and their workspaces).
         confine: run the servers in bubblewrap with the workspace at ``/data``; None (the
-            default) follows ``$KLAVIS_EMULATOR_MCP_CONFINE`` (``0``: never, ``1``: always)
-            and otherwise does so where bubblewrap is installed and works.
+            default) follows the emulator's one decision, made when the state was built
+            (``state.run_settings.confinement``: ``confine_executions``, ``--no-confine``,
+            ``$KLAVIS_EMULATOR_CONFINE``); True requires bubblewrap
+            (:class:`~klavis_emulator._bwrap.ConfinementError` when the host starts
+            serving if it is missing or fails); False never confines.
         tools_dir: where :func:`setup_mcp_servers` installed the tools (default: the
             per-user cache dir or ``$KLAVIS_EMULATOR_TOOLS_DIR``).
         command_timeout: ``COMMAND_TIMEOUT`` of the terminal server, in seconds.
@@ -212,29 +214,34 @@ class McpHost:
         self._loop_thread: int | None = None
         self._closing = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._confine: bool | None = None
+        self._confinement: Confinement | None = None
         self._logs = state.data_dir / "mcp-logs"
 
     def __repr__(self) -> str:
-        return f"McpHost(running={len(self._backends)}, confined={self._confine})"
+        known = None if self._confinement is None else self._confinement.enabled
+        return f"McpHost(running={len(self._backends)}, confined={known})"
 
     # ------------------------------------------------------------------ facts
 
     @property
-    def confined(self) -> bool:
-        """Whether servers run in bubblewrap with the workspace at ``/data`` (probed once)."""
-        if self._confine is None:
+    def confinement(self) -> Confinement:
+        """How the servers are confined (decided once; see ``confine``)."""
+        if self._confinement is None:
             setting = self._confine_setting
             if setting is None:
-                setting = _confine_from_env()
-            if setting is False:
-                self._confine = False
+                self._confinement = self.state.run_settings.confinement
+            elif setting:
+                self._confinement = decide_confinement(environ={CONFINE_ENV: "1"})
             else:
-                works = bwrap_path() is not None
-                if setting and not works:
-                    raise RuntimeError("confine=True but bubblewrap is not installed or fails")
-                self._confine = works
-        return self._confine
+                self._confinement = Confinement(
+                    False, "confinement was turned off (McpHost(confine=False))"
+                )
+        return self._confinement
+
+    @property
+    def confined(self) -> bool:
+        """Whether servers run in bubblewrap with the workspace at ``/data``."""
+        return self.confinement.enabled
 
     def workspace_as_seen(self, sandbox_id: str) -> str:
         """The workspace path the servers report (``/data`` when confined, else host path)."""
@@ -285,8 +292,9 @@ class McpHost:
             self._loop_thread = None
 
     def _prepare(self) -> None:
-        """Probe bubblewrap once and drop server logs a killed emulator left behind."""
-        _ = self.confined
+        """Decide confinement (fails here, not on a request) and drop server logs a killed
+        emulator left behind."""
+        _ = self.confinement
         shutil.rmtree(self._logs, ignore_errors=True)
 
     def _in_loop(self, callback: Callable[[], None]) -> None:
@@ -459,7 +467,7 @@ class McpHost:
             server,
             workspace_path,
             tools,
-            confine=self.confined,
+            bwrap=self.confinement.bwrap if self.confined else None,
             command_timeout=self._command_timeout,
         )
         self._logs.mkdir(parents=True, exist_ok=True)
@@ -489,16 +497,6 @@ class McpHost:
             "confined at /data" if spec.confined else "unconfined",
         )
         return backend
-
-
-def _confine_from_env() -> bool | None:
-    """``$KLAVIS_EMULATOR_MCP_CONFINE``: 0 never, 1 always (fail without bwrap), else auto."""
-    value = os.environ.get(CONFINE_ENV, "auto").strip().lower()
-    if value in ("0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    return None
 
 
 class _Refusal(Exception):
@@ -656,9 +654,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             say(f"  {server:<10} ok")
         else:
             print(f"  {server:<10} {problem}", file=sys.stderr)
-    bwrap = bwrap_path()
-    where = f"confined by {bwrap}, workspace at /data" if bwrap else "unconfined (no bubblewrap)"
-    say(f"  servers run {where}")
+    try:
+        confinement = decide_confinement()
+    except ConfinementError as exc:
+        print(f"  confinement: {exc}", file=sys.stderr)
+        return 1
+    if confinement.enabled:
+        say(f"  servers run confined by {confinement.bwrap}, workspace at /data")
+    else:
+        say(f"  servers run unconfined ({confinement.reason})")
     return 0 if ok else 1
 
 

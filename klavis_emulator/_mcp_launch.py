@@ -1,10 +1,11 @@
 """How each hosted MCP server is started: its command line, environment and confinement.
 
-Where bubblewrap (``bwrap``) is installed and works, a server runs in its own mount, PID,
-network and IPC namespaces with only ``/usr``, ``/etc``, the interpreters and the server's
-own files mounted read-only and the sandbox's workspace mounted read-write at ``/data``
-(the real service's default ``AGENT_WORKSPACE``), so tool paths match the cloud.
-``--die-with-parent`` ends it with the emulator, whatever happens to the emulator.
+When the emulator confines (decided once at startup, see :mod:`klavis_emulator._bwrap`,
+which also builds the ``bwrap`` command line shared with executions), a server runs in its
+own mount, PID, network and IPC namespaces with only ``/usr``, ``/etc``, the interpreters
+and the server's own files mounted read-only and the sandbox's workspace mounted read-write
+at ``/data`` (the real service's default ``AGENT_WORKSPACE``), so tool paths match the
+cloud. ``--die-with-parent`` ends it with the emulator, whatever happens to the emulator.
 Otherwise the server runs unconfined on the workspace's host path (and, where ``setpriv``
 exists, still dies with its parent).
 
@@ -13,16 +14,14 @@ No FastAPI and no fastmcp here: :func:`launch_spec` is plain data, easy to test.
 
 from __future__ import annotations
 
-import functools
-import os
 import shutil
-import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ._bwrap import CONFINED_WORKSPACE, PRIVATE_TMP, bwrap_args
 from ._mcp_setup import McpToolPaths
 
 __all__ = [
@@ -31,14 +30,12 @@ __all__ = [
     "HOSTED_SERVERS",
     "TERMINAL_ALLOWED_COMMANDS",
     "LaunchSpec",
-    "bwrap_path",
     "launch_spec",
 ]
 
 HOSTED_SERVERS: Final[tuple[str, ...]] = ("filesystem", "git", "terminal")
 """The servers of the contract's enum that the emulator runs for real."""
 
-CONFINED_WORKSPACE: Final = "/data"
 DEFAULT_COMMAND_TIMEOUT: Final = 30
 
 TERMINAL_ALLOWED_COMMANDS: Final[tuple[str, ...]] = (
@@ -59,7 +56,6 @@ TERMINAL_ALLOWED_COMMANDS: Final[tuple[str, ...]] = (
 )  # fmt: skip
 """``ALLOWED_COMMANDS`` of the terminal server: everyday shell work in the workspace."""
 
-_SYSTEM_READ_ONLY: Final[tuple[str, ...]] = ("/usr", "/etc")
 _GIT_LAUNCHER: Final = (
     # mcp-server-git's own server and confinement (`create_server(repository)`), without
     # the CLI's start-up check that exits when the workspace is not (yet) a repository,
@@ -86,84 +82,10 @@ class LaunchSpec:
     """The workspace's path as the server sees it (``/data`` when confined)."""
 
 
-@functools.lru_cache(maxsize=1)
-def bwrap_path() -> str | None:
-    """``bwrap`` if it is installed and can create namespaces here (probed once), else None."""
-    found = shutil.which("bwrap")
-    if found is None:
-        return None
-    probe = [
-        found,
-        "--unshare-all",
-        "--die-with-parent",
-        "--new-session",
-        "--ro-bind",
-        "/usr",
-        "/usr",
-        *_usr_merge_links(),
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--",
-        "/usr/bin/env",
-        "true",
-    ]
-    try:
-        done = subprocess.run(probe, capture_output=True, timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return found if done.returncode == 0 else None
-
-
-def _usr_merge_links() -> list[str]:
-    """Recreate ``/bin``, ``/lib``... as on the host: symlinks into ``/usr`` or read-only binds."""
-    args: list[str] = []
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        host = Path("/", name)
-        if host.is_symlink():
-            args += ["--symlink", os.readlink(host), str(host)]
-        elif host.is_dir():
-            args += ["--ro-bind", str(host), str(host)]
-    return args
-
-
 def _prefix_of(executable: Path) -> Path:
     """The install prefix of an executable (``/x/bin/tool`` -> ``/x``), symlinks resolved."""
     real = executable.resolve()
     return real.parent.parent if real.parent.name == "bin" else real.parent
-
-
-def _read_only_roots(paths: Sequence[Path]) -> list[Path]:
-    """Deduplicated folders to bind read-only (nested and system ones dropped)."""
-    roots: list[Path] = []
-    for path in sorted({p.resolve() for p in paths}, key=lambda p: len(p.parts)):
-        if any(path == root or root in path.parents for root in roots):
-            continue
-        if any(str(path) == s or str(path).startswith(s + "/") for s in _SYSTEM_READ_ONLY):
-            continue
-        if path == Path("/") or not path.exists():
-            continue
-        roots.append(path)
-    return roots
-
-
-def _bwrap_args(bwrap: str, workspace: Path, read_only: Sequence[Path]) -> list[str]:
-    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
-    for system in _SYSTEM_READ_ONLY:
-        if Path(system).is_dir():
-            args += ["--ro-bind", system, system]
-    args += _usr_merge_links()
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]  # noqa: S108 - a private tmpfs
-    for root in _read_only_roots(read_only):
-        args += ["--ro-bind", str(root), str(root)]
-    args += ["--bind", str(workspace), CONFINED_WORKSPACE, "--chdir", CONFINED_WORKSPACE]
-    return args
-
-
-def _python_roots() -> list[Path]:
-    """The running interpreter's venv and base install (the git server runs on them)."""
-    return [Path(sys.prefix), Path(sys.base_prefix), _prefix_of(Path(sys.executable))]
 
 
 def _common_env() -> dict[str, str]:
@@ -184,9 +106,9 @@ def _common_env() -> dict[str, str]:
 def _confined_env() -> dict[str, str]:
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": "/tmp",  # noqa: S108 - the sandbox's own tmpfs
+        "HOME": PRIVATE_TMP,
         "LANG": "C.UTF-8",
-        "TMPDIR": "/tmp",  # noqa: S108 - the sandbox's own tmpfs
+        "TMPDIR": PRIVATE_TMP,
         "AGENT_WORKSPACE": CONFINED_WORKSPACE,
     }
 
@@ -196,17 +118,16 @@ def launch_spec(
     workspace: Path,
     tools: McpToolPaths,
     *,
-    confine: bool,
+    bwrap: str | None,
     command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
 ) -> LaunchSpec:
     """The command that runs ``server`` over ``workspace``.
 
-    ``tools`` must have the server installed (see :meth:`McpToolPaths.missing`);
-    ``confine`` needs :func:`bwrap_path` to be non-None.
+    ``tools`` must have the server installed (see :meth:`McpToolPaths.missing`).
+    ``bwrap`` is the bubblewrap that confines the server (the ``bwrap`` of the emulator's
+    :class:`~klavis_emulator._bwrap.Confinement`), or ``None`` to run it unconfined.
     """
-    bwrap = bwrap_path() if confine else None
-    if confine and bwrap is None:
-        raise RuntimeError("bubblewrap is not available here")
+    confine = bwrap is not None
     seen = CONFINED_WORKSPACE if confine else str(workspace)
     env = _common_env()
     read_only: list[Path] = []
@@ -219,7 +140,7 @@ def launch_spec(
     elif server == "git":
         assert tools.git_python is not None
         argv = [str(tools.git_python), "-c", _GIT_LAUNCHER, seen]
-        read_only += _python_roots()
+        read_only.append(_prefix_of(tools.git_python))  # the emulator's Python is always in
     elif server == "terminal":
         assert tools.cli_server is not None
         venv = tools.cli_server.parent.parent
@@ -251,12 +172,12 @@ def launch_spec(
             workspace_as_seen=seen,
         )
     env.update(_confined_env())
-    wrapper = _bwrap_args(bwrap, workspace, read_only)
-    for key, value in sorted(env.items()):
-        wrapper += ["--setenv", key, value]
+    wrapper = bwrap_args(
+        bwrap, workspace=workspace, env=dict(sorted(env.items())), read_only=read_only
+    )
     return LaunchSpec(
         command=wrapper[0],
-        args=(*wrapper[1:], "--", *argv),
+        args=(*wrapper[1:], *argv),
         env={},
         cwd=None,
         confined=True,

@@ -45,14 +45,13 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal, get_args
 
 from ._archive import ArchiveLimits, copy_tree, extract_archive, make_archive
+from ._bwrap import decide_confinement
 from ._clock import Clock, OffsetClock, isoformat
 from ._executions import (
     FINAL_STATUSES,
-    Confinement,
     ExecutionRun,
     RunSettings,
     append_note,
-    detect_confinement,
     execution_name_problem,
     read_log,
 )
@@ -389,9 +388,15 @@ class EmulatorState:
         offset is stored in the data dir, so time moved forward by
         ``/_emulator/clock/advance`` stays moved across a restart (timestamps and TTLs never
         run backwards). ``execution_timeout`` (seconds) limits each execution;
-        ``allow_network`` gives confined executions network access; ``confine_executions``
-        uses bubblewrap where it works. ``reaper_interval`` (seconds, ``None``: off) is how
-        often a background thread releases sandboxes whose TTL ran out.
+        ``allow_network`` gives confined executions network access. ``confine_executions``
+        confines executions and MCP servers with bubblewrap where it is installed (``False``,
+        or ``$KLAVIS_EMULATOR_CONFINE=0``: never; see :mod:`klavis_emulator._bwrap`).
+        ``reaper_interval`` (seconds, ``None``: off) is how often a background thread
+        releases sandboxes whose TTL ran out.
+
+        Raises:
+            ConfinementError: bubblewrap is installed but cannot confine here (and
+                confinement was not turned off); nothing was created or locked yet.
         """
         if signed_url_minutes < 1:
             raise ValueError("signed_url_minutes must be at least 1")
@@ -399,6 +404,13 @@ class EmulatorState:
             raise ValueError("max_upload_bytes must be at least 1")
         if execution_timeout <= 0:
             raise ValueError("execution_timeout must be positive")
+        # First, before the data dir is touched: a confinement that does not work stops the
+        # emulator here, with the reason and the way out (never a line in every run's log).
+        confinement = decide_confinement(confine_executions)
+        if confinement.enabled:
+            logger.info("executions and MCP servers are %s", confinement.reason)
+        else:
+            logger.warning("executions and MCP servers are NOT confined: %s", confinement.reason)
         self.data_dir = Path(data_dir).expanduser().resolve()
         self.signed_url_minutes = signed_url_minutes
         self.max_upload_bytes = max_upload_bytes
@@ -435,15 +447,6 @@ class EmulatorState:
         self.clock: Clock = clock
         self.signer = UrlSigner(self._load_secret(), self.clock)
 
-        confinement = (
-            detect_confinement()
-            if confine_executions
-            else Confinement(False, "confinement was turned off (--no-bwrap)")
-        )
-        if confinement.enabled:
-            logger.info("executions are confined with bubblewrap")
-        else:
-            logger.warning("executions are NOT confined: %s", confinement.reason)
         self.run_settings = RunSettings(
             timeout=execution_timeout, allow_network=allow_network, confinement=confinement
         )

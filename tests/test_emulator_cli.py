@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,9 +20,13 @@ URL_LINE = re.compile(r"^Klavis emulator listening on (http://127\.0\.0\.1:(\d+)
 
 
 @contextmanager
-def running(args: list[str]) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def running(
+    args: list[str], env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """Start the command, read its first line, yield the URL; terminate on exit."""
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert process.stdout is not None
         first_line = process.stdout.readline().rstrip("\n")
@@ -117,10 +123,9 @@ def test_access_log_hides_signatures(tmp_path: Path) -> None:
     assert "log-test" not in log
 
 
-def test_execution_flags() -> None:
-    args = build_parser().parse_args(
-        ["--execution-timeout", "2.5", "--allow-network", "--no-bwrap"]
-    )
+@pytest.mark.parametrize("opt_out", ["--no-confine", "--no-bwrap"])
+def test_execution_flags(opt_out: str) -> None:
+    args = build_parser().parse_args(["--execution-timeout", "2.5", "--allow-network", opt_out])
     assert args.execution_timeout == 2.5
     assert args.allow_network is True
     assert args.confine_executions is False
@@ -132,11 +137,77 @@ def test_execution_flags() -> None:
         build_parser().parse_args(["--execution-timeout", "0"])
 
 
-def test_startup_says_whether_executions_are_confined(tmp_path: Path) -> None:
+def test_help_names_no_confine_and_hides_its_old_name() -> None:
+    shown = build_parser().format_help()
+    assert "--no-confine" in shown
+    assert "--no-bwrap" not in shown
+
+
+def _without_confine_env() -> dict[str, str]:
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("KLAVIS_EMULATOR_CONFINE", "KLAVIS_EMULATOR_MCP_CONFINE")
+    }
+
+
+@pytest.fixture
+def failing_bwrap(tmp_path: Path) -> dict[str, str]:
+    """An environment whose PATH finds first a ``bwrap`` that always fails, as a bwrap
+    without user namespaces does; confinement left to its default."""
+    folder = tmp_path / "fake-bin"
+    folder.mkdir()
+    fake = folder / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    env = _without_confine_env()
+    env["PATH"] = f"{folder}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def test_a_bwrap_that_fails_stops_the_emulator_at_startup(
+    tmp_path: Path, failing_bwrap: dict[str, str]
+) -> None:
+    data = tmp_path / "data"
+    done = subprocess.run(
+        [sys.executable, "-m", "klavis_emulator", "--port=0", f"--data-dir={data}"],
+        env=failing_bwrap,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""  # it never said it was listening
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr  # one line: no traceback
+    assert lines[0].startswith("klavis-emulator: error: bubblewrap is installed but cannot")
+    assert "No permissions to create new namespace" in lines[0]
+    assert "--no-confine" in lines[0]
+    assert "KLAVIS_EMULATOR_CONFINE=0" in lines[0]
+    assert not data.exists()
+
+
+@pytest.mark.parametrize("opt_out", ["--no-confine", "--no-bwrap"])
+def test_no_confine_starts_unconfined_even_with_a_failing_bwrap(
+    tmp_path: Path, failing_bwrap: dict[str, str], opt_out: str
+) -> None:
     args = [sys.executable, "-m", "klavis_emulator", "--port=0", f"--data-dir={tmp_path}"]
-    with running([*args, "--no-bwrap", "--log-level=warning"]) as (_, process):
+    with running([*args, opt_out, "--log-level=warning"], env=failing_bwrap) as (url, process):
         assert process.stdout is not None
         assert process.stdout.readline().startswith("Data folder: ")
         assert process.stdout.readline().rstrip("\n") == (
-            "Executions: NOT confined (confinement was turned off (--no-bwrap))"
+            "Executions and MCP servers: NOT confined (confinement was turned off (--no-confine))"
         )
+        assert httpx.get(f"{url}/_emulator/health").status_code == 200
+
+
+def test_startup_says_when_executions_are_confined(tmp_path: Path) -> None:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    args = [sys.executable, "-m", "klavis_emulator", "--port=0", f"--data-dir={tmp_path}"]
+    with running([*args, "--log-level=warning"], env=_without_confine_env()) as (_, process):
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("Data folder: ")
+        said = process.stdout.readline().rstrip("\n")
+        assert said.startswith("Executions and MCP servers: confined with bubblewrap ("), said

@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from klavis_emulator import ArchiveLimits, EmulatorServer, detect_confinement, tenant_for_token
+from klavis_emulator import ArchiveLimits, EmulatorServer, tenant_for_token
+from klavis_emulator._bwrap import decide_confinement
 from tests.conftest import Executions
 
 WAIT_FOR_GO = """
@@ -425,12 +426,17 @@ def test_unconfined_runs_say_so_in_the_log(unconfined: Executions) -> None:
     assert f"cwd {state.execution_path(sandbox_id, 'loose') / 'work'}" in logs
 
 
-needs_bwrap = pytest.mark.skipif(
-    not detect_confinement().enabled, reason=detect_confinement().reason
-)
+@pytest.fixture
+def needs_confinement() -> None:
+    """Skip where bwrap is not installed, or confinement is turned off on purpose
+    (``KLAVIS_EMULATOR_CONFINE=0``); where bwrap is installed but cannot confine, the test
+    fails: ``decide_confinement`` raises, as the emulator's startup would."""
+    confinement = decide_confinement()
+    if not confinement.enabled:
+        pytest.skip(confinement.reason)
 
 
-@needs_bwrap
+@pytest.mark.usefixtures("needs_confinement")
 @pytest.mark.parametrize("allow_network", [False, True])
 def test_bubblewrap_confines_runs(tmp_path: Path, token: str, allow_network: bool) -> None:
     with (

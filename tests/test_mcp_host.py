@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -373,10 +374,15 @@ def test_no_server_process_outlives_the_emulator(
         box = Sandbox(server, ["filesystem", "git", "terminal"])
         for name in HOSTED_SERVERS:
             assert client.list_tools(box.urls[name])
+        # the servers follow the emulator's one decision; with bwrap installed, "auto"
+        # means confined (a bwrap that cannot confine stops the emulator at startup)
+        assert host(server).confinement == server.state.run_settings.confinement
         if confine == "0":
             assert not host(server).confined
             listed = client.call_tool(box.urls["filesystem"], "list_allowed_directories")
             assert listed.text.splitlines()[-1] == str(box.workspace)
+        elif shutil.which("bwrap") is not None:
+            assert host(server).confined
         running = _server_processes(before)
         assert len(running) >= 3, running
     assert _server_processes(before) == []

@@ -1,0 +1,327 @@
+"""Bubblewrap (``bwrap``) confinement: the one command builder, the one probe, the one policy.
+
+Executions (:mod:`klavis_emulator._executions`) and hosted MCP servers
+(:mod:`klavis_emulator._mcp_launch`) are both confined by :func:`bwrap_args`, and whether
+they are confined at all is decided once per emulator by :func:`decide_confinement`.
+
+**Mount order.** bwrap applies its mount options in the order they are given, and a later
+mount hides whatever an earlier one put beneath it. The builder therefore mounts the
+private ``--tmpfs /tmp`` *first*, then everything else; read-only binds whose path lies under
+``/tmp`` (a virtual environment in a ``mktemp -d`` clone, a CI checkout in ``/tmp``) become
+mount points inside that fresh tmpfs and stay visible. Measured with bubblewrap 0.8.0 and a
+venv at ``/tmp/x/.venv``: ``--ro-bind /tmp/x/.venv /tmp/x/.venv ... --tmpfs /tmp`` ends with
+``bwrap: execvp /tmp/x/.venv/bin/python: No such file or directory`` (exit 1), while
+``--tmpfs /tmp ... --ro-bind /tmp/x/.venv /tmp/x/.venv`` runs the interpreter. Before this
+module, executions used the failing order and MCP servers the working one, each with its
+own probe: in such a checkout the execution probe failed, every execution ran unconfined
+(as the emulator's user, with its network, able to read other tenants' workspaces and the
+emulator's ``signing.key``), and the tests that would have noticed skipped themselves.
+
+**The probe** (:func:`probe`) runs ``python -c ...`` through the very same builder, with the
+real interpreter roots, so it fails exactly when real runs would. It runs once per process
+and ``bwrap`` binary (about 20 ms measured; cached by the binary's path, so a different
+``bwrap`` on ``PATH`` is probed on its own).
+
+**The policy** (:func:`decide_confinement`): ``confine_executions=False``, ``--no-confine``
+or ``KLAVIS_EMULATOR_CONFINE=0`` run unconfined on purpose. Otherwise, where ``bwrap`` is
+installed, confinement that does not work is a :class:`ConfinementError` when the emulator
+starts (never a warning repeated in every execution log); where ``bwrap`` is not installed
+at all, the emulator runs unconfined and says so once (so the library's embedded emulator
+and ``scripts/demo`` work on machines without bubblewrap). ``KLAVIS_EMULATOR_CONFINE=1``
+requires confinement even there. ``KLAVIS_EMULATOR_MCP_CONFINE``, the older name, is read
+when the new one is not set.
+
+Rejected alternatives: keeping a probe per consumer (two probes drifted apart, which is the
+bug above); warning and going on unconfined when bwrap fails (nobody reads a line in every
+log: the failure went unseen); ``--ro-bind-try`` for the interpreter (a missing interpreter
+would only move the failure to the first run).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+__all__ = [
+    "CONFINED_WORKSPACE",
+    "CONFINE_ENV",
+    "LEGACY_CONFINE_ENV",
+    "PRIVATE_TMP",
+    "Bind",
+    "ConfineSetting",
+    "Confinement",
+    "ConfinementError",
+    "bwrap_args",
+    "confine_setting_from_env",
+    "decide_confinement",
+    "detect_confinement",
+    "probe",
+    "python_roots",
+    "read_only_roots",
+]
+
+logger = logging.getLogger("klavis_emulator")
+
+CONFINE_ENV: Final = "KLAVIS_EMULATOR_CONFINE"
+"""``0``: never confine; ``1``: always (an error where bwrap is missing); unset/``auto``."""
+LEGACY_CONFINE_ENV: Final = "KLAVIS_EMULATOR_MCP_CONFINE"
+"""The older name of :data:`CONFINE_ENV` (it covered MCP servers only); read when unset."""
+
+CONFINED_WORKSPACE: Final = "/data"
+"""Where the sandbox's workspace is mounted (the real service's ``AGENT_WORKSPACE``)."""
+PRIVATE_TMP: Final = "/tmp"  # noqa: S108 - a fresh tmpfs inside the sandbox, private to it
+
+_SYSTEM_READ_ONLY: Final[tuple[str, ...]] = ("/usr", "/etc")
+_MERGED_DIRS: Final[tuple[str, ...]] = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_PROBE_TIMEOUT: Final = 30.0
+_TURN_OFF_HINT: Final = (
+    "To run unconfined on purpose (executions and MCP servers then run as the emulator's "
+    "user, with its network and files), start the emulator with --no-confine, pass "
+    f"confine_executions=False, or set {CONFINE_ENV}=0."
+)
+
+ConfineSetting = Literal["auto", "on", "off"]
+
+
+class ConfinementError(RuntimeError):
+    """Confinement was wanted but does not work here (raised when the emulator starts)."""
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """Whether runs are confined with bubblewrap, a sentence saying why (not), and which
+    ``bwrap`` (an absolute path) does it."""
+
+    enabled: bool
+    reason: str
+    bwrap: str | None = None
+
+
+@dataclass(frozen=True)
+class Bind:
+    """One more folder to mount: ``source`` (a host path) at ``target`` inside the sandbox."""
+
+    source: Path
+    target: str
+    writable: bool = False
+
+
+# ---------------------------------------------------------------------- the builder
+
+
+def _system_args() -> list[str]:
+    """``/usr`` and ``/etc`` read-only; ``/bin``, ``/lib``... as on the host (symlinks into
+    ``/usr`` on a merged-/usr system, read-only binds otherwise)."""
+    args: list[str] = []
+    for folder in _SYSTEM_READ_ONLY:
+        if os.path.isdir(folder):
+            args += ["--ro-bind", folder, folder]
+    for name in _MERGED_DIRS:
+        host = Path("/", name)
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
+    return args
+
+
+def _covered(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def read_only_roots(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Folders to bind read-only at their own path: each given path as written and with
+    symlinks resolved, existing folders only, without ``/``, the system folders (already
+    mounted) and folders inside another one of the list."""
+    candidates: list[str] = []
+    for path in paths:
+        for variant in (os.path.abspath(path), os.path.realpath(path)):
+            if variant not in candidates and os.path.isdir(variant) and variant != "/":
+                candidates.append(variant)
+    roots: list[str] = []
+    for path in sorted(candidates, key=lambda p: (p.count("/"), p)):
+        if not _covered(path, (*roots, *_SYSTEM_READ_ONLY)):
+            roots.append(path)
+    return roots
+
+
+def python_roots() -> list[str]:
+    """Folders of the emulator's Python (its venv and base install) a confined process needs."""
+    executable_prefix = os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))
+    return read_only_roots(
+        [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, executable_prefix]
+    )
+
+
+def bwrap_args(
+    bwrap: str,
+    *,
+    workspace: Path,
+    env: Mapping[str, str],
+    chdir: str = CONFINED_WORKSPACE,
+    read_only: Sequence[str | os.PathLike[str]] = (),
+    binds: Sequence[Bind] = (),
+    network: bool = False,
+) -> list[str]:
+    """The ``bwrap ... --`` arguments that confine one process; append its command line.
+
+    New namespaces for everything (network too, unless ``network``), the process dies with
+    its parent and runs in a new session (no terminal to inject input into), an environment
+    of exactly ``env``. Mounts, in this order: a private tmpfs at ``/tmp`` (first, so that
+    binds below ``/tmp`` survive: see the module docs), ``/proc``, ``/dev``, the system
+    folders and the emulator's Python read-only, the folders in ``read_only`` read-only at
+    their own path, ``workspace`` read-write at ``/data``, then ``binds``.
+    """
+    args = [bwrap, "--unshare-all"]
+    if network:
+        args.append("--share-net")
+    args += ["--die-with-parent", "--new-session", "--clearenv"]
+    args += ["--tmpfs", PRIVATE_TMP, "--proc", "/proc", "--dev", "/dev"]
+    args += _system_args()
+    for root in read_only_roots([*python_roots(), *read_only]):
+        args += ["--ro-bind", root, root]
+    args += ["--bind", str(workspace), CONFINED_WORKSPACE]
+    for bind in binds:
+        args += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.target]
+    args += ["--chdir", chdir]
+    for key, value in env.items():
+        args += ["--setenv", key, value]
+    args.append("--")
+    return args
+
+
+# ---------------------------------------------------------------------- the probe
+
+_PROBE_CODE: Final = (
+    "import os, sys\n"
+    f"sys.exit(0 if os.path.isdir({CONFINED_WORKSPACE!r}) and os.getcwd() == "
+    f"{CONFINED_WORKSPACE!r} else 3)\n"
+)
+
+
+@functools.lru_cache(maxsize=8)
+def probe(bwrap: str) -> str | None:
+    """Run this interpreter once through :func:`bwrap_args` with ``bwrap``: ``None`` when
+    that works, else a sentence saying what failed. Cached per ``bwrap`` path (once per
+    process)."""
+    with tempfile.TemporaryDirectory(prefix="klavis-bwrap-probe-") as workspace:
+        command = bwrap_args(
+            bwrap,
+            workspace=Path(workspace),
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        )
+        try:
+            done = subprocess.run(
+                [*command, sys.executable, "-c", _PROBE_CODE],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=_PROBE_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return f"a trial run under {bwrap} did not end within {_PROBE_TIMEOUT:g} s"
+        except OSError as exc:
+            return f"{bwrap} could not be started ({exc.strerror or exc})"
+    if done.returncode == 0:
+        return None
+    lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    said = f": {lines[-1][:300]}" if lines else " and printed nothing"
+    return f"a trial run under {bwrap} exited with status {done.returncode}{said}"
+
+
+def detect_confinement() -> Confinement:
+    """Whether bubblewrap is installed and works here (probed once), without the policy:
+    never raises. :func:`decide_confinement` is what the emulator uses."""
+    found = shutil.which("bwrap")
+    if found is None:
+        return Confinement(False, "bubblewrap (bwrap) is not installed")
+    found = os.path.abspath(found)
+    problem = probe(found)
+    if problem is not None:
+        return Confinement(False, f"bubblewrap does not work here: {problem}")
+    return Confinement(True, f"confined with bubblewrap ({found})", found)
+
+
+# ---------------------------------------------------------------------- the policy
+
+
+def _env_name(environ: Mapping[str, str]) -> str:
+    """The variable that decides: the new name when set, else the older one."""
+    return CONFINE_ENV if environ.get(CONFINE_ENV, "").strip() else LEGACY_CONFINE_ENV
+
+
+def _env_setting(environ: Mapping[str, str]) -> str:
+    """``NAME=value`` of the deciding variable, for messages."""
+    name = _env_name(environ)
+    return f"{name}={environ.get(name, '').strip()}"
+
+
+def confine_setting_from_env(environ: Mapping[str, str] | None = None) -> ConfineSetting:
+    """``$KLAVIS_EMULATOR_CONFINE`` (or the older ``$KLAVIS_EMULATOR_MCP_CONFINE``):
+    ``0``/``false``/``no``/``off``, ``1``/``true``/``yes``/``on``, or ``auto`` (unset).
+
+    Raises:
+        ConfinementError: for any other value (a typo must not decide about confinement).
+    """
+    environ = os.environ if environ is None else environ
+    name = _env_name(environ)
+    value = environ.get(name, "").strip().lower()
+    if value in ("", "auto"):
+        return "auto"
+    if value in ("0", "false", "no", "off"):
+        return "off"
+    if value in ("1", "true", "yes", "on"):
+        return "on"
+    raise ConfinementError(
+        f"{name}={environ[name]!r} is not understood: use 0 (never confine), 1 (always "
+        "confine) or auto."
+    )
+
+
+def decide_confinement(
+    requested: bool = True, *, environ: Mapping[str, str] | None = None
+) -> Confinement:
+    """Whether this emulator confines executions and MCP servers (see the module docs).
+
+    ``requested=False`` (``--no-confine``, ``confine_executions=False``) or the environment
+    variable set to ``0`` turn confinement off. Otherwise bubblewrap is used where it is
+    installed, and must work.
+
+    Raises:
+        ConfinementError: bwrap is installed but a trial run fails (or the variable is
+            ``1`` and bwrap is missing); the message names the reason and the way out.
+    """
+    environ = os.environ if environ is None else environ
+    if not requested:
+        return Confinement(False, "confinement was turned off (--no-confine)")
+    setting = confine_setting_from_env(environ)
+    if setting == "off":
+        return Confinement(False, f"confinement turned off by {_env_setting(environ)}")
+    found = shutil.which("bwrap")
+    if found is None:
+        if setting == "on":
+            raise ConfinementError(
+                f"{_env_setting(environ)} asks for confinement, "
+                "but bubblewrap (bwrap) is not installed: install it (e.g. apt-get install "
+                f"bubblewrap) or set {CONFINE_ENV}=0."
+            )
+        return Confinement(False, "bubblewrap (bwrap) is not installed")
+    found = os.path.abspath(found)
+    problem = probe(found)
+    if problem is not None:
+        raise ConfinementError(
+            f"bubblewrap is installed but cannot confine executions here: {problem}. "
+            "Confinement keeps each execution and MCP server to its own sandbox: make "
+            "bubblewrap work (a common cause is that unprivileged user namespaces are turned "
+            f"off; try `{found} --unshare-all --ro-bind / / true`). " + _TURN_OFF_HINT
+        )
+    return Confinement(True, f"confined with bubblewrap ({found})", found)
