@@ -1,0 +1,368 @@
+"""Attacks on confinement: what a hostile execution of one tenant can reach, on a real emulator
+(``EmulatorServer`` on loopback port 0) with real bubblewrap.
+
+The confined cases skip only where ``bwrap`` is not installed, or where confinement is turned
+off on purpose (``KLAVIS_EMULATOR_CONFINE=0``: the unconfined pass of the attack corpus in
+``scripts/test``). Where ``bwrap`` is installed but cannot confine, the emulator refuses to
+start and these tests fail: that is the defect they guard against (a venv under ``/tmp`` once
+made the probe fail, and every execution ran unconfined while these tests skipped).
+
+The startup-policy cases (a ``bwrap`` that always fails, the opt-outs) bring their own fake
+``bwrap`` and run everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import venv
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+import klavis_emulator
+from klavis_emulator import EmulatorServer
+from klavis_emulator._bwrap import (
+    CONFINE_ENV,
+    LEGACY_CONFINE_ENV,
+    ConfinementError,
+    decide_confinement,
+)
+from tests.conftest import Executions
+
+SECRET = "tenant-a-secret-7f3c"
+
+# main.py of tenant B: try to read each path listed in targets.json (a file of its archive);
+# one line per path, then proof that the run ran (its own workspace file).
+READER = """
+import json, os
+for path in json.load(open("targets.json")):
+    try:
+        if os.path.isdir(path):
+            print("READ", path, sorted(os.listdir(path)))
+        else:
+            print("READ", path, open(path, "rb").read()[:200])
+    except OSError as exc:
+        print("DENIED", path, type(exc).__name__)
+print("OWN", open(os.path.join(os.environ["AGENT_WORKSPACE"], "own.txt")).read())
+"""
+
+# main.py of tenant B, after a line "PORT = <n>": connect to the host's loopback port.
+CONNECTOR = """
+import socket
+try:
+    socket.create_connection(("127.0.0.1", PORT), timeout=10).close()
+    print("CONNECTED")
+except OSError as exc:
+    print("BLOCKED", type(exc).__name__)
+"""
+
+
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CONFINE_ENV, raising=False)
+    monkeypatch.delenv(LEGACY_CONFINE_ENV, raising=False)
+
+
+@pytest.fixture(scope="module")
+def confined_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
+    """A confined emulator of this module's own. Skips only without bwrap or with
+    confinement turned off on purpose; fails (ConfinementError) if bwrap cannot confine."""
+    confinement = decide_confinement()
+    if not confinement.enabled:
+        pytest.skip(confinement.reason)
+    with EmulatorServer(data_dir=tmp_path_factory.mktemp("confined") / "data") as server:
+        assert server.state.run_settings.confinement.enabled
+        yield server
+
+
+@contextmanager
+def _tenant(server: EmulatorServer, name: str) -> Iterator[Executions]:
+    """Execution helpers as a new tenant of ``server``."""
+    token = f"attack-{name}-{os.urandom(8).hex()}"
+    with httpx.Client(
+        base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ) as http:
+        yield Executions(server, http, token)
+
+
+@pytest.fixture
+def victim(confined_server: EmulatorServer) -> Iterator[Executions]:
+    """Tenant A."""
+    with _tenant(confined_server, "a") as tenant:
+        yield tenant
+
+
+@pytest.fixture
+def attacker(confined_server: EmulatorServer) -> Iterator[Executions]:
+    """Tenant B."""
+    with _tenant(confined_server, "b") as tenant:
+        yield tenant
+
+
+def _targets(server: EmulatorServer, victim: Executions) -> dict[str, str]:
+    """What tenant B's run must not read, by name: tenant A's files, the emulator's own."""
+    sandbox_id = victim.acquire()
+    workspace = server.state.workspace_path(sandbox_id)
+    (workspace / "secret.txt").write_text(SECRET)
+    data = server.state.data_dir
+    return {
+        "victim-file": str(workspace / "secret.txt"),
+        "victim-folder": str(workspace),
+        "all-workspaces": str(data / "workspaces"),
+        "signing-key": str(data / "signing.key"),
+        "database": str(data / "emulator.sqlite3"),
+        "stored-objects": str(data / "storage"),
+        "data-dir": str(data),
+    }
+
+
+def _attack(attacker: Executions, targets: list[str], name: str) -> tuple[str, str]:
+    """Run READER as tenant B over ``targets``; its final status and log."""
+    sandbox_id = attacker.acquire()
+    (attacker.emulator.state.workspace_path(sandbox_id) / "own.txt").write_text("mine")
+    files = {"main.py": READER, "targets.json": json.dumps(targets)}
+    status = attacker.run(sandbox_id, name, files)
+    return status, attacker.logs(sandbox_id, name)["logs"]
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "victim-file",
+        "victim-folder",
+        "all-workspaces",
+        "signing-key",
+        "database",
+        "stored-objects",
+        "data-dir",
+    ],
+)
+def test_a_run_cannot_read_another_tenant_or_the_emulator(
+    confined_server: EmulatorServer, victim: Executions, attacker: Executions, target: str
+) -> None:
+    path = _targets(confined_server, victim)[target]
+    assert os.path.exists(path)  # it is there, for the emulator
+    status, logs = _attack(attacker, [path], f"read-{target}")
+    assert status == "completed", logs
+    assert "OWN mine" in logs  # the run did run, and saw its own workspace
+    assert f"DENIED {path} " in logs, logs
+    assert "READ" not in logs
+    assert SECRET not in logs
+    assert "[emulator]" not in logs  # confined: no line about confinement, no probe failure
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A TCP listener on a free loopback port of the host, polled without blocking."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.setblocking(False)
+        yield server
+
+
+def _accepted(server: socket.socket) -> bool:
+    """Whether a connection is waiting (the run has ended, so any would be queued)."""
+    try:
+        connection, _ = server.accept()
+    except BlockingIOError:
+        return False
+    connection.close()
+    return True
+
+
+def test_a_run_cannot_reach_the_network(attacker: Executions, listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    sandbox_id = attacker.acquire()
+    main = f"PORT = {port}\n{CONNECTOR}"
+    assert attacker.run(sandbox_id, "connect", {"main.py": main}) == "completed"
+    logs = attacker.logs(sandbox_id, "connect")["logs"]
+    assert "BLOCKED" in logs, logs
+    assert "CONNECTED" not in logs
+    assert not _accepted(listener)
+
+
+# ---------------------------------------------------------------------- the startup policy
+
+
+@pytest.fixture
+def failing_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A ``bwrap`` first on PATH that always fails (and leaves a mark when it is run), with
+    confinement left to its default."""
+    folder = tmp_path / "fake-bin"
+    folder.mkdir()
+    mark = tmp_path / "fake-bwrap-ran"
+    fake = folder / "bwrap"
+    fake.write_text(
+        f"#!/bin/sh\ntouch {mark}\necho 'bwrap: setting up uid map: Permission denied' >&2\n"
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
+    _clean_env(monkeypatch)
+    return mark
+
+
+def test_a_bwrap_that_fails_stops_the_emulator_at_startup(
+    tmp_path: Path, failing_bwrap: Path
+) -> None:
+    data = tmp_path / "data"
+    server = EmulatorServer(data_dir=data)
+    with pytest.raises(ConfinementError) as raised:
+        server.start()
+    message = str(raised.value)
+    assert "bubblewrap is installed but cannot confine" in message
+    assert "setting up uid map: Permission denied" in message  # bwrap's own words
+    assert str(failing_bwrap.parent / "fake-bin" / "bwrap") in message
+    assert "--no-confine" in message
+    assert "confine_executions=False" in message
+    assert f"{CONFINE_ENV}=0" in message
+    assert failing_bwrap.exists()  # it was tried
+    assert not data.exists()  # nothing was created or locked
+    with pytest.raises(RuntimeError, match="not running"):
+        _ = server.base_url
+
+
+@pytest.mark.parametrize("how", ["argument", "env", "legacy-env"])
+def test_the_opt_out_runs_unconfined_even_with_a_failing_bwrap(
+    tmp_path: Path,
+    failing_bwrap: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    listener: socket.socket,
+    how: str,
+) -> None:
+    """Unconfined on purpose: the same attacks now succeed, which shows they are real."""
+    if how == "env":
+        monkeypatch.setenv(CONFINE_ENV, "0")
+    elif how == "legacy-env":
+        monkeypatch.setenv(LEGACY_CONFINE_ENV, "0")
+    with (
+        EmulatorServer(data_dir=tmp_path / "data", confine_executions=how != "argument") as server,
+        _tenant(server, "a") as victim,
+        _tenant(server, "b") as attacker,
+    ):
+        confinement = server.state.run_settings.confinement
+        assert not confinement.enabled
+        expected = {
+            "argument": "confinement was turned off (--no-confine)",
+            "env": f"confinement turned off by {CONFINE_ENV}=0",
+            "legacy-env": f"confinement turned off by {LEGACY_CONFINE_ENV}=0",
+        }[how]
+        assert confinement.reason == expected
+        path = _targets(server, victim)["victim-file"]
+        status, logs = _attack(attacker, [path], "read")
+        assert status == "completed", logs
+        assert f"[emulator] Not confined: {expected};" in logs
+        assert logs.count("[emulator]") == 1  # one line about confinement, nothing else
+        assert SECRET in logs  # unconfined, tenant B reads tenant A's workspace
+        sandbox_id = attacker.acquire()
+        main = f"PORT = {listener.getsockname()[1]}\n{CONNECTOR}"
+        assert attacker.run(sandbox_id, "connect", {"main.py": main}) == "completed"
+        assert "CONNECTED" in attacker.logs(sandbox_id, "connect")["logs"]
+        assert _accepted(listener)
+    assert not failing_bwrap.exists()  # an opt-out does not even try bwrap
+
+
+def test_a_typo_in_the_variable_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CONFINE_ENV, "nope")
+    with pytest.raises(ConfinementError, match="KLAVIS_EMULATOR_CONFINE='nope'"):
+        decide_confinement()
+
+
+def test_without_bwrap_the_emulator_runs_unconfined_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _clean_env(monkeypatch)
+    empty = tmp_path / "no-bwrap-here"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # the emulator needs no program from PATH to start
+    with (
+        caplog.at_level("INFO", logger="klavis_emulator"),
+        EmulatorServer(data_dir=tmp_path / "data") as server,
+    ):
+        confinement = server.state.run_settings.confinement
+    assert not confinement.enabled
+    assert confinement.reason == "bubblewrap (bwrap) is not installed"
+    said = [r.getMessage() for r in caplog.records if "confined" in r.getMessage()]
+    assert said == [
+        "executions and MCP servers are NOT confined: bubblewrap (bwrap) is not installed"
+    ]
+    monkeypatch.setenv(CONFINE_ENV, "1")  # asked for, it is an error instead
+    with pytest.raises(ConfinementError, match="not installed"):
+        decide_confinement()
+
+
+# ---------------------------------------------------------------------- an interpreter in /tmp
+
+
+@pytest.fixture
+def venv_under_tmp() -> Iterator[Path]:
+    """A virtual environment in /tmp itself, as in a CI checkout or a `mktemp -d` clone,
+    that imports this checkout's packages (a .pth adds the current site folders)."""
+    folder = Path(tempfile.mkdtemp(prefix="klavis-venv-", dir="/tmp"))
+    try:
+        venv.EnvBuilder(with_pip=False, symlinks=True).create(folder)
+        site_packages = next(folder.glob("lib/python3*/site-packages"))
+        sites = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
+        root = Path(klavis_emulator.__file__).resolve().parents[1]
+        lines = [f"import site; site.addsitedir({site!r})" for site in sites]
+        (site_packages / "this_checkout.pth").write_text("\n".join([str(root), *lines]) + "\n")
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+UNDER_TMP_SCRIPT = """
+import json, sys
+import httpx
+from klavis_emulator import EmulatorServer
+from tests.conftest import Executions
+
+main = "import os, sys; print('prefix', sys.prefix); print('ws', os.environ['AGENT_WORKSPACE'])"
+with EmulatorServer(data_dir=sys.argv[1]) as server, httpx.Client(
+    base_url=server.base_url, headers={"Authorization": "Bearer under-tmp"}, timeout=30
+) as http:
+    runs = Executions(server, http, "under-tmp")
+    sandbox_id = runs.acquire()
+    status = runs.run(sandbox_id, "probe", {"main.py": main})
+    print(json.dumps({
+        "prefix": sys.prefix,
+        "confined": server.state.run_settings.confinement.enabled,
+        "status": status,
+        "logs": runs.logs(sandbox_id, "probe")["logs"],
+    }))
+"""
+
+
+def test_an_interpreter_under_tmp_is_confined(
+    venv_under_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The emulator running from a venv in /tmp confines its executions (it once probed
+    with /tmp mounted over the venv, failed, and ran every execution unconfined)."""
+    confinement = decide_confinement()
+    if not confinement.enabled:
+        pytest.skip(confinement.reason)
+    _clean_env(monkeypatch)
+    python = venv_under_tmp / "bin" / "python"
+    done = subprocess.run(
+        [str(python), "-c", UNDER_TMP_SCRIPT, str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        cwd=Path(klavis_emulator.__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["prefix"] == str(venv_under_tmp)  # it really ran from /tmp
+    assert report["confined"] is True
+    assert report["status"] == "completed", report["logs"]
+    assert f"prefix {venv_under_tmp}\n" in report["logs"]  # the venv is visible inside
+    assert "ws /data\n" in report["logs"]
+    assert "[emulator]" not in report["logs"]
