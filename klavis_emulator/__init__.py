@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from ._app import create_app, default_data_dir
 from ._archive import ArchiveLimits, ArchiveRejected, ArchiveTooLarge
+from ._bwrap import ConfinementError
 from ._clock import Clock, ManualClock, OffsetClock, SystemClock
 from ._executions import EXECUTION_STATUSES, Confinement, detect_confinement
 from ._faults import FaultSettings
@@ -48,6 +49,7 @@ __all__ = [
     "ArchiveTooLarge",
     "Clock",
     "Confinement",
+    "ConfinementError",
     "EmulatorError",
     "EmulatorServer",
     "EmulatorState",

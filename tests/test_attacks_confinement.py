@@ -366,3 +366,24 @@ def test_an_interpreter_under_tmp_is_confined(
     assert f"prefix {venv_under_tmp}\n" in report["logs"]  # the venv is visible inside
     assert "ws /data\n" in report["logs"]
     assert "[emulator]" not in report["logs"]
+
+
+def test_the_cli_demo_answers_a_broken_bwrap_with_one_line(
+    tmp_path: Path, failing_bwrap: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KLAVIS_API_KEY"}
+    done = subprocess.run(
+        [sys.executable, "-m", "workflows", "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("klavis-sandbox: error: the embedded emulator cannot start:")
+    assert "--no-confine" in lines[0]
+    assert failing_bwrap.exists()

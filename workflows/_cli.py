@@ -19,7 +19,7 @@ from dataclasses import asdict
 from typing import Any, TextIO
 
 from ._config import API_KEY_ENV, BASE_URL_ENV
-from ._errors import KlavisError
+from ._errors import ConfigurationError, KlavisError
 from ._models import SERVER_NAMES, SandboxInfo
 from ._reap import reap
 from ._recipes import ReleaseResult, bulk_acquire, bulk_release, round_trip_dump
@@ -162,16 +162,18 @@ def _demo_target(out: TextIO) -> Iterator[dict[str, Any]]:
         yield {}
         return
     try:
-        from klavis_emulator import EmulatorServer
+        from klavis_emulator import ConfinementError, EmulatorServer
     except ImportError:  # pragma: no cover - depends on the installed extras
         raise KlavisError(
             "no KLAVIS_API_KEY and the emulator is not installed: "
             "pip install 'klavis-sandbox[emulator]', or set KLAVIS_API_KEY"
         ) from None
-    with (
-        tempfile.TemporaryDirectory(prefix="klavis-demo-") as data,
-        EmulatorServer(data_dir=data) as server,
-    ):
+    with contextlib.ExitStack() as stack:
+        data = stack.enter_context(tempfile.TemporaryDirectory(prefix="klavis-demo-"))
+        try:
+            server = stack.enter_context(EmulatorServer(data_dir=data))
+        except ConfinementError as exc:  # bwrap installed but unable to confine here
+            raise ConfigurationError(f"the embedded emulator cannot start: {exc}") from None
         out.write(
             f"No {API_KEY_ENV} set: using an embedded emulator at {server.base_url}\n"
             "(set KLAVIS_API_KEY to run the same demo against the real service)\n\n"
