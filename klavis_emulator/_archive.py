@@ -2,17 +2,26 @@
 
 Extraction never uses ``TarFile.extractall``. The archive is read in one streaming pass
 (ISA-L decompression) and every member is checked as it arrives, before anything is written
-for it: absolute paths, ``..`` components, links leading out of the tree, device files, caps on
-the number of members and on the unpacked size. Files are written by hand with real-path checks
-on every parent folder (a folder checked once is remembered until a symbolic link of the tree is
-replaced), and every symbolic link is checked again at the end. A refused archive may leave
-partial output in ``root``: the caller extracts into a staging copy and swaps it in only when
-everything succeeded, so a refused archive leaves the workspace as it was.
+for it: absolute paths, ``..`` components, names too long for the file system, links leading
+out of the tree, device files and sparse files, caps on extended headers, on the number of
+members, on the unpacked size and on the ratio of unpacked to compressed bytes. Files are
+written by hand under folders whose every component was resolved by :class:`_Tree` itself (a
+folder resolved once is remembered until a symbolic link of the tree changes), and every
+symbolic link is checked again at the end. A refused archive may leave partial output in
+``root``: the caller extracts into a staging copy and swaps it in only when everything
+succeeded, so a refused archive leaves the workspace as it was.
+
+Symbolic links are resolved by :meth:`_Tree.resolve`, never by the host's ``realpath``: a link
+to an absolute path inside :data:`WORKSPACE_MOUNT` (``/data``, where the sandbox sees its
+workspace) is workspace content and resolves as the workspace root plus the rest of the target,
+while on the host ``/data/...`` is another place. Such links are stored verbatim, and no member
+is ever written through one (the host kernel would follow it to the host's ``/data``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
 import posixpath
@@ -23,11 +32,17 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, Final, cast
 
 from isal import igzip, isal_zlib
 
+from ._executions import CONFINED_WORKSPACE
+
 __all__ = [
+    "MAX_HEADER_BYTES",
+    "MAX_NAME_BYTES",
+    "MAX_PATH_BYTES",
+    "WORKSPACE_MOUNT",
     "ArchiveLimits",
     "ArchiveRejected",
     "ArchiveTooLarge",
@@ -37,6 +52,22 @@ __all__ = [
 ]
 
 GZIP_MAGIC = b"\x1f\x8b"
+WORKSPACE_MOUNT: Final = CONFINED_WORKSPACE
+"""Where the sandbox sees its workspace: an absolute link target under it stays inside."""
+MAX_HEADER_BYTES: Final = 1024 * 1024
+"""Cap on one extended header (PAX records, GNU long name or link), and on a member's chain.
+
+tarfile reads such a header whole into memory (a 1 GiB PAX header, 1 MB compressed, took the
+emulator from 313 to 3,784 MiB). Real ones hold a long path (at most 4 KiB) or a few extended
+attributes; the client library uses the same 1 MiB cap.
+"""
+MAX_NAME_BYTES: Final = 255
+"""Longest name component, in UTF-8 bytes (NAME_MAX of Linux file systems)."""
+MAX_PATH_BYTES: Final = 4095
+"""Longest member path or link target, in UTF-8 bytes (PATH_MAX, 4096, less the NUL)."""
+# At most this many extended headers in a row before one member (PAX 'x', a global 'g', GNU
+# 'L' and 'K' make 4 in the worst real case); tarfile handles each by recursion.
+_MAX_HEADER_CHAIN = 8
 _COPY_CHUNK = 1024 * 1024
 # tarfile's stream reader copies its buffer for every 512-byte header it takes from it: 64 KiB
 # is several times faster than 1 MiB on archives of many small files.
@@ -44,12 +75,45 @@ _TAR_READ_BUFFER = 64 * 1024
 # After the end-of-archive marker, read at most this much more to reach the gzip trailer (and so
 # check the CRC); tar pads to 10 KiB records, so a sane archive has far less.
 _MAX_TRAILING_BYTES = 1024 * 1024
+# Same as Linux's MAXSYMLINKS: more links in one resolution is a loop (ELOOP in the sandbox).
+_MAX_SYMLINK_HOPS = 40
 # gzip level of the dumps: zlib's default, as ``tar czf`` would write; 9 (tarfile's default)
 # took 1.8x the time for 0.6 % fewer bytes on a 100 MiB workspace.
 _DUMP_COMPRESSLEVEL = 6
 _O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
 _UTIME_FD = os.utime in os.supports_fd
 _FCHMOD = hasattr(os, "fchmod")
+_EXTENDED_HEADERS = (
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+)
+# What writing a member can raise because of the member itself (its name, its link, what came
+# before it): a 400 naming the member. Other OSErrors (EIO, EROFS, EMFILE, ...) are the
+# emulator's trouble and stay 500s.
+_INPUT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        "ENAMETOOLONG",
+        "ELOOP",
+        "ENOTDIR",
+        "EISDIR",
+        "EEXIST",
+        "ENOTEMPTY",
+        "ENOENT",
+        "EINVAL",
+        "EILSEQ",
+        "EMLINK",
+        "EFBIG",
+        "EPERM",
+    )
+    if hasattr(errno, name)
+)
+_NO_SPACE_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("ENOSPC", "EDQUOT") if hasattr(errno, name)
+)
 
 # isal's Python modules are untyped
 _igzip_file: Callable[..., Any] = igzip.IGzipFile
@@ -76,10 +140,22 @@ class ArchiveTooLarge(ArchiveRejected):
 
 @dataclass(frozen=True)
 class ArchiveLimits:
-    """Caps applied to an archive while it is read, before each member is written."""
+    """Caps applied to an archive while it is read, before each member is written.
+
+    ``max_ratio`` bounds the bytes written per compressed byte read, checked once more than
+    ``ratio_grace_bytes`` were written. Deflate cannot expand more than about 1032:1 (a
+    258-byte match coded in 2 bits), so a member written from the bytes the stream holds never
+    reaches 2000:1, and neither does a real workspace (source trees pack 3-10:1; 1 GiB of zeros
+    packs 1030:1). Only a member whose contents are not in the stream can: a sparse file (85
+    bytes of upload declared 1 GiB of holes), or whatever other such format tarfile learns.
+    Sparse members are refused by name; this is the cap behind that refusal. The grace keeps
+    the ratio of tiny archives (a 40-byte gzip of a 20 KiB file) out of the question.
+    """
 
     max_members: int = 100_000
     max_bytes: int = 8 * 1024**3
+    max_ratio: float = 2000.0
+    ratio_grace_bytes: int = 8 * 1024 * 1024
 
 
 def _display(name: str) -> str:
@@ -87,8 +163,33 @@ def _display(name: str) -> str:
     return repr(shown)
 
 
+def _utf8_length(text: str) -> int:
+    return len(text.encode("utf-8", "surrogateescape"))
+
+
+def _check_lengths(name: str, parts: tuple[str, ...], what: str) -> None:
+    """Refuse a name component over NAME_MAX or a path over PATH_MAX (in UTF-8 bytes)."""
+    try:
+        for part in parts:
+            if (size := _utf8_length(part)) > MAX_NAME_BYTES:
+                raise ArchiveRejected(
+                    f"Archive member {_display(name)} has {what} with a name component of "
+                    f"{size} bytes; the limit is {MAX_NAME_BYTES} bytes (UTF-8)."
+                )
+        if (size := _utf8_length("/".join(parts))) > MAX_PATH_BYTES:
+            raise ArchiveRejected(
+                f"Archive member {_display(name)} has {what} of {size} bytes; the limit is "
+                f"{MAX_PATH_BYTES} bytes (UTF-8)."
+            )
+    except UnicodeEncodeError as exc:
+        raise ArchiveRejected(
+            f"Archive member {_display(name)} has {what} that is not valid text."
+        ) from exc
+
+
 def _split_member_path(name: str) -> tuple[str, ...]:
-    """Split an archive path into components, refusing absolute paths and ``..``."""
+    """Split an archive path into components, refusing absolute paths, ``..`` and names
+    too long for the file system."""
     if "\x00" in name:
         raise ArchiveRejected(f"Archive member {_display(name)} has a NUL byte in its name.")
     if name.startswith("/") or (len(name) > 1 and name[1] == ":" and name[0].isalpha()):
@@ -102,17 +203,42 @@ def _split_member_path(name: str) -> tuple[str, ...]:
             f"Archive member {_display(name)} contains a '..' component; "
             "members must stay inside the workspace."
         )
+    _check_lengths(name, parts, "a path")
     return parts
 
 
+def _mount_relative(target: str) -> str | None:
+    """The part of an absolute link target after :data:`WORKSPACE_MOUNT` (``""`` for the mount
+    itself), or ``None`` when the target is not under it. The rule is textual, as in the
+    client library: ``/data`` or ``/data/...`` exactly."""
+    if target == WORKSPACE_MOUNT:
+        return ""
+    if target.startswith(WORKSPACE_MOUNT + "/"):
+        return target[len(WORKSPACE_MOUNT) + 1 :]
+    return None
+
+
 def _check_symlink_target(member: tarfile.TarInfo, parts: tuple[str, ...]) -> None:
+    """The textual checks of a link target (the tree checks its resolution after)."""
     target = member.linkname
-    if not target or target.startswith("/"):
+    if not target:
+        raise ArchiveRejected(f"Archive member {_display(member.name)} is a link to nothing.")
+    if "\x00" in target:
         raise ArchiveRejected(
-            f"Archive member {_display(member.name)} is a symbolic link to an absolute "
-            f"path ({_display(target)}); links must stay inside the workspace."
+            f"Archive member {_display(member.name)} is a link with a NUL byte in its target."
         )
-    resolved = posixpath.normpath(posixpath.join(*parts[:-1], target))
+    _check_lengths(member.name, tuple(target.split("/")), "a link target")
+    if target.startswith("/"):
+        rest = _mount_relative(target)
+        if rest is None:
+            raise ArchiveRejected(
+                f"Archive member {_display(member.name)} is a symbolic link to an absolute "
+                f"path ({_display(target)}) outside {WORKSPACE_MOUNT}, where the sandbox sees "
+                "its workspace; links must stay inside the workspace."
+            )
+        resolved = posixpath.normpath(rest or ".")
+    else:
+        resolved = posixpath.normpath(posixpath.join(*parts[:-1], target))
     if resolved == ".." or resolved.startswith("../") or resolved.startswith("/"):
         raise ArchiveRejected(
             f"Archive member {_display(member.name)} is a symbolic link leading outside "
@@ -137,62 +263,155 @@ def _refuse_type(member: tarfile.TarInfo) -> ArchiveRejected:
     )
 
 
-def _inside(root_real: str, path: str) -> bool:
-    return path == root_real or path.startswith(root_real + os.sep)
+def _sparse(name: str) -> ArchiveRejected:
+    return ArchiveRejected(
+        f"Archive member {_display(name)} is a sparse file; sparse members (GNU 'S' or PAX "
+        "GNU.sparse.*) are not accepted: archive the file without --sparse."
+    )
+
+
+@dataclass(frozen=True)
+class _Resolution:
+    """Where a path of the tree leads, found by :meth:`_Tree.resolve`.
+
+    ``parts`` is the resolved path relative to the root (no link left in it), or ``None`` when
+    it leads outside the tree; ``absolute`` tells that a link to ``/data/...`` was followed;
+    ``loop`` that the resolution gave up after too many links (the sandbox would get ELOOP).
+    """
+
+    parts: tuple[str, ...] | None
+    absolute: bool = False
+    loop: bool = False
 
 
 class _Tree:
-    """Writes members under ``root``, never through a link leading outside it.
+    """Writes members under ``root``, resolving every link itself, never through one leading
+    outside the tree or to an absolute path.
 
-    ``_folders`` maps the parts of folders already checked (real folders, or links resolving to
-    folders inside the tree) to their paths. Only this extraction writes to the tree, so an
-    entry stays true until a symbolic link is removed or created: then all are forgotten.
+    ``_folders`` maps the parts of folders already checked to their resolved parts (a real
+    folder, or where a link inside the tree leads). Only this extraction writes to the tree, so
+    an entry stays true until a symbolic link is removed or created: then all are forgotten.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = os.fspath(root)
-        self.root_real = os.path.realpath(root)
-        self._folders: dict[tuple[str, ...], str] = {(): self.root}
+        self._folders: dict[tuple[str, ...], tuple[str, ...]] = {(): ()}
+
+    def host(self, parts: tuple[str, ...]) -> str:
+        """The host path of resolved ``parts``."""
+        return os.path.join(self.root, *parts)
+
+    def resolve(self, parts: tuple[str, ...] | list[str]) -> _Resolution:
+        """Resolve ``parts`` (relative to the root) component by component, following links
+        as the sandbox would: an absolute target under ``/data`` restarts from the root, any
+        other absolute target or a ``..`` above the root leads outside. A missing component
+        ends the lookups (the rest is taken as written, as ``realpath`` does)."""
+        pending = list(reversed(parts))
+        done: list[str] = []
+        absolute = False
+        hops = 0
+        missing = False
+        while pending:
+            part = pending.pop()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not done:
+                    return _Resolution(None, absolute)
+                done.pop()
+                continue
+            done.append(part)
+            if missing:
+                continue
+            try:
+                mode = os.lstat(self.host(tuple(done))).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                missing = True
+                continue
+            if not stat.S_ISLNK(mode):
+                continue
+            hops += 1
+            if hops > _MAX_SYMLINK_HOPS:
+                return _Resolution(tuple(done), absolute, loop=True)
+            target = os.readlink(self.host(tuple(done)))
+            done.pop()
+            if target.startswith("/"):
+                absolute = True
+                rest = _mount_relative(target)
+                if rest is None:
+                    return _Resolution(None, absolute)
+                done.clear()
+                target = rest
+            pending.extend(reversed(target.split("/")))
+        return _Resolution(tuple(done), absolute)
 
     def parent(self, parts: tuple[str, ...], name: str) -> str:
-        """The folder that ``parts`` goes in, created (with its parents) if missing."""
+        """The host path of the folder that ``parts`` goes in, created (with its parents) if
+        missing; it holds no symbolic link, so the kernel follows none when writing in it."""
+        return self.host(self.parent_parts(parts, name))
+
+    def parent_parts(self, parts: tuple[str, ...], name: str) -> tuple[str, ...]:
+        """The resolved parts of the folder that ``parts`` goes in (see :meth:`parent`)."""
         key = parts[:-1]
         known = self._folders.get(key)
         if known is not None:
             return known
-        current = self.root
+        current: tuple[str, ...] = ()
         for index in range(len(key)):
             prefix = key[: index + 1]
             known = self._folders.get(prefix)
             if known is not None:
                 current = known
                 continue
-            current = os.path.join(current, key[index])
+            candidate = (*current, key[index])
+            path = self.host(candidate)
             try:
-                mode = os.lstat(current).st_mode
+                mode = os.lstat(path).st_mode
             except FileNotFoundError:
-                os.mkdir(current, 0o755)
+                os.mkdir(path, 0o755)
                 mode = stat.S_IFDIR
             if stat.S_ISLNK(mode):
-                ok = os.path.isdir(current) and _inside(self.root_real, os.path.realpath(current))
-            else:
-                ok = stat.S_ISDIR(mode)
-            if not ok:
+                candidate = self._through_link(candidate, prefix, name)
+            elif not stat.S_ISDIR(mode):
                 raise ArchiveRejected(
                     f"Archive member {_display(name)} would be written through "
-                    f"{_display('/'.join(prefix))}, which is not a directory inside the workspace."
+                    f"{_display('/'.join(prefix))}, which is not a directory."
                 )
-            self._folders[prefix] = current
-        if not _inside(self.root_real, os.path.realpath(current)):
-            raise ArchiveRejected(
-                f"Archive member {_display(name)} would be written outside the workspace."
-            )
+            self._folders[prefix] = current = candidate
         return current
+
+    def _through_link(
+        self, link: tuple[str, ...], prefix: tuple[str, ...], name: str
+    ) -> tuple[str, ...]:
+        """Where the link ``link`` (resolved parts) leads, if a member may be written there."""
+        resolution = self.resolve(link)
+        shown = _display("/".join(prefix))
+        if resolution.parts is None:
+            raise ArchiveRejected(
+                f"Archive member {_display(name)} would be written outside the workspace "
+                f"through the symbolic link {shown}."
+            )
+        if resolution.absolute:
+            # On the host, /data/... is another place: the kernel must never follow such a
+            # link for us. Mapping the path by hand would work, but members written through
+            # an absolute link are no real archive's need; refusing is the simple safe choice.
+            raise ArchiveRejected(
+                f"Archive member {_display(name)} would be written through the symbolic link "
+                f"{shown}, which leads to an absolute path; the emulator writes no member "
+                "through such links."
+            )
+        with contextlib.suppress(OSError):
+            if not resolution.loop and stat.S_ISDIR(os.lstat(self.host(resolution.parts)).st_mode):
+                return resolution.parts
+        raise ArchiveRejected(
+            f"Archive member {_display(name)} would be written through {shown}, "
+            "which is not a directory inside the workspace."
+        )
 
     def _unlink(self, path: str, mode: int) -> None:
         os.unlink(path)
         if stat.S_ISLNK(mode):
-            self._folders.clear()
+            self._folders = {(): ()}
 
     def remove_existing(self, path: str, name: str) -> None:
         """Remove a file or link at ``path``, refusing to replace a folder."""
@@ -208,7 +427,8 @@ class _Tree:
 
     def folder(self, member: tarfile.TarInfo, parts: tuple[str, ...]) -> None:
         """Create (or keep) the folder ``parts``; a file or link of that name is replaced."""
-        target = os.path.join(self.parent(parts, member.name), parts[-1])
+        parent = self.parent_parts(parts, member.name)
+        target = os.path.join(self.host(parent), parts[-1])
         try:
             mode = os.lstat(target).st_mode
         except FileNotFoundError:
@@ -219,10 +439,17 @@ class _Tree:
         if not mode:
             os.mkdir(target, 0o755)
         os.chmod(target, (member.mode & 0o777) | 0o700)
-        self._folders[parts] = target
+        self._folders[parts] = (*parent, parts[-1])
 
-    def file(self, member: tarfile.TarInfo, parts: tuple[str, ...], data: IO[bytes]) -> None:
-        """Write the regular file ``parts`` from ``data``, replacing a file or link there."""
+    def file(
+        self,
+        member: tarfile.TarInfo,
+        parts: tuple[str, ...],
+        data: IO[bytes],
+        written: Callable[[int], None],
+    ) -> None:
+        """Write the regular file ``parts`` from ``data``, replacing a file or link there;
+        ``written`` is told of every chunk (it raises to stop)."""
         target = os.path.join(self.parent(parts, member.name), parts[-1])
         mode = (member.mode & 0o777) | 0o600
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW
@@ -232,7 +459,9 @@ class _Tree:
             self.remove_existing(target, member.name)
             fd = os.open(target, flags, mode)
         with open(fd, "wb", buffering=0) as out:
-            shutil.copyfileobj(data, out, _COPY_CHUNK)
+            while chunk := data.read(_COPY_CHUNK):
+                written(len(chunk))
+                out.write(chunk)
             if _FCHMOD:
                 os.fchmod(fd, mode)  # the umask applied to os.open's mode
             else:  # pragma: no cover - Windows
@@ -241,29 +470,34 @@ class _Tree:
                 os.utime(fd if _UTIME_FD else target, (member.mtime, member.mtime))
 
     def symlink(self, member: tarfile.TarInfo, parts: tuple[str, ...]) -> None:
-        """Create the symbolic link ``parts``; it must resolve inside the tree."""
-        parent = self.parent(parts, member.name)
-        target = os.path.join(parent, parts[-1])
+        """Create the symbolic link ``parts`` (its target verbatim); it must resolve inside."""
+        parent = self.parent_parts(parts, member.name)
+        target = os.path.join(self.host(parent), parts[-1])
         self.remove_existing(target, member.name)
-        resolved = os.path.realpath(os.path.join(parent, member.linkname))
-        if not _inside(self.root_real, resolved):
+        rest = _mount_relative(member.linkname)
+        if rest is not None:
+            leads = self.resolve(rest.split("/"))
+        else:
+            leads = self.resolve([*parent, *member.linkname.split("/")])
+        if leads.parts is None:
             raise ArchiveRejected(
                 f"Archive member {_display(member.name)} is a symbolic link leading "
                 f"outside the workspace ({_display(member.linkname)})."
             )
         os.symlink(member.linkname, target)
-        self._folders.clear()
+        self._folders = {(): ()}
 
     def hardlink(
         self, member: tarfile.TarInfo, parts: tuple[str, ...], link_parts: tuple[str, ...]
     ) -> None:
         """Link ``parts`` to the earlier regular file ``link_parts`` of the tree."""
-        source = os.path.join(self.root, *link_parts)
-        try:
-            regular = stat.S_ISREG(os.lstat(source).st_mode)
-        except FileNotFoundError:
-            regular = False
-        if not regular or not _inside(self.root_real, os.path.realpath(source)):
+        source = self.resolve(link_parts[:-1])
+        regular = False
+        if source.parts is not None and not source.absolute and not source.loop:
+            path = self.host((*source.parts, link_parts[-1]))
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                regular = stat.S_ISREG(os.lstat(path).st_mode)
+        if not regular:
             raise ArchiveRejected(
                 f"Archive member {_display(member.name)} is a hard link to "
                 f"{_display(member.linkname)}, which is not a regular file."
@@ -272,7 +506,82 @@ class _Tree:
             return  # a link to itself: the file is already there
         target = os.path.join(self.parent(parts, member.name), parts[-1])
         self.remove_existing(target, member.name)
-        os.link(source, target)
+        os.link(path, target, follow_symlinks=False)
+
+    def check_links_inside(self) -> None:
+        """Refuse the result if any symbolic link of the tree now leads outside it (a later
+        member may have changed where an earlier link leads)."""
+        pending: list[tuple[str, ...]] = [()]
+        while pending:
+            folder = pending.pop()
+            with os.scandir(self.host(folder)) as entries:
+                for entry in entries:
+                    parts = (*folder, entry.name)
+                    if entry.is_symlink():
+                        if self.resolve(parts).parts is None:
+                            raise ArchiveRejected(
+                                "The archive leaves a symbolic link leading outside the "
+                                f"workspace ({_display('/'.join(parts))})."
+                            )
+                    elif entry.is_dir(follow_symlinks=False):
+                        pending.append(parts)
+
+
+class _BoundedTarFile(tarfile.TarFile):
+    """A streaming reader that counts the extended headers it meets (see _BoundedTarInfo)."""
+
+    chain = 0  # extended headers in a row before the next member
+    chain_bytes = 0  # and their total size
+    global_bytes = 0  # total size of the global ('g') headers, which tarfile keeps
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """Refuses sparse members, and extended headers (PAX records, GNU long names) bigger than
+    :data:`MAX_HEADER_BYTES` before tarfile reads them whole into memory.
+
+    Old GNU sparse members (type ``S``) are refused before tarfile reads their maps (which can
+    run on for the whole stream); the PAX sparse formats when their records are seen (the 1.0
+    map sits in the member's data and tarfile would read it all).
+    """
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        reader = cast("_BoundedTarFile", tarfile_)
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise _sparse(self.name)
+        if self.type in _EXTENDED_HEADERS:
+            reader.chain += 1
+            reader.chain_bytes += self.size
+            if self.type == tarfile.XGLTYPE:
+                reader.global_bytes += self.size
+            worst = max(self.size, reader.chain_bytes, reader.global_bytes)
+            if worst > MAX_HEADER_BYTES:
+                raise ArchiveRejected(
+                    f"The archive has an extended header (PAX or GNU long name) of {worst:,} "
+                    f"bytes at offset {self.offset:,}; the emulator's limit is "
+                    f"{MAX_HEADER_BYTES:,} bytes."
+                )
+            if reader.chain > _MAX_HEADER_CHAIN:
+                raise ArchiveRejected(
+                    f"The archive has more than {_MAX_HEADER_CHAIN} extended headers in a row "
+                    f"at offset {self.offset:,}."
+                )
+        else:
+            reader.chain = reader.chain_bytes = 0
+        result: tarfile.TarInfo = super()._proc_member(tarfile_)  # type: ignore[misc]
+        return result
+
+    def _proc_gnusparse_00(
+        self, next: tarfile.TarInfo, pax_headers: dict[str, str], buf: bytes
+    ) -> None:
+        raise _sparse(next.name)
+
+    def _proc_gnusparse_01(self, next: tarfile.TarInfo, pax_headers: dict[str, str]) -> None:
+        raise _sparse(next.name)
+
+    def _proc_gnusparse_10(
+        self, next: tarfile.TarInfo, pax_headers: dict[str, str], reader: tarfile.TarFile
+    ) -> None:
+        raise _sparse(pax_headers.get("GNU.sparse.name", next.name))
 
 
 def _truncated(exc: BaseException) -> ArchiveRejected:
@@ -281,9 +590,24 @@ def _truncated(exc: BaseException) -> ArchiveRejected:
     )
 
 
+def _os_error(exc: OSError, name: str) -> ArchiveRejected:
+    """The 400 (or 413) for an OSError that writing the member ``name`` raised because of
+    the archive; other OSErrors are raised again (a 500: the emulator's own trouble)."""
+    code = errno.errorcode.get(exc.errno or 0, "")
+    reason = f"{exc.strerror or type(exc).__name__}{f' ({code})' if code else ''}"
+    if exc.errno in _NO_SPACE_ERRNOS:
+        return ArchiveTooLarge(
+            f"The emulator ran out of disk space writing archive member {_display(name)}: {reason}."
+        )
+    if exc.errno in _INPUT_ERRNOS:
+        return ArchiveRejected(f"Archive member {_display(name)} cannot be written: {reason}.")
+    raise exc
+
+
 @contextlib.contextmanager
-def _open_archive(archive: Path) -> Iterator[tuple[IO[bytes], tarfile.TarFile]]:
-    """The decompressed stream and a streaming tar reader over it (checks the gzip magic)."""
+def _open_archive(archive: Path) -> Iterator[tuple[IO[bytes], IO[bytes], tarfile.TarFile]]:
+    """The compressed file, the decompressed stream and a streaming tar reader over it
+    (checks the gzip magic)."""
     with archive.open("rb") as raw:
         if raw.read(2) != GZIP_MAGIC:
             raise ArchiveRejected(
@@ -293,8 +617,8 @@ def _open_archive(archive: Path) -> Iterator[tuple[IO[bytes], tarfile.TarFile]]:
         raw.seek(0)
         with _igzip_file(fileobj=raw, mode="rb") as gz:
             try:
-                tar = tarfile.open(  # noqa: SIM115 - closed by the with below
-                    fileobj=gz, mode="r|", bufsize=_TAR_READ_BUFFER
+                tar = _BoundedTarFile.open(  # closed by the with below
+                    fileobj=gz, mode="r|", bufsize=_TAR_READ_BUFFER, tarinfo=_BoundedTarInfo
                 )
             except EOFError as exc:  # the first read of the stream hit the cut
                 raise _truncated(exc) from exc
@@ -303,7 +627,7 @@ def _open_archive(archive: Path) -> Iterator[tuple[IO[bytes], tarfile.TarFile]]:
                     f"The uploaded archive is not a readable tar.gz file ({type(exc).__name__})."
                 ) from exc
             with tar:
-                yield gz, tar
+                yield raw, gz, tar
 
 
 def _forget_members(tar: tarfile.TarFile) -> None:
@@ -311,101 +635,125 @@ def _forget_members(tar: tarfile.TarFile) -> None:
     tar.members.clear()  # type: ignore[attr-defined]
 
 
+class _Extraction:
+    """One extraction's counters and caps (members, bytes, expansion ratio)."""
+
+    def __init__(self, root: Path, limits: ArchiveLimits, raw: IO[bytes]) -> None:
+        self.tree = _Tree(root)
+        self.limits = limits
+        self.raw = raw
+        self.regular_files: set[tuple[str, ...]] = set()
+        self.total_bytes = 0
+        self.count = 0
+        self.written = 0
+        self.name = ""
+
+    def wrote(self, size: int) -> None:
+        """Count ``size`` more bytes written for the current member; refuse past the ratio."""
+        self.total_bytes += size
+        limits = self.limits
+        if self.total_bytes > limits.ratio_grace_bytes:
+            compressed = max(self.raw.tell(), 1)
+            if self.total_bytes > limits.max_ratio * compressed:
+                raise ArchiveTooLarge(
+                    f"The archive expands more than {limits.max_ratio:g} times its compressed "
+                    f"size ({self.total_bytes:,} bytes written from {compressed:,} read, at "
+                    f"member {_display(self.name)}); the emulator's limit."
+                )
+
+    def member(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
+        """Check and write one member."""
+        self.name = member.name
+        self.count += 1
+        limits = self.limits
+        if self.count > limits.max_members:
+            raise ArchiveTooLarge(
+                f"The archive has more than {limits.max_members} members, the emulator's limit."
+            )
+        parts = _split_member_path(member.name)
+        if member.sparse is not None or any(
+            k.startswith("GNU.sparse.") for k in member.pax_headers
+        ):
+            raise _sparse(member.name)
+        tree = self.tree
+        if member.isdir():
+            if parts:
+                tree.folder(member, parts)
+                self.written += 1
+            return
+        if not parts:
+            raise ArchiveRejected(
+                f"Archive member {_display(member.name)} names the workspace root "
+                "but is not a directory."
+            )
+        if member.isreg():
+            if self.total_bytes + member.size > limits.max_bytes:
+                raise ArchiveTooLarge(
+                    f"The archive unpacks to more than {limits.max_bytes} bytes, "
+                    "the emulator's limit."
+                )
+            data = tar.extractfile(member)
+            if data is None:  # pragma: no cover - isreg() members always have data
+                raise ArchiveRejected(f"Archive member {_display(member.name)} has no data.")
+            tree.file(member, parts, data, self.wrote)
+            self.regular_files.add(parts)
+        elif member.issym():
+            _check_symlink_target(member, parts)
+            tree.symlink(member, parts)
+        elif member.islnk():
+            link_parts = _hard_link_parts(member)
+            if link_parts not in self.regular_files:
+                raise ArchiveRejected(
+                    f"Archive member {_display(member.name)} is a hard link to "
+                    f"{_display(member.linkname)}, which is not an earlier regular "
+                    "file of the archive."
+                )
+            tree.hardlink(member, parts, link_parts)
+        else:
+            raise _refuse_type(member)
+        self.written += 1
+
+
+def _hard_link_parts(member: tarfile.TarInfo) -> tuple[str, ...]:
+    target = member.linkname
+    if "\x00" in target or target.startswith("/") or ".." in target.split("/"):
+        raise ArchiveRejected(
+            f"Archive member {_display(member.name)} is a hard link leading "
+            f"outside the workspace ({_display(target)})."
+        )
+    return _split_member_path(target)
+
+
 def extract_archive(archive: Path, root: Path, limits: ArchiveLimits | None = None) -> int:
     """Extract ``archive`` into the existing folder ``root``, checking each member first.
 
     Returns the number of members written. Raises :class:`ArchiveRejected` (or
-    :class:`ArchiveTooLarge`) when the archive is unsafe or unreadable; ``root`` may then
-    hold partial output (never anything outside it), so extract into a staging copy and
-    discard it on error.
+    :class:`ArchiveTooLarge`) when the archive is unsafe or unreadable, or when a member
+    cannot be written because of its name (too long, ...); ``root`` may then hold partial
+    output (never anything outside it), so extract into a staging copy and discard it on error.
     """
-    limits = limits or ArchiveLimits()
-    tree = _Tree(root)
-    regular_files: set[tuple[str, ...]] = set()
-    total_bytes = 0
-    count = 0
-    written = 0
     try:
-        with _open_archive(archive) as (gz, tar):
+        with _open_archive(archive) as (raw, gz, tar):
+            extraction = _Extraction(root, limits or ArchiveLimits(), raw)
             while (member := tar.next()) is not None:
                 _forget_members(tar)
-                count += 1
-                if count > limits.max_members:
-                    raise ArchiveTooLarge(
-                        f"The archive has more than {limits.max_members} members, "
-                        "the emulator's limit."
-                    )
-                parts = _split_member_path(member.name)
-                if member.isdir():
-                    if parts:
-                        tree.folder(member, parts)
-                        written += 1
-                    continue
-                if not parts:
-                    raise ArchiveRejected(
-                        f"Archive member {_display(member.name)} names the workspace root "
-                        "but is not a directory."
-                    )
-                if member.isreg():
-                    total_bytes += member.size
-                    if total_bytes > limits.max_bytes:
-                        raise ArchiveTooLarge(
-                            f"The archive unpacks to more than {limits.max_bytes} bytes, "
-                            "the emulator's limit."
-                        )
-                    data = tar.extractfile(member)
-                    if data is None:  # pragma: no cover - isreg() members always have data
-                        raise ArchiveRejected(
-                            f"Archive member {_display(member.name)} has no data."
-                        )
-                    tree.file(member, parts, data)
-                    regular_files.add(parts)
-                elif member.issym():
-                    _check_symlink_target(member, parts)
-                    tree.symlink(member, parts)
-                elif member.islnk():
-                    try:
-                        link_parts = _split_member_path(member.linkname)
-                    except ArchiveRejected as exc:
-                        raise ArchiveRejected(
-                            f"Archive member {_display(member.name)} is a hard link leading "
-                            f"outside the workspace ({_display(member.linkname)})."
-                        ) from exc
-                    if link_parts not in regular_files:
-                        raise ArchiveRejected(
-                            f"Archive member {_display(member.name)} is a hard link to "
-                            f"{_display(member.linkname)}, which is not an earlier regular "
-                            "file of the archive."
-                        )
-                    tree.hardlink(member, parts, link_parts)
-                else:
-                    raise _refuse_type(member)
-                written += 1
+                try:
+                    extraction.member(tar, member)
+                except OSError as exc:
+                    if isinstance(exc, _CORRUPT):
+                        raise  # corrupt data met while copying a file's contents
+                    raise _os_error(exc, member.name) from exc
             # read on to the gzip trailer, so that a truncated or corrupt end is refused
             left = _MAX_TRAILING_BYTES
             while left > 0 and (chunk := gz.read(min(left, _COPY_CHUNK))):
                 left -= len(chunk)
     except _CORRUPT as exc:
         raise _truncated(exc) from exc
-    _check_links_inside(root, tree.root_real)
-    return written
-
-
-def _check_links_inside(root: Path, root_real: str) -> None:
-    """Refuse the result if any symbolic link in ``root`` resolves outside it."""
-    pending = [os.fspath(root)]
-    while pending:
-        with os.scandir(pending.pop()) as entries:
-            for entry in entries:
-                if entry.is_symlink():
-                    if not _inside(root_real, os.path.realpath(entry.path)):
-                        shown = os.path.relpath(entry.path, root)
-                        raise ArchiveRejected(
-                            f"The archive leaves a symbolic link leading outside the workspace "
-                            f"({_display(shown)})."
-                        )
-                elif entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
+    try:
+        extraction.tree.check_links_inside()
+    except OSError as exc:
+        raise _os_error(exc, "(a symbolic link)") from exc
+    return extraction.written
 
 
 def copy_tree(source: Path, destination: Path) -> None:
