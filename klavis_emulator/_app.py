@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -17,11 +16,17 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from starlette.routing import Match, Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._archive import ArchiveLimits, ArchiveRejected, ArchiveTooLarge
 from ._clock import Clock, isoformat
 from ._faults import FAULT_MODES, FaultInjectionMiddleware, FaultSettings
+from ._middleware import (
+    API_PREFIX,
+    BearerAuthMiddleware,
+    ControlAccessMiddleware,
+    StrictJsonMiddleware,
+    check_control_token,
+)
 from ._models import (
     AcquireLocalSandboxRequest,
     AcquireLocalSandboxResponse,
@@ -60,9 +65,8 @@ __all__ = ["create_app", "default_data_dir"]
 
 logger = logging.getLogger("klavis_emulator")
 
-_API_PREFIX: Final = "/local-sandbox"
+_API_PREFIX: Final = API_PREFIX
 _DOWNLOAD_CHUNK: Final = 256 * 1024
-_MAX_JSON_BYTES: Final = 64 * 1024 * 1024
 _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
     401: {"model": ErrorResponse, "description": "Missing, empty or unknown bearer token"},
     404: {"model": ErrorResponse, "description": "No such sandbox for this API key"},
@@ -76,147 +80,6 @@ RegionQuery = Annotated[
 def default_data_dir() -> Path:
     """The per-user folder the emulator keeps its state in when no data dir is given."""
     return Path(platformdirs.user_data_dir("klavis-emulator", appauthor=False))
-
-
-def _is_api_path(path: str) -> bool:
-    return path == _API_PREFIX or path.startswith(_API_PREFIX + "/")
-
-
-class BearerAuthMiddleware:
-    """Require ``Authorization: Bearer <token>`` on ``/local-sandbox`` routes.
-
-    The tenant (a hash of the token) is put in ``scope["state"]["tenant"]``. Checked
-    before the body is parsed, so an unauthenticated request answers 401, never 422.
-    """
-
-    def __init__(self, app: ASGIApp, allowed_tenants: frozenset[str] | None) -> None:
-        self.app = app
-        self.allowed_tenants = allowed_tenants
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Authenticate API requests; pass everything else through."""
-        if scope["type"] == "http" and _is_api_path(scope["path"]):
-            token = _bearer_token(scope)
-            if token is None:
-                await _send_401(
-                    send,
-                    "Missing API key: send the header 'Authorization: Bearer <your API key>'.",
-                )
-                return
-            tenant = tenant_for_token(token)
-            if self.allowed_tenants is not None and tenant not in self.allowed_tenants:
-                await _send_401(send, "Invalid API key: this emulator does not know it.")
-                return
-            scope.setdefault("state", {})["tenant"] = tenant
-        await self.app(scope, receive, send)
-
-
-class StrictJsonMiddleware:
-    """Refuse (422) JSON request bodies that Python's parser accepts but JSON does not allow.
-
-    ``NaN``, ``Infinity`` and lone UTF-16 surrogates (``"\\ud800"``) are not valid JSON
-    data; letting them through would make the emulator fail later, when it stores or
-    answers them. Only ``/local-sandbox`` requests with a JSON content type are looked at.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Buffer and check a JSON body, then hand it on unchanged."""
-        if scope["type"] != "http" or not _is_api_path(scope["path"]):
-            await self.app(scope, receive, send)
-            return
-        headers: list[tuple[bytes, bytes]] = scope["headers"]
-        content_type = next((v for k, v in headers if k == b"content-type"), b"")
-        if b"json" not in content_type.lower():
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > _MAX_JSON_BYTES:
-                await _send_json(send, 413, {"detail": "The JSON body is too large."})
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        problem = _json_problem(body)
-        if problem is not None:
-            detail = [{"loc": ["body"], "msg": problem, "type": "json_invalid"}]
-            await _send_json(send, 422, {"detail": detail})
-            return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-
-def _json_problem(body: bytes) -> str | None:
-    """Why ``body`` is not acceptable JSON data, or ``None`` (also when it is not JSON at
-    all: the framework then answers its own 422)."""
-
-    def refuse_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not a valid JSON number")
-
-    try:
-        value = json.loads(body, parse_constant=refuse_constant)
-    except ValueError as exc:
-        return str(exc) if "not a valid JSON number" in str(exc) else None
-    except RecursionError:
-        return "The JSON body is nested too deeply."
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "The JSON body holds a string with an unpaired UTF-16 surrogate."
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return None
-
-
-async def _send_json(send: Send, status: int, content: Any) -> None:
-    response = JSONResponse(content, status_code=status)
-    await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
-    await send({"type": "http.response.body", "body": response.body})
-
-
-def _bearer_token(scope: Scope) -> str | None:
-    headers: list[tuple[bytes, bytes]] = scope["headers"]
-    for name, value in headers:
-        if name == b"authorization":
-            scheme, _, token = value.decode("latin-1").strip().partition(" ")
-            token = token.strip()
-            if scheme.lower() == "bearer" and token:
-                return token
-            return None
-    return None
-
-
-async def _send_401(send: Send, detail: str) -> None:
-    response = JSONResponse(
-        {"detail": detail}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
-    )
-    await send({"type": "http.response.start", "status": 401, "headers": response.raw_headers})
-    await send({"type": "http.response.body", "body": response.body})
 
 
 def _tenant(request: Request) -> str:
@@ -248,6 +111,7 @@ def create_app(
     allow_network: bool = False,
     confine_executions: bool = True,
     host_mcp: bool = True,
+    control_token: str | None = None,
 ) -> FastAPI:
     """Build the emulator's FastAPI application.
 
@@ -275,6 +139,11 @@ def create_app(
             never, as with ``--no-bwrap``).
         host_mcp: serve the real filesystem, git and terminal MCP servers at each sandbox's
             ``mcp_server_url`` (see :mod:`klavis_emulator._mcp`).
+        control_token: the secret that the control routes (everything under
+            ``/_emulator/`` but ``GET /_emulator/health``: clock, faults) require in the header
+            ``X-Emulator-Control-Token: <token>`` (401 without it, 403 with another; any
+            client address). ``None`` (the default): they answer loopback clients only
+            (127.0.0.0/8, ::1) and refuse others with 403. The CLI's ``--control-token``.
 
     The state is reachable as ``app.state.emulator`` (an :class:`EmulatorState`), so other
     modules can subscribe to it (:meth:`EmulatorState.add_listener`) and mount their own
@@ -282,6 +151,7 @@ def create_app(
     """
     if fault_mode not in FAULT_MODES:
         raise ValueError(f"fault_mode must be one of {', '.join(FAULT_MODES)}")
+    check_control_token(control_token)
     if max_upload_mb <= 0:
         raise ValueError("max_upload_mb must be positive")
     state = EmulatorState(
@@ -315,6 +185,7 @@ def create_app(
     app.state.faults = faults
     app.add_middleware(StrictJsonMiddleware)
     app.add_middleware(BearerAuthMiddleware, allowed_tenants=allowed)
+    app.add_middleware(ControlAccessMiddleware, token=control_token)
     app.add_middleware(FaultInjectionMiddleware, settings=faults)
     _install_error_handlers(app)
 

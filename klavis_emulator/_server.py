@@ -80,6 +80,10 @@ class EmulatorServer:
     Without ``data_dir`` the state lives in a temporary folder removed on exit. The
     tunables are those of :func:`~klavis_emulator.create_app`; each :meth:`start` builds a
     fresh app (and state) on the same data dir, so a server can be stopped and restarted.
+
+    ``control_token``: the control routes (``/_emulator/...`` but ``GET /_emulator/health``)
+    then require the header ``X-Emulator-Control-Token: <token>``; without it they answer
+    loopback clients only (the default host is loopback, so tests need no token).
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class EmulatorServer:
         execution_timeout: float = 3600.0,
         allow_network: bool = False,
         confine_executions: bool = True,
+        control_token: str | None = None,
         startup_timeout: float = 30.0,
         log_level: str = "warning",
     ) -> None:
@@ -118,6 +123,7 @@ class EmulatorServer:
             "execution_timeout": execution_timeout,
             "allow_network": allow_network,
             "confine_executions": confine_executions,
+            "control_token": control_token,
         }
         self.host = host
         self.port = port
