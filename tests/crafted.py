@@ -29,6 +29,7 @@ __all__ = [
     "MTIME",
     "Member",
     "device",
+    "extended_header",
     "fifo",
     "file",
     "folder",
@@ -245,30 +246,49 @@ def pax_sparse_file(name: str, size: int, version: Literal["0.0", "0.1", "1.0"] 
     return Member(name, blocks)
 
 
-def pax_header_member(header_bytes: int, name: str = "after-the-header.txt") -> Member:
-    """A file ``name`` preceded by a PAX extended header of ``header_bytes`` bytes.
+def extended_header(size: int, kind: bytes = tarfile.XHDTYPE) -> Member:
+    """An extended header alone, of ``size`` bytes, generated in 1 MiB chunks.
 
-    The header is one valid ``comment`` record, generated in 1 MiB chunks.
+    ``kind``: ``tarfile.XHDTYPE`` (``'x'``, PAX, for the next member; one valid ``comment``
+    record), ``tarfile.XGLTYPE`` (``'g'``, PAX global: tarfile keeps it for every later
+    member), ``tarfile.GNUTYPE_LONGNAME`` (``'L'``) or ``GNUTYPE_LONGLINK`` (``'K'``): a name
+    of ``size - 1`` letters and a NUL. Put a member after it: the header describes that one.
     """
+    pax = kind in (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
     fixed = b" comment=\n"
-    if header_bytes < len(fixed) + 2:
-        raise ValueError(f"a PAX record needs at least {len(fixed) + 2} bytes")
-    digits = len(str(header_bytes))
-    filler = header_bytes - digits - len(fixed)
-    pax = _info("././@PaxHeader", tarfile.XHDTYPE, 0o644, header_bytes)
-    body = file(name, b"after\n")
+    if size < (len(fixed) + 2 if pax else 2):
+        raise ValueError(f"an extended header of type {kind!r} needs more than {size} bytes")
+    name = "././@PaxHeader" if pax else "././@LongLink"
+    header = _header(_info(name, kind, 0o644, size))
 
     def blocks() -> Iterator[bytes]:
-        yield _header(pax)
-        yield str(header_bytes).encode() + b" comment="
+        yield header
+        if pax:
+            head = str(size).encode() + b" comment="
+            tail = b"\n"
+        else:
+            head, tail = b"", b"\0"
+        yield head
         chunk = b"a" * _CHUNK
-        left = filler
+        left = size - len(head) - len(tail)
         while left > 0:
             step = min(left, _CHUNK)
             yield chunk[:step]
             left -= step
-        yield b"\n"
-        yield _padding(header_bytes)
+        yield tail
+        yield _padding(size)
+
+    return Member(name, blocks)
+
+
+def pax_header_member(header_bytes: int, name: str = "after-the-header.txt") -> Member:
+    """A file ``name`` preceded by a PAX extended header of ``header_bytes`` bytes (one valid
+    ``comment`` record, generated in 1 MiB chunks)."""
+    header = extended_header(header_bytes)
+    body = file(name, b"after\n")
+
+    def blocks() -> Iterator[bytes]:
+        yield from header.blocks()
         yield from body.blocks()
 
     return Member(name, blocks)
