@@ -3,12 +3,16 @@ never a 500."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from klavis_emulator import LOCAL_SERVER_NAMES
+from klavis_emulator._middleware import MAX_JSON_BYTES, MAX_JSON_VALUES
+
+JSON = {"Content-Type": "application/json"}
 
 
 def assert_validation_error(
@@ -135,3 +139,95 @@ def test_wrong_method_is_405_with_the_allowed_ones(client: httpx.Client) -> None
     assert response.status_code == 405
     assert response.headers["allow"] == "DELETE, GET"
     assert "PATCH" in response.json()["detail"]
+
+
+# ------------------------------------------------------------------ bounded request bodies
+
+
+def _google_cloud_sandbox(client: httpx.Client) -> str:
+    response = client.post("/local-sandbox", json={"server_names": ["google_cloud"]})
+    assert response.status_code == 201, response.text
+    sandbox_id: str = response.json()["local_sandbox_id"]
+    return sandbox_id
+
+
+_HEAD = b'{"objects": [{"bucket": "b", "name": "o", "content": "'
+_TAIL = b'"}]}'
+
+
+def _objects_document(size: int) -> bytes:
+    """A google_cloud document of exactly ``size`` bytes (one object with a long content)."""
+    return _HEAD + b"a" * (size - len(_HEAD) - len(_TAIL)) + _TAIL
+
+
+def test_a_body_at_the_cap_is_accepted(client: httpx.Client) -> None:
+    sandbox_id = _google_cloud_sandbox(client)
+    path = f"/local-sandbox/google_cloud/{sandbox_id}"
+    body = _objects_document(MAX_JSON_BYTES)
+    response = client.post(f"{path}/initialize", content=body, headers=JSON)
+    assert response.status_code == 200, response.text
+    dumped = client.get(f"{path}/dump").json()["data"]["objects"][0]["content"]
+    assert len(dumped) == MAX_JSON_BYTES - len(_HEAD) - len(_TAIL)
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_body_over_the_cap_is_413(client: httpx.Client, chunked: bool) -> None:
+    """The 60 MB body of the issue (it took the emulator from 57 to 851 MiB): refused after
+    reading at most the cap, with or without a Content-Length."""
+    sandbox_id = _google_cloud_sandbox(client)
+    body = _objects_document(60_000_000)
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(body), 1 << 20):
+            yield body[start : start + (1 << 20)]
+
+    content: bytes | Iterator[bytes] = chunks() if chunked else body
+    response = client.post(
+        f"/local-sandbox/google_cloud/{sandbox_id}/initialize", content=content, headers=JSON
+    )
+    assert response.status_code == 413, response.text
+    assert f"limit of {MAX_JSON_BYTES:,} bytes" in response.json()["detail"]
+    dumped = client.get(f"/local-sandbox/google_cloud/{sandbox_id}/dump").json()["data"]
+    assert dumped["objects"] == []
+    # the connection is still good for the next request
+    assert client.get("/local-sandbox").status_code == 200
+
+
+def test_an_acquire_body_over_the_cap_acquires_nothing(client: httpx.Client) -> None:
+    padding = "x" * MAX_JSON_BYTES
+    response = client.post("/local-sandbox", json={"server_names": ["git"], "benchmark": padding})
+    assert response.status_code == 413, response.text
+    assert client.get("/local-sandbox").json()["total_count"] == 0
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/json", None], ids=["json", "no-content-type"]
+)
+def test_too_many_json_values_are_413(client: httpx.Client, content_type: str | None) -> None:
+    """Small bodies of many tiny values cost far more memory than their bytes (4 MiB of
+    minimal buckets took 484 MiB); they are counted before FastAPI builds objects."""
+    sandbox_id = _google_cloud_sandbox(client)
+    many = ",".join(["[]"] * MAX_JSON_VALUES)
+    body = f'{{"log_entries": [{{"log_name": "l", "json_data": {{"k": [{many}]}}}}]}}'.encode()
+    headers = {"Content-Type": content_type} if content_type else {}
+    response = client.post(
+        f"/local-sandbox/google_cloud/{sandbox_id}/initialize", content=body, headers=headers
+    )
+    assert response.status_code == 413, response.text
+    assert f"more than {MAX_JSON_VALUES:,} values" in response.json()["detail"]
+    fewer = ",".join(["[]"] * (MAX_JSON_VALUES - 10))
+    body = f'{{"log_entries": [{{"log_name": "l", "json_data": {{"k": [{fewer}]}}}}]}}'.encode()
+    response = client.post(
+        f"/local-sandbox/google_cloud/{sandbox_id}/initialize", content=body, headers=JSON
+    )
+    assert response.status_code == 200, response.text
+
+
+def test_a_control_body_over_the_cap_is_413(emulator: Any) -> None:
+    response = httpx.post(
+        f"{emulator.base_url}/_emulator/faults",
+        content=b'{"rate": 0, "x": "' + b"a" * MAX_JSON_BYTES + b'"}',
+        headers=JSON,
+    )
+    assert response.status_code == 413, response.text
+    assert httpx.get(f"{emulator.base_url}/_emulator/faults").json()["rate"] == 0.0
