@@ -508,9 +508,9 @@ class _Tree:
         self.remove_existing(target, member.name)
         os.link(path, target, follow_symlinks=False)
 
-    def check_links_inside(self) -> None:
-        """Refuse the result if any symbolic link of the tree now leads outside it (a later
-        member may have changed where an earlier link leads)."""
+    def links_outside(self) -> set[tuple[tuple[str, ...], str]]:
+        """The symbolic links of the tree (parts and target) that lead outside it."""
+        found: set[tuple[tuple[str, ...], str]] = set()
         pending: list[tuple[str, ...]] = [()]
         while pending:
             folder = pending.pop()
@@ -519,12 +519,24 @@ class _Tree:
                     parts = (*folder, entry.name)
                     if entry.is_symlink():
                         if self.resolve(parts).parts is None:
-                            raise ArchiveRejected(
-                                "The archive leaves a symbolic link leading outside the "
-                                f"workspace ({_display('/'.join(parts))})."
-                            )
+                            found.add((parts, os.readlink(entry.path)))
                     elif entry.is_dir(follow_symlinks=False):
                         pending.append(parts)
+        return found
+
+    def check_links_inside(self, before: set[tuple[tuple[str, ...], str]]) -> None:
+        """Refuse the result if a symbolic link of the tree now leads outside it (a later
+        member may have changed where an earlier link leads), unless that link was there,
+        leading outside, before the archive: made inside the sandbox (a venv's ``bin/python
+        -> /usr/bin/python3``), it is not the archive's doing, and no member was written
+        through it."""
+        made = sorted(self.links_outside() - before)
+        if made:
+            parts, target = made[0]
+            raise ArchiveRejected(
+                "The archive leaves a symbolic link leading outside the workspace "
+                f"({_display('/'.join(parts))} -> {_display(target)})."
+            )
 
 
 class _BoundedTarFile(tarfile.TarFile):
@@ -735,6 +747,7 @@ def extract_archive(archive: Path, root: Path, limits: ArchiveLimits | None = No
     try:
         with _open_archive(archive) as (raw, gz, tar):
             extraction = _Extraction(root, limits or ArchiveLimits(), raw)
+            before = extraction.tree.links_outside()
             while (member := tar.next()) is not None:
                 _forget_members(tar)
                 try:
@@ -750,7 +763,7 @@ def extract_archive(archive: Path, root: Path, limits: ArchiveLimits | None = No
     except _CORRUPT as exc:
         raise _truncated(exc) from exc
     try:
-        extraction.tree.check_links_inside()
+        extraction.tree.check_links_inside(before)
     except OSError as exc:
         raise _os_error(exc, "(a symbolic link)") from exc
     return extraction.written

@@ -362,7 +362,7 @@ REFUSED: list[Refused] = [
             symlink("q", "."),  # now /data/q/sub/../.. is the workspace's parent
         ],
         400,
-        "leaves a symbolic link leading outside the workspace ('p')",
+        "leaves a symbolic link leading outside the workspace ('p' -> '/data/q/sub/../..')",
     ),
     Refused(
         "hard-link-through-an-absolute-link",
@@ -437,6 +437,35 @@ def test_a_link_made_inside_the_sandbox_does_not_block_later_seeds(tenant: Tenan
     assert os.readlink(workspace / "link") == "/data/a.txt"
     assert (workspace / "b.txt").read_text() == "B"
     assert _dump(tenant, sandbox_id)["./link"] == ("link", "/data/a.txt")
+
+
+def test_a_venv_made_inside_the_sandbox_does_not_block_later_seeds(tenant: Tenant) -> None:
+    """A venv made in /data has ``bin/python -> /usr/bin/python3``: outside the workspace,
+    but made inside the sandbox, not by an archive. Later seeds are accepted and keep it; an
+    archive bringing such a link, or writing through it, is still refused."""
+    sandbox_id = tenant.acquire()
+    assert tenant.seed(sandbox_id, tar_gz([folder("venv"), folder("venv/bin")])).status_code == 200
+    workspace = tenant.workspace(sandbox_id)
+    os.symlink("/usr/bin/python3", workspace / "venv" / "bin" / "python")
+    os.symlink("/etc", workspace / "etc")
+    response = tenant.seed(sandbox_id, tar_gz([file("main.py", "print(1)")]))
+    assert response.status_code == 200, response.text
+    assert os.readlink(workspace / "venv" / "bin" / "python") == "/usr/bin/python3"
+    assert (workspace / "main.py").read_text() == "print(1)"
+    assert _dump(tenant, sandbox_id)["./venv/bin/python"] == ("link", "/usr/bin/python3")
+
+    before = _snapshot(workspace)
+    outside_before = tenant.outside()
+    for archive, fragment in [
+        (tar_gz([symlink("venv/bin/python3", "/usr/bin/python3")]), "outside /data"),
+        (tar_gz([file("etc/" + tenant.escaped)]), "outside the workspace through the symbolic"),
+    ]:
+        response = tenant.seed(sandbox_id, archive)
+        assert response.status_code == 400, response.text
+        assert fragment in response.json()["detail"]
+        assert _snapshot(workspace) == before
+        assert tenant.outside() == outside_before
+    assert not Path("/etc", tenant.escaped).exists()
 
 
 def test_names_at_the_limits_are_accepted(tenant: Tenant) -> None:
