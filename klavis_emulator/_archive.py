@@ -40,6 +40,7 @@ from ._executions import CONFINED_WORKSPACE
 
 __all__ = [
     "MAX_HEADER_BYTES",
+    "MAX_DEPTH",
     "MAX_NAME_BYTES",
     "MAX_PATH_BYTES",
     "WORKSPACE_MOUNT",
@@ -65,6 +66,11 @@ MAX_NAME_BYTES: Final = 255
 """Longest name component, in UTF-8 bytes (NAME_MAX of Linux file systems)."""
 MAX_PATH_BYTES: Final = 4095
 """Longest member path or link target, in UTF-8 bytes (PATH_MAX, 4096, less the NUL)."""
+MAX_DEPTH: Final = 512
+"""Most folders a member path may go through. PATH_MAX alone allows 2,047 (``a/a/...``), but
+``shutil.rmtree`` (used on a refused staging copy and on release) recurses once a level and
+Python stops at 1,000 frames: a deeper tree made every later release of the sandbox a 500.
+Real trees stay far below (a deep ``node_modules`` is a few dozen levels)."""
 # At most this many extended headers in a row before one member (PAX 'x', a global 'g', GNU
 # 'L' and 'K' make 4 in the worst real case); tarfile handles each by recursion.
 _MAX_HEADER_CHAIN = 8
@@ -204,6 +210,11 @@ def _split_member_path(name: str) -> tuple[str, ...]:
             "members must stay inside the workspace."
         )
     _check_lengths(name, parts, "a path")
+    if len(parts) > MAX_DEPTH + 1:
+        raise ArchiveRejected(
+            f"Archive member {_display(name)} is {len(parts) - 1} folders deep; the limit is "
+            f"{MAX_DEPTH}."
+        )
     return parts
 
 
@@ -770,22 +781,51 @@ def extract_archive(archive: Path, root: Path, limits: ArchiveLimits | None = No
 
 
 def copy_tree(source: Path, destination: Path) -> None:
-    """Copy the folder ``source`` to the new folder ``destination``, keeping links as links."""
-    shutil.copytree(source, destination, symlinks=True)
+    """Copy the folder ``source`` to the new folder ``destination``, keeping links as links.
+
+    Iterative, unlike ``shutil.copytree``: a sandbox can make a tree deeper than Python's
+    recursion limit (``mkdir -p`` of 2,000 levels fits in PATH_MAX), and copytree needs two
+    frames a level. FIFOs, sockets and devices made in the sandbox are skipped (copytree
+    raised on them, a 500 for every later seed); dumps leave them out too.
+    """
+    os.mkdir(destination)
+    folders: list[tuple[str, str]] = [(os.fspath(source), os.fspath(destination))]
+    pending = list(folders)
+    while pending:
+        from_folder, to_folder = pending.pop()
+        with os.scandir(from_folder) as entries:
+            for entry in entries:
+                target = os.path.join(to_folder, entry.name)
+                if entry.is_symlink():
+                    os.symlink(os.readlink(entry.path), target)
+                elif entry.is_dir(follow_symlinks=False):
+                    os.mkdir(target)
+                    pending.append((entry.path, target))
+                    folders.append((entry.path, target))
+                elif entry.is_file(follow_symlinks=False):
+                    shutil.copy2(entry.path, target, follow_symlinks=False)
+    for from_folder, to_folder in reversed(folders):  # children first: their writes are done
+        shutil.copystat(from_folder, to_folder, follow_symlinks=False)
 
 
 def _walk_sorted(folder: Path, arc: str) -> Iterator[tuple[Path, str]]:
-    """Yield ``(path, arcname)`` depth first, the entries of each folder sorted by name."""
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return
-    for name in names:
-        path = folder / name
-        child_arc = f"{arc}/{name}"
+    """Yield ``(path, arcname)`` depth first, the entries of each folder sorted by name
+    (iteratively: see :func:`copy_tree`)."""
+    pending: list[tuple[Path, str]] = []
+
+    def push(parent: Path, parent_arc: str) -> None:
+        try:
+            names = sorted(os.listdir(parent))
+        except OSError:
+            return
+        pending.extend((parent / name, f"{parent_arc}/{name}") for name in reversed(names))
+
+    push(folder, arc)
+    while pending:
+        path, child_arc = pending.pop()
         yield path, child_arc
         if path.is_dir() and not path.is_symlink():
-            yield from _walk_sorted(path, child_arc)
+            push(path, child_arc)
 
 
 def make_archive(root: Path, destination: Path) -> int:

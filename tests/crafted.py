@@ -169,8 +169,8 @@ def pax_file(name: str, headers: Mapping[str, str], data: bytes = b"") -> Member
 
 
 def _pax_record(key: str, value: str) -> bytes:
-    """``"%d %s=%s\\n"``, where the length counts its own digits."""
-    payload = f" {key}={value}\n".encode()
+    """``"%d %s=%s\\n"``, where the length counts its own digits (``\\udcXX``: raw byte XX)."""
+    payload = f" {key}={value}\n".encode("utf-8", "surrogateescape")  # raw bytes too
     length = len(payload) + 1
     while len(str(length)) + len(payload) != length:
         length += 1

@@ -274,6 +274,12 @@ REFUSED: list[Refused] = [
         "cannot be written: File name too long (ENAMETOOLONG)",
     ),
     Refused(
+        "too-deep",
+        lambda esc: [file("/".join(["a"] * 600))],
+        400,
+        "is 599 folders deep; the limit is 512",
+    ),
+    Refused(
         "symlink-target-component-300",
         lambda esc: [symlink("link", long_name(300))],
         400,
@@ -472,14 +478,35 @@ def test_names_at_the_limits_are_accepted(tenant: Tenant) -> None:
     sandbox_id = tenant.acquire()
     name = long_name(255)
     utf8 = "é" * 127  # 254 bytes
-    deep = long_name(100, depth=30)  # 3,029 bytes
-    archive = tar_gz([file(name, "n"), file(utf8, "u"), file(deep, "d"), symlink("l", name)])
-    response = tenant.seed(sandbox_id, archive)
+    long = long_name(100, depth=30)  # 3,029 bytes
+    deep = "/".join(["a"] * 513)  # 512 folders
+    contents = {name: "n", utf8: "u", long: "l", deep: "d"}
+    members = [file(path, text) for path, text in contents.items()]
+    response = tenant.seed(sandbox_id, tar_gz([*members, symlink("link", name)]))
     assert response.status_code == 200, response.text
     workspace = tenant.workspace(sandbox_id)
-    assert (workspace / name).read_text() == "n"
-    assert (workspace / utf8).read_text() == "u"
-    assert (workspace / deep).read_text() == "d"
+    for path, text in contents.items():
+        assert (workspace / path).read_text() == text
+    assert _dump(tenant, sandbox_id)[f"./{deep}"] == ("file", b"d")
+
+
+def test_odd_things_made_inside_the_sandbox_do_not_break_later_seeds(tenant: Tenant) -> None:
+    """A FIFO, or folders deeper than Python's recursion limit allows ``shutil.copytree`` to
+    copy (``mkdir -p`` in the sandbox can make 2,000 levels): the copy made for a seed used
+    to fail on both with a 500. They are made here where the sandbox would make them."""
+    sandbox_id = tenant.acquire()
+    workspace = tenant.workspace(sandbox_id)
+    os.mkfifo(workspace / "pipe")
+    deep = workspace.joinpath(*["d"] * 600)
+    deep.mkdir(parents=True)
+    (deep / "bottom.txt").write_text("bottom")
+    response = tenant.seed(sandbox_id, tar_gz([file("new.txt", "new")]))
+    assert response.status_code == 200, response.text
+    assert (workspace / "new.txt").read_text() == "new"
+    assert (deep / "bottom.txt").read_text() == "bottom"
+    dumped = _dump(tenant, sandbox_id)
+    assert dumped["./" + "/".join(["d"] * 600) + "/bottom.txt"] == ("file", b"bottom")
+    assert "./pipe" not in dumped  # FIFOs are neither dumped nor kept by a seed
 
 
 def test_a_real_compression_ratio_is_accepted(tenant: Tenant) -> None:
