@@ -130,7 +130,8 @@ def create_app(
             :class:`~klavis_emulator.OffsetClock` that ``/_emulator/clock/advance`` moves,
             its offset kept in the data dir across restarts).
         public_url: base URL written into signed and MCP URLs (default: the request's).
-        archive_limits: caps on the members and unpacked bytes of an uploaded archive.
+        archive_limits: caps on the members, unpacked bytes and expansion ratio of an uploaded
+            archive (:class:`~klavis_emulator.ArchiveLimits`).
         execution_timeout: seconds an execution may take (installing requirements
             included) before it is killed and fails.
         allow_network: give confined executions network access (unconfined ones always
