@@ -27,6 +27,7 @@ from ._bwrap import ConfinementError
 from ._clock import Clock, ManualClock, OffsetClock, SystemClock
 from ._executions import EXECUTION_STATUSES, Confinement, detect_confinement
 from ._faults import FaultSettings
+from ._middleware import CONTROL_TOKEN_HEADER
 from ._server import EmulatorServer
 from ._server_data import DATA_SERVERS
 from ._signing import SignatureError, UrlSigner
@@ -41,6 +42,7 @@ from ._state import (
 
 __all__ = [
     "BENCHMARKS",
+    "CONTROL_TOKEN_HEADER",
     "DATA_SERVERS",
     "EXECUTION_STATUSES",
     "LOCAL_SERVER_NAMES",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -15,9 +16,13 @@ import uvicorn
 from ._app import create_app, default_data_dir
 from ._bwrap import ConfinementError
 from ._faults import FAULT_MODES
+from ._middleware import CONTROL_TOKEN_HEADER
 from ._server import bind_socket, url_for_socket
 
 __all__ = ["RedactSignedUrls", "build_parser", "main"]
+
+
+CONTROL_TOKEN_ENV = "KLAVIS_EMULATOR_CONTROL_TOKEN"  # noqa: S105 - a variable's name
 
 
 def _fraction(text: str) -> float:
@@ -126,6 +131,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-bwrap", dest="confine_executions", action="store_false", help=argparse.SUPPRESS
     )
     parser.add_argument(
+        "--control-token",
+        default=os.environ.get(CONTROL_TOKEN_ENV) or None,
+        metavar="TOKEN",
+        help=(
+            f"require this token (header {CONTROL_TOKEN_HEADER}) on the /_emulator control "
+            "routes, from any address; without it they answer loopback clients only "
+            f"(default: ${CONTROL_TOKEN_ENV}, which keeps the token out of the process list)"
+        ),
+    )
+    parser.add_argument(
         "--log-level",
         default="info",
         choices=["critical", "error", "warning", "info", "debug"],
@@ -177,8 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             execution_timeout=args.execution_timeout,
             allow_network=args.allow_network,
             confine_executions=args.confine_executions,
+            control_token=args.control_token,
         )
-    except ConfinementError as exc:  # one line, no traceback: the reason and the way out
+    except (ConfinementError, ValueError) as exc:  # one line: the reason and the way out
         print(f"klavis-emulator: error: {exc}", file=sys.stderr, flush=True)
         return 1
     sock = bind_socket(args.host, args.port)
@@ -192,6 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Executions and MCP servers: {confinement.reason}", flush=True)
     else:
         print(f"Executions and MCP servers: NOT confined ({confinement.reason})", flush=True)
+    if args.control_token:
+        print("Control routes (/_emulator/...): need the control token", flush=True)
+    else:
+        print("Control routes (/_emulator/...): loopback clients only", flush=True)
     config = uvicorn.Config(app, log_level=args.log_level, lifespan="on")
     logging.getLogger("uvicorn.access").addFilter(RedactSignedUrls())
     server = uvicorn.Server(config)

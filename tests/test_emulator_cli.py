@@ -211,3 +211,37 @@ def test_startup_says_when_executions_are_confined(tmp_path: Path) -> None:
         assert process.stdout.readline().startswith("Data folder: ")
         said = process.stdout.readline().rstrip("\n")
         assert said.startswith("Executions and MCP servers: confined with bubblewrap ("), said
+
+
+def test_the_control_token_comes_from_the_environment_or_the_flag(tmp_path: Path) -> None:
+    args = [sys.executable, "-m", "klavis_emulator", "--port", "0", "--log-level", "warning"]
+    advance = "/_emulator/clock/advance"
+    env = {**os.environ, "KLAVIS_EMULATOR_CONTROL_TOKEN": "env-token"}
+    with running([*args, "--data-dir", str(tmp_path / "a")], env) as (url, _):
+        assert httpx.post(url + advance, json={"seconds": 1}).status_code == 401
+        wrong = {"X-Emulator-Control-Token": "nope"}
+        assert httpx.post(url + advance, json={"seconds": 1}, headers=wrong).status_code == 403
+        right = {"X-Emulator-Control-Token": "env-token"}
+        assert httpx.post(url + advance, json={"seconds": 1}, headers=right).status_code == 200
+        assert httpx.get(f"{url}/_emulator/health").status_code == 200  # always public
+    flagged = [*args, "--data-dir", str(tmp_path / "b"), "--control-token", "flag-token"]
+    with running(flagged) as (url, _):
+        right = {"X-Emulator-Control-Token": "flag-token"}
+        assert httpx.post(url + advance, json={"seconds": 1}).status_code == 401
+        assert httpx.post(url + advance, json={"seconds": 1}, headers=right).status_code == 200
+
+
+def test_a_control_token_with_a_space_stops_the_cli_with_one_line(tmp_path: Path) -> None:
+    args = [sys.executable, "-m", "klavis_emulator", "--port", "0", "--data-dir", str(tmp_path)]
+    done = subprocess.run(
+        [*args, "--control-token", "two words"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("klavis-emulator: error:")
+    assert "two words" not in line
