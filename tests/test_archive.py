@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import logging
 import os
 import shutil
 import subprocess
@@ -24,12 +25,15 @@ from workflows._archive import (
     extract_archive,
     iter_archive_files,
     pack_to_tempfile,
+    prepare_destination,
     read_snapshot,
     write_archive,
 )
 from workflows._collect import SourceFile, plan_directory, plan_mapping
 from workflows._errors import InvalidInputError, UnsafeArchiveError
 from workflows._paths import normalize_member_name
+
+from . import crafted
 
 # --- helpers -----------------------------------------------------------------------------------
 
@@ -425,8 +429,8 @@ def test_iter_archive_files_yields_normalized_names() -> None:
         ("config.json", tarfile.REGTYPE, b'{"a": 1}'),
         ("d", tarfile.DIRTYPE, None),
         ("d/run.sh", tarfile.REGTYPE, b"#!/bin/sh\n"),
-        ("d/link", tarfile.SYMTYPE, None),
         ("hard", tarfile.LNKTYPE, None),
+        ("d/link", tarfile.SYMTYPE, None),  # links come last, once all were checked
     ]
 
 
@@ -534,6 +538,19 @@ bad(
     ArchiveLimits(max_total_bytes=15),
 )
 bad("huge-pax-header", craft(M("a", b"a"), pax_headers={"comment": "x" * (2 * 1024 * 1024)}), None)
+bad("sparse-gnu", crafted.tar_gz([crafted.sparse_file("s", 2**30)]), "s")
+bad("sparse-pax-0.0", crafted.tar_gz([crafted.pax_sparse_file("s", 2**30, "0.0")]), "s")
+bad("sparse-pax-0.1", crafted.tar_gz([crafted.pax_sparse_file("s", 2**30, "0.1")]), "s")
+bad("sparse-pax-1.0", crafted.tar_gz([crafted.pax_sparse_file("s", 2**30, "1.0")]), "s")
+bad(
+    "hardlink-expansion",
+    crafted.tar_gz(
+        [crafted.zeros_file("z", 8 * 2**20), *(crafted.hardlink(f"h{i}", "z") for i in range(9))],
+        compresslevel=9,
+    ),
+    "h0",  # 8 MiB of zeros is ~8 KiB compressed: its first copy passes 2000:1
+)
+bad("symlink-absolute-data-not-a-dump", craft(M("l", type=tarfile.SYMTYPE, linkname="/data")), "l")
 bad("not-gzip", b"hello, this is not gzip at all", None)
 bad("empty", b"", None)
 bad("plain-tar", gzip.decompress(_valid()), None)
@@ -642,3 +659,184 @@ def test_pack_then_extract_is_identity(files: dict[str, str | bytes]) -> None:
 @given(files=FILE_MAPPINGS)
 def test_packing_is_deterministic(files: dict[str, str | bytes]) -> None:
     assert pack(files) == pack(dict(sorted(files.items(), reverse=True)))
+
+
+# --- expansion ---------------------------------------------------------------------------------
+
+
+def test_the_expansion_ratio_counts_bytes_written_not_declared() -> None:
+    # 32 MiB of zeros is ~1000:1, as far as deflate goes: under 2000:1, so it passes whole
+    data = crafted.tar_gz([crafted.zeros_file("z", 32 * 2**20)], compresslevel=9)
+    with read_snapshot(io.BytesIO(data)) as snap:
+        assert snap.total_bytes == 32 * 2**20
+    # a tighter ratio stops it while it is being read, naming it
+    with pytest.raises(UnsafeArchiveError, match="max_expansion_ratio") as info:
+        read_snapshot(io.BytesIO(data), limits=ArchiveLimits(max_expansion_ratio=100))
+    assert info.value.member == "z"
+
+
+def test_small_archives_are_never_judged_by_their_ratio() -> None:
+    data = crafted.tar_gz(
+        [crafted.zeros_file("z", 2**20), *(crafted.hardlink(f"h{i}", "z") for i in range(6))],
+        compresslevel=9,
+    )
+    assert len(read_snapshot(io.BytesIO(data))) == 7  # 7 MiB written, under the 8 MiB floor
+
+
+def test_archive_bytes_cap_is_derived_from_the_limits() -> None:
+    small = ArchiveLimits(max_total_bytes=2**20, max_members=10)
+    assert 2**20 < small.archive_bytes_cap() < 2 * 2**20
+    assert ArchiveLimits(max_archive_bytes=5).archive_bytes_cap() == 5
+    assert ArchiveLimits().archive_bytes_cap() > ArchiveLimits().max_total_bytes
+    # an archive at the limits, of incompressible data with long names, fits under its cap
+    files: dict[str, str | bytes] = {f"{'n' * 200}/{i:03}": os.urandom(10_000) for i in range(10)}
+    data = pack(files, compresslevel=0)
+    limits = ArchiveLimits(max_total_bytes=100_000, max_members=10)
+    assert len(read_snapshot(io.BytesIO(data), limits=limits)) == 10
+    assert len(data) <= limits.archive_bytes_cap()
+
+
+# --- links of a workspace dump -----------------------------------------------------------------
+
+WORKSPACE = crafted.tar_gz(
+    [
+        crafted.folder("."),
+        crafted.file("./a.txt", "A"),
+        crafted.folder("./sub"),
+        crafted.file("./sub/b.txt", "B"),
+        crafted.symlink("./link", "/data/a.txt"),
+        crafted.symlink("./sub/root", "/data"),
+        crafted.symlink("./sub/up", "../a.txt"),
+        crafted.symlink("./py", "/usr/bin/python3"),
+        crafted.symlink("./python", "py"),
+        crafted.symlink("./esc", "sub/../.."),
+    ]
+)
+KEPT = {"link": "/data/a.txt", "sub/root": "/data", "sub/up": "../a.txt"}
+SKIPPED = {"esc": "sub/../..", "py": "/usr/bin/python3", "python": "py"}
+
+
+def test_a_dump_keeps_links_into_data_and_skips_the_rest(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="workflows"):
+        snap = read_snapshot(io.BytesIO(WORKSPACE), workspace_links=True)
+    assert dict(snap) == {"a.txt": b"A", "sub/b.txt": b"B"}
+    assert dict(snap.links) == KEPT
+    assert dict(snap.skipped_links) == SKIPPED
+    assert "left out 3 symlinks" in caplog.text
+    assert "'py' -> '/usr/bin/python3'" in caplog.text
+
+
+def test_other_archives_still_refuse_links_leading_out() -> None:
+    with pytest.raises(UnsafeArchiveError, match="leads outside"):
+        read_snapshot(io.BytesIO(WORKSPACE))
+
+
+def test_extracting_a_dump_writes_relative_links(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="workflows"):
+        extract_archive(io.BytesIO(WORKSPACE), tmp_path / "out", workspace_links=True)
+    out = tmp_path / "out"
+    assert listing(out) == {
+        "a.txt": b"A",
+        "sub": "dir",
+        "sub/b.txt": b"B",
+        "link": ("link", "a.txt"),
+        "sub/root": ("link", ".."),
+        "sub/up": ("link", "../a.txt"),
+    }
+    assert (out / "sub" / "root" / "link").read_text() == "A"
+    assert "left out 3 symlinks" in caplog.text
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_skipped_link_replaces_an_earlier_file_of_its_name(tmp_path: Path) -> None:
+    data = crafted.tar_gz([crafted.file("x", "was a file"), crafted.symlink("x", "/etc/passwd")])
+    extract_archive(io.BytesIO(data), tmp_path / "out", workspace_links=True)
+    assert os.listdir(tmp_path / "out") == []
+    snap = read_snapshot(io.BytesIO(data), workspace_links=True)
+    assert (dict(snap), dict(snap.skipped_links)) == ({}, {"x": "/etc/passwd"})
+
+
+def test_a_later_file_replaces_a_skipped_link(tmp_path: Path) -> None:
+    data = crafted.tar_gz([crafted.symlink("x", "/etc/passwd"), crafted.file("x", "a file")])
+    snap = read_snapshot(io.BytesIO(data), workspace_links=True)
+    assert (dict(snap), dict(snap.skipped_links)) == ({"x": b"a file"}, {})
+
+
+# --- destinations ------------------------------------------------------------------------------
+
+
+def test_prepare_destination_makes_parents_and_discard_removes_them(tmp_path: Path) -> None:
+    dest = tmp_path / "a" / "b" / "out"
+    destination = prepare_destination(dest)
+    assert (tmp_path / "a" / "b").is_dir()
+    assert len(os.listdir(tmp_path / "a" / "b")) == 1  # the staging folder
+    destination.discard()
+    destination.discard()  # idempotent
+    assert os.listdir(tmp_path) == []
+
+
+def test_prepare_destination_keeps_parents_that_were_there(tmp_path: Path) -> None:
+    (tmp_path / "mine.txt").write_text("keep")
+    destination = prepare_destination(tmp_path / "ws.tar.gz", keep_archive=True)
+    with destination.open_archive() as sink:
+        sink.write(b"bytes")
+    destination.commit_archive()
+    assert sorted(os.listdir(tmp_path)) == ["mine.txt", "ws.tar.gz"]
+    destination.discard()
+    assert sorted(os.listdir(tmp_path)) == ["mine.txt", "ws.tar.gz"]
+
+
+@pytest.mark.parametrize(
+    ("make", "fragment"),
+    [
+        (lambda root: root / "file" / "out", "is not a folder"),
+        (lambda root: root / "file", "it exists and is not a folder"),
+        (lambda root: root / "file" / "x" / "y", "is not a folder"),
+    ],
+)
+def test_prepare_destination_refuses_with_nothing_made(
+    tmp_path: Path, make: object, fragment: str
+) -> None:
+    (tmp_path / "file").write_text("x")
+    assert callable(make)
+    with pytest.raises(InvalidInputError, match=fragment):
+        prepare_destination(make(tmp_path))
+    assert os.listdir(tmp_path) == ["file"]
+
+
+def test_a_member_the_destination_cannot_hold_is_named(tmp_path: Path) -> None:
+    deep = crafted.long_name(200, depth=20)  # 4,019 bytes: fine alone, too long under tmp_path
+    data = crafted.tar_gz([crafted.file("a.txt", "a"), crafted.file(f"{deep}/x", "x")])
+    with pytest.raises(InvalidInputError, match="File name too long") as info:
+        extract_archive(io.BytesIO(data), tmp_path / "new" / "out")
+    assert deep[:30] in str(info.value)
+    assert os.listdir(tmp_path) == []
+
+
+# --- packing files that cannot be read -----------------------------------------------------------
+
+
+def test_a_file_gone_before_packing_is_named(tmp_path: Path) -> None:
+    (tmp_path / "gone.txt").write_text("x")
+    entries = plan_directory(tmp_path)
+    (tmp_path / "gone.txt").unlink()
+    with pytest.raises(InvalidInputError, match=r"gone\.txt.*disappeared"):
+        pack_to_tempfile(entries)
+
+
+def test_a_file_that_cannot_be_read_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import workflows._archive as archive
+
+    (tmp_path / "secret.txt").write_text("x")
+    entries = plan_directory(tmp_path)
+
+    def refuse(path: object, *args: object, **kwargs: object) -> object:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(archive, "open", refuse, raising=False)
+    with pytest.raises(InvalidInputError, match=r"cannot read .*secret\.txt.*Permission denied"):
+        pack_to_tempfile(entries)

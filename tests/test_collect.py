@@ -107,6 +107,73 @@ def test_plan_mapping_sorted_encoded_and_typed() -> None:
     assert all(f.mode == 0o644 and f.path is None and not f.is_dir for f in plan)
 
 
+@pytest.mark.parametrize(
+    ("key", "fragment"),
+    [
+        ("n" * 256, "part of 256 bytes"),
+        ("a/" + "é" * 128, "part of 256 bytes"),  # 128 characters, 256 bytes in UTF-8
+        ("/".join(["d" * 200] * 20) + "/" + "f" * 100, "4,120 bytes long"),
+        ("a\udcff", "not valid UTF-8"),
+    ],
+)
+def test_seed_key_that_linux_cannot_create_refused(key: str, fragment: str) -> None:
+    with pytest.raises(InvalidSeedPathError, match=fragment) as info:
+        normalize_seed_key(key)
+    assert info.value.path == key
+
+
+def test_seed_key_at_the_length_limits_accepted() -> None:
+    longest = "/".join(["d" * 255] * 15) + "/" + "f" * 255  # 4,095 bytes, parts of 255
+    assert len(longest) == 4095
+    assert normalize_seed_key(longest) == longest
+
+
+def test_plan_mapping_with_links() -> None:
+    planned = plan_mapping({"a.txt": "A"}, {"l": "/data/a.txt", "sub/up": "../a.txt"})
+    assert [(e.name, e.link_target, e.mode) for e in planned] == [
+        ("a.txt", None, 0o644),
+        ("l", "/data/a.txt", 0o777),
+        ("sub/up", "../a.txt", 0o777),
+    ]
+
+
+def test_plan_mapping_of_a_snapshot_sends_its_links() -> None:
+    from workflows._snapshot import Snapshot
+
+    snap = Snapshot({"a.txt": "A"}, links={"l": "a.txt"})
+    assert [(e.name, e.link_target) for e in plan_mapping(snap)] == [
+        ("a.txt", None),
+        ("l", "a.txt"),
+    ]
+    assert [e.name for e in plan_mapping(snap, {})] == ["a.txt"]
+
+
+@pytest.mark.parametrize(
+    ("links", "fragment"),
+    [
+        ({"l": "/usr/bin/python3"}, "leads outside the workspace"),
+        ({"l": "/data2/x"}, "leads outside the workspace"),
+        ({"d/l": "../../x"}, "leads outside the workspace"),
+        ({"a": "b/..", "b": "/data/.."}, "leads outside the workspace"),
+        ({"l": ""}, "empty target"),
+        ({"l": "a\x00b"}, "NUL"),
+        ({"l": "x" * 4096}, "PATH_MAX"),
+        ({"l": 3}, "not str"),
+        ({"a.txt": "x"}, "both name"),
+        ({"a.txt/l": "x"}, "is a file, but"),
+        ({"l": "x", "l/y": "z"}, "is a link, but"),
+    ],
+)
+def test_plan_links_refused(links: dict[str, object], fragment: str) -> None:
+    with pytest.raises(InvalidSeedPathError, match=fragment):
+        plan_mapping({"a.txt": "A"}, links)  # type: ignore[arg-type]
+
+
+def test_plan_links_loops_stay_inside() -> None:
+    # a loop cannot be followed by the OS either: it leads nowhere, so not outside
+    assert len(plan_mapping({}, {"a": "b", "b": "a"})) == 2
+
+
 def test_plan_mapping_empty() -> None:
     assert plan_mapping({}) == []
 

@@ -275,3 +275,71 @@ def test_diff_laws(a: Snapshot, b: Snapshot) -> None:
     for part in (ab.added, ab.removed, ab.modified):
         assert list(part) == sorted(part)
     assert bool(ab) == (a != b)
+
+
+# --- links -------------------------------------------------------------------------------------
+
+
+def test_links_are_held_apart_from_files() -> None:
+    snap = Snapshot({"a.txt": "A"}, links={"l": "/data/a.txt", "./sub/up": "../a.txt"})
+    assert list(snap) == ["a.txt"]
+    assert "l" not in snap
+    assert dict(snap.links) == {"l": "/data/a.txt", "sub/up": "../a.txt"}
+    assert dict(snap.skipped_links) == {}
+    assert repr(snap) == "Snapshot(1 file, 1 bytes, 2 links)"
+    assert snap.manifest() == [ManifestEntry("a.txt", 1, hashlib.sha256(b"A").hexdigest())]
+    with pytest.raises(TypeError):
+        snap.links["x"] = "y"  # type: ignore[index]
+
+
+def test_a_snapshot_of_a_snapshot_keeps_its_links() -> None:
+    snap = Snapshot({"a.txt": "A"}, links={"l": "a.txt"})
+    assert dict(Snapshot(snap).links) == {"l": "a.txt"}
+    assert Snapshot(snap) == snap
+
+
+def test_links_count_in_equality_and_diffs() -> None:
+    plain = Snapshot({"a.txt": "A"})
+    linked = Snapshot({"a.txt": "A"}, links={"l": "a.txt"})
+    moved = Snapshot({"a.txt": "A"}, links={"l": "/data/a.txt"})
+    assert linked != plain
+    assert plain == {"a.txt": "A"}
+    assert linked != {"a.txt": "A"}
+    assert plain.diff(linked) == SnapshotDiff(added=("l",))
+    assert linked.diff(moved) == SnapshotDiff(modified=("l",))
+    as_file = Snapshot({"a.txt": "A", "l": "a.txt"})
+    assert linked.diff(as_file) == SnapshotDiff(modified=("l",))
+
+
+def test_links_of_a_dump_and_the_ones_left_out() -> None:
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, target in (("in", "/data/a"), ("out", "/usr/bin/python3")):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    buf.seek(0)
+    snap = read_snapshot(buf, workspace_links=True)
+    assert dict(snap.links) == {"in": "/data/a"}
+    assert dict(snap.skipped_links) == {"out": "/usr/bin/python3"}
+    assert repr(snap) == "Snapshot(0 files, 0 bytes, 1 link, 1 skipped link)"
+    snap.close()
+    assert dict(snap.links) == {"in": "/data/a"}  # the index outlives the contents
+
+
+def test_to_directory_writes_links_relative(tmp_path: Path) -> None:
+    snap = Snapshot(
+        {"a.txt": "A", "sub/b.txt": "B"},
+        links={"l": "/data/a.txt", "sub/root": "/data", "sub/up": "../a.txt"},
+    )
+    written = snap.to_directory(tmp_path)
+    assert written[-3:] == [tmp_path / "l", tmp_path / "sub" / "root", tmp_path / "sub" / "up"]
+    assert os.readlink(tmp_path / "l") == "a.txt"
+    assert os.readlink(tmp_path / "sub" / "root") == ".."
+    assert (tmp_path / "sub" / "root" / "sub" / "b.txt").read_text() == "B"
+    with pytest.raises(InvalidInputError, match="already exists"):
+        snap.to_directory(tmp_path)
+    snap.to_directory(tmp_path, overwrite=True)
+    assert os.readlink(tmp_path / "l") == "a.txt"

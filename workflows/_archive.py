@@ -8,7 +8,14 @@ Unpacking (:func:`iter_archive_files`, :func:`extract_archive`, :func:`read_snap
 the archive once (never seeking, never holding a big member in memory) and refuses, with
 :class:`~workflows.UnsafeArchiveError`, anything that could write outside the destination or
 exhaust the disk: absolute names, ``..``, links leading outside, members reached through a
-symlink, devices and fifos, and archives over the :class:`ArchiveLimits`.
+symlink, devices and fifos, sparse members, and archives over the :class:`ArchiveLimits`
+(members, bytes, and the ratio of bytes written to compressed bytes read).
+
+A dump is the sandbox's workspace, mounted there at ``/data``: read with ``workspace_links=True``,
+a link to ``/data/...`` is workspace content (see :mod:`workflows._paths`), and a link leading
+outside the workspace is left out with a warning instead of failing the whole dump.
+:func:`prepare_destination` checks (by making it) where ``dump_to`` will write before anything
+is downloaded.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import contextlib
 import gzip
 import io
 import itertools
+import logging
 import os
 import shutil
 import stat
@@ -24,28 +32,32 @@ import tarfile
 import tempfile
 import threading
 import zlib
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import IO, Any, BinaryIO, cast
+from dataclasses import dataclass, field
+from typing import IO, Any, BinaryIO, NoReturn, cast
 
 from isal import igzip, igzip_threaded, isal_zlib
 
 from workflows._collect import SourceFile
 from workflows._errors import InvalidInputError, UnsafeArchiveError
-from workflows._paths import normalize_member_name
+from workflows._paths import link_escapes, link_target_in_tree, normalize_member_name, shown_path
 from workflows._snapshot import Snapshot, _SnapshotWriter
 
 __all__ = [
     "ARCHIVE_MTIME",
     "ArchiveLimits",
+    "Destination",
+    "Extracted",
     "extract_archive",
     "iter_archive_files",
     "pack_to_tempfile",
+    "prepare_destination",
     "read_snapshot",
     "write_archive",
 ]
+
+log = logging.getLogger("workflows")
 
 #: The modification time written for every member: 2000-01-01T00:00:00Z. Fixed so that packing
 #: the same content twice gives the same bytes; not 0 (1970), which some tools refuse (zip
@@ -65,7 +77,19 @@ _MAX_HEADER_BYTES = 1024 * 1024
 # After the end-of-archive marker, read at most this much more to reach the gzip trailer (and so
 # check the CRC); tar pads to 10 KiB records, so a sane archive has far less.
 _MAX_TRAILING_BYTES = 1024 * 1024
-_MAX_SYMLINK_HOPS = 40
+_MIB = 1024 * 1024
+# The expansion ratio is only judged once this many bytes were written: tiny archives (a few
+# headers, empty files) have ratios that mean nothing, and 8 MiB is harmless on any disk.
+_EXPANSION_FLOOR = 8 * _MIB
+# The most a legitimate tar spends per member besides the file's contents: its 512-byte header,
+# up to 511 bytes of padding after the contents, and a PAX extended header (a 512-byte header
+# and records for a path and a link target of up to PATH_MAX = 4,096 bytes each plus a few
+# short ones, padded to blocks: at most 9,216 bytes).
+_TAR_MEMBER_OVERHEAD = 512 + 511 + 512 + 9_216
+# The end of a tar: two zero blocks, padded to tar's 10,240-byte records.
+_TAR_END_OVERHEAD = 2 * 10_240
+# gzip's header (with an optional file name or comment: 64 KiB is generous) and trailer.
+_GZIP_OVERHEAD = 64 * 1024
 
 ProgressCallback = Callable[[int], None]
 
@@ -79,17 +103,60 @@ def _forget_members(tar: tarfile.TarFile) -> None:
     tar.members.clear()  # type: ignore[attr-defined]
 
 
+def _deflate_bound(n: int) -> int:
+    """The most deflate can output for ``n`` input bytes, whatever its settings.
+
+    zlib's own conservative bound (``deflateBound`` for non-default window and memory settings,
+    where stored blocks cost the most): ``n + n/8 + n/64 + 5``. Streams split into many gzip
+    members (bgzip: 26 bytes per 64 KiB) stay far inside it.
+    """
+    return n + ((n + 7) >> 3) + ((n + 63) >> 6) + 5
+
+
 @dataclass(frozen=True)
 class ArchiveLimits:
-    """Caps applied while reading an archive; exceeding one raises :class:`UnsafeArchiveError`.
+    """Caps applied while downloading and reading an archive; exceeding one raises
+    :class:`UnsafeArchiveError`.
 
     ``max_members``: tar members of any kind. ``max_total_bytes``: uncompressed bytes of regular
     files (hard-link copies count again). ``max_member_bytes``: one file's size (None: no cap).
+
+    ``max_expansion_ratio``: bytes written (file contents, hard-link copies included) per
+    compressed byte read, judged once more than 8 MiB were written (None: not checked).
+    Deflate cannot expand more than about 1032:1 (a 258-byte match costs at least two bits), so
+    the default 2000:1 is never met by a real workspace; it stops archives that write far more
+    than they hold, such as a file of zeros copied hundreds of times by hard links (a 92-byte
+    dump once made the client write 2 GB on its way to 12.5 GiB). A workspace holding many hard
+    links to one highly compressible file could meet it: raise it, or pass None.
+
+    ``max_archive_bytes``: compressed bytes downloaded at most, checked while streaming; None
+    (the default) derives it from the other caps with :meth:`archive_bytes_cap`.
+
+    >>> ArchiveLimits(max_total_bytes=10 * 2**20, max_members=100).archive_bytes_cap()
+    13275508
     """
 
     max_members: int = 200_000
     max_total_bytes: int = 20 * _GIB
     max_member_bytes: int | None = None
+    max_expansion_ratio: float | None = 2000.0
+    max_archive_bytes: int | None = None
+
+    def archive_bytes_cap(self) -> int:
+        """The most compressed bytes an archive within these limits can take.
+
+        ``max_archive_bytes`` when set; otherwise the largest tar the limits allow (every byte
+        of ``max_total_bytes``, plus for each of ``max_members`` a header, padding and a PAX
+        header for names up to PATH_MAX, plus the end blocks), compressed as badly as deflate
+        can (:func:`_deflate_bound`, +14 %), plus 64 KiB of gzip framing. With the defaults that
+        is about 25.3 GiB; for a tight cap, lower ``max_members`` with ``max_total_bytes``.
+        """
+        if self.max_archive_bytes is not None:
+            return self.max_archive_bytes
+        tar_bytes = (
+            self.max_total_bytes + self.max_members * _TAR_MEMBER_OVERHEAD + _TAR_END_OVERHEAD
+        )
+        return _deflate_bound(tar_bytes) + _GZIP_OVERHEAD
 
 
 # --- packing -----------------------------------------------------------------------------------
@@ -146,7 +213,12 @@ class _SourceReader:
 
     def read(self, n: int = -1) -> bytes:
         want = self._left if n < 0 else min(n, self._left)
-        data = self._raw.read(want)
+        try:
+            data = self._raw.read(want)
+        except OSError as exc:
+            raise InvalidInputError(
+                f"cannot read {self._name!r} while packing it: {exc.strerror or exc}"
+            ) from exc
         got = len(data)
         if got < want:
             raise InvalidInputError(
@@ -196,6 +268,22 @@ def _open_compressor(sink: _Counter, compresslevel: int, threads: int) -> IO[byt
     )
 
 
+def _open_source_file(entry: SourceFile) -> IO[bytes]:
+    """Open a planned file for packing; one that vanished or cannot be read is named."""
+    assert entry.path is not None
+    try:
+        return open(entry.path, "rb", buffering=0)
+    except FileNotFoundError as exc:
+        raise InvalidInputError(
+            f"{os.fspath(entry.path)!r} disappeared after it was planned; seed again"
+        ) from exc
+    except OSError as exc:
+        raise InvalidInputError(
+            f"cannot read {os.fspath(entry.path)!r}: {exc.strerror or exc}; fix its permissions "
+            "or add it to ignore="
+        ) from exc
+
+
 def write_archive(
     entries: Sequence[SourceFile],
     out: IO[bytes],
@@ -242,7 +330,7 @@ def write_archive(
                 with io.BytesIO(entry.data) as buf:
                     tar.addfile(info, _SourceReader(buf, entry.name, entry.size, progress))
             elif entry.path is not None:
-                with open(entry.path, "rb", buffering=0) as fh:
+                with _open_source_file(entry) as fh:
                     tar.addfile(info, _SourceReader(fh, entry.name, entry.size, progress))
             else:
                 raise InvalidInputError(f"archive entry {entry.name!r} has no content")
@@ -298,16 +386,23 @@ def _not_valid(exc: BaseException) -> UnsafeArchiveError:
 
 
 class _BoundedTarInfo(tarfile.TarInfo):
-    """Refuses extended headers (PAX records, GNU long names) bigger than 1 MiB.
+    """Refuses extended headers (PAX records, GNU long names) bigger than 1 MiB, and sparse
+    members of every kind, before tarfile reads them.
 
-    tarfile reads such headers whole into memory; a crafted archive could declare gigabytes.
+    tarfile reads extended headers whole into memory, and a crafted archive could declare
+    gigabytes. It also expands sparse members (GNU type ``'S'`` and PAX ``GNU.sparse.*``
+    records): a header of a few bytes declares holes of any size, read back as zeros (an
+    85-byte upload put 1 GiB on a disk), and their maps are read into memory. A workspace dump
+    holds no sparse member (neither the service nor the emulator writes them), so they are
+    refused outright instead of being counted.
     """
 
     def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            _refuse_sparse(self.name, "GNU type 'S'")
         if (
             self.type
             in (*tarfile.GNU_TYPES, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
-            and self.type != tarfile.GNUTYPE_SPARSE
             and self.size > _MAX_HEADER_BYTES
         ):
             raise UnsafeArchiveError(
@@ -316,6 +411,32 @@ class _BoundedTarInfo(tarfile.TarInfo):
             )
         result: tarfile.TarInfo = super()._proc_member(tarfile_)  # type: ignore[misc]
         return result
+
+    # tarfile calls one of these on the PAX header once it finds GNU.sparse records, with the
+    # member's TarInfo (``next``) and, up to Python 3.12, the records as a dict. The signatures
+    # differ between versions: take what comes.
+    def _proc_gnusparse_00(self, next_: tarfile.TarInfo, *args: Any) -> NoReturn:
+        _refuse_sparse(_sparse_name(next_, args), "PAX GNU.sparse 0.0")
+
+    def _proc_gnusparse_01(self, next_: tarfile.TarInfo, *args: Any) -> NoReturn:
+        _refuse_sparse(_sparse_name(next_, args), "PAX GNU.sparse 0.1")
+
+    def _proc_gnusparse_10(self, next_: tarfile.TarInfo, *args: Any) -> NoReturn:
+        _refuse_sparse(_sparse_name(next_, args), "PAX GNU.sparse 1.0")
+
+
+def _sparse_name(member: tarfile.TarInfo, args: tuple[Any, ...]) -> str:
+    headers = args[0] if args and isinstance(args[0], dict) else {}
+    name = headers.get("GNU.sparse.name") or headers.get("path") or member.name
+    return str(name)
+
+
+def _refuse_sparse(name: str, kind: str) -> NoReturn:
+    raise UnsafeArchiveError(
+        f"archive member {name!r} is a sparse file ({kind}); sparse members are refused: a few "
+        "bytes of header would be expanded into holes of any size",
+        member=name,
+    )
 
 
 class _CountingReader(io.RawIOBase):
@@ -338,62 +459,57 @@ class _CountingReader(io.RawIOBase):
         return n
 
 
+class _Expansion:
+    """Counts the bytes handed out (file contents, hard-link copies) against the compressed
+    bytes read, and refuses a ratio over ``limits.max_expansion_ratio``."""
+
+    def __init__(self, ratio: float | None, compressed: _CountingReader) -> None:
+        self._ratio = ratio
+        self._compressed = compressed
+        self.expanded = 0
+
+    def add(self, n: int, member: str) -> None:
+        self.expanded += n
+        if (
+            self._ratio is not None
+            and self.expanded > _EXPANSION_FLOOR
+            and self.expanded > self._ratio * max(self._compressed.count, 1)
+        ):
+            raise UnsafeArchiveError(
+                f"archive member {member!r} takes the archive to {self.expanded:,} bytes written "
+                f"from {self._compressed.count:,} compressed bytes read, over "
+                f"{self._ratio:g}:1 (ArchiveLimits.max_expansion_ratio; deflate alone never "
+                "exceeds about 1032:1)",
+                member=member,
+            )
+
+
 class _MemberReader(io.RawIOBase):
     """A member's contents as yielded by :func:`iter_archive_files`; corrupt data raises
-    :class:`UnsafeArchiveError`."""
+    :class:`UnsafeArchiveError`, and so does an expansion over the limits."""
 
-    def __init__(self, raw: IO[bytes]) -> None:
+    def __init__(self, raw: IO[bytes], name: str, expansion: _Expansion) -> None:
         super().__init__()
         self._raw = raw
+        self._name = name
+        self._expansion = expansion
 
     def readable(self) -> bool:
         return True
 
     def read(self, size: int = -1) -> bytes:
         try:
-            return self._raw.read(size)
+            data = self._raw.read(size)
         except _CORRUPT as exc:
             raise _not_valid(exc) from exc
+        self._expansion.add(len(data), self._name)
+        return data
 
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(memoryview(buffer)))
         n = len(data)
         memoryview(buffer)[:n] = data
         return n
-
-
-def _link_escapes(link_name: str, target: str, links: dict[str, str]) -> bool:
-    """True when the symlink ``link_name -> target`` resolves outside the archive's root.
-
-    Resolves like the OS would in the extracted tree, following the other symlinks of the archive
-    (``links``, name to target), so a chain such as ``a -> sub/l/..`` with ``sub/l -> ..`` is
-    caught. A loop cannot be resolved by the OS either, so it does not count as an escape.
-    """
-    if not target or target.startswith("/"):
-        return True
-    resolved = link_name.split("/")[:-1]
-    pending = deque(target.split("/"))
-    hops = 0
-    while pending:
-        part = pending.popleft()
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not resolved:
-                return True
-            resolved.pop()
-            continue
-        resolved.append(part)
-        nested = links.get("/".join(resolved))
-        if nested is not None:
-            hops += 1
-            if hops > _MAX_SYMLINK_HOPS:
-                return False
-            resolved.pop()
-            if not nested or nested.startswith("/"):
-                return True
-            pending.extendleft(reversed(nested.split("/")))
-    return False
 
 
 def _kind_of(info: tarfile.TarInfo) -> str:
@@ -412,24 +528,39 @@ def _open_source(src: IO[bytes] | str | os.PathLike[str]) -> tuple[IO[bytes], bo
     return src, False
 
 
+SkippedLink = Callable[[str, str], None]
+
+
 def iter_archive_files(
-    src: IO[bytes] | str | os.PathLike[str], *, limits: ArchiveLimits = ArchiveLimits()
+    src: IO[bytes] | str | os.PathLike[str],
+    *,
+    limits: ArchiveLimits = ArchiveLimits(),
+    workspace_links: bool = False,
+    on_skipped_link: SkippedLink | None = None,
 ) -> Iterator[tuple[str, tarfile.TarInfo, BinaryIO | None]]:
     """Stream a tar.gz, checking every member; yield ``(name, info, contents)``.
 
     ``name`` is the normalised member name (``"./a/b/"`` gives ``"a/b"``); the archive's root
     (``"."``) is skipped. ``contents`` is a file object for regular files, to be read before the
     next item is requested, and None for folders and links. For a hard link, ``info.linkname`` is
-    replaced by the normalised name of the earlier file it copies.
+    replaced by the normalised name of the earlier file it copies. Symbolic links come last,
+    once the whole archive was checked (no member can be written through one anyway), each with
+    its target as stored.
+
+    ``workspace_links=True`` reads a workspace dump: a link to ``/data`` or below is inside (it
+    resolves as the archive's root plus the rest; see
+    :func:`~workflows._paths.link_target_in_tree`). ``on_skipped_link(name, target)``, when
+    given, receives every link that leads outside (after the last member, in name order)
+    instead of an error, and such links are not yielded.
 
     Raises :class:`UnsafeArchiveError` (``member`` set where one is to blame) for an absolute
-    name or one with ``..``; a symlink whose target is absolute or resolves outside the root
-    (following the archive's other symlinks); a hard link to anything but an earlier file; a
-    member reached through a symlink; a member whose parent is a file, or a folder replaced by a
-    file (or the reverse); devices, fifos and unknown types; more members or bytes than
-    ``limits``; and data that is not a valid tar.gz (not gzip, corrupt, truncated, empty). The
-    final check of symlink chains runs after the last member, so a consumer must not commit
-    anything until the iteration ends without error.
+    name or one with ``..``; a symlink whose target resolves outside the root (following the
+    archive's other symlinks), unless ``on_skipped_link`` takes it; a hard link to anything but
+    an earlier file; a member reached through a symlink; a member whose parent is a file, or a
+    folder replaced by a file (or the reverse); devices, fifos, sparse files and unknown types;
+    more members, bytes, or expansion than ``limits``; and data that is not a valid tar.gz (not
+    gzip, corrupt, truncated, empty). A consumer must not commit anything until the iteration
+    ends without error.
     """
     with contextlib.ExitStack() as stack:
         raw, close_raw = _open_source(src)
@@ -450,7 +581,9 @@ def iter_archive_files(
         stack.callback(tar.close)
         if counted.count == 0:
             raise UnsafeArchiveError("the data is not a valid tar.gz archive (it is empty)")
-        yield from _iter_members(tar, limits)
+        expansion = _Expansion(limits.max_expansion_ratio, counted)
+        links = _Links(workspace_links, on_skipped_link)
+        yield from _iter_members(tar, limits, expansion, links)
         # read on to the gzip trailer so that its CRC is checked, but not unboundedly
         try:
             left = _MAX_TRAILING_BYTES
@@ -461,14 +594,68 @@ def iter_archive_files(
                 left -= len(chunk)
         except _CORRUPT as exc:
             raise _not_valid(exc) from exc
+        yield from links.finish()
+
+
+@dataclass
+class _Links:
+    """The archive's symbolic links, judged once all are known."""
+
+    workspace: bool
+    on_skipped: SkippedLink | None
+    # name -> target relative to the link's folder (workspace targets converted); a target
+    # leading out of the workspace is kept absolute, so chains through it lead out too
+    resolved: dict[str, str] = field(default_factory=dict)
+    stored: dict[str, str] = field(default_factory=dict)  # name -> target as stored
+    skipped: set[str] = field(default_factory=set)
+
+    def add(self, name: str, info: tarfile.TarInfo) -> None:
+        self.skipped.discard(name)  # an earlier link of that name no longer counts
+        target = info.linkname
+        in_tree = link_target_in_tree(name, target) if self.workspace else target
+        resolved = target if in_tree is None else in_tree
+        if link_escapes(name, resolved, self.resolved):
+            self._escapes(name, target)
+        self.resolved[name] = resolved
+        self.stored[name] = target
+
+    def forget(self, name: str) -> None:
+        """``name`` is replaced by a member that is not a link."""
+        self.resolved.pop(name, None)
+        self.stored.pop(name, None)
+        self.skipped.discard(name)
+
+    def _escapes(self, name: str, target: str) -> None:
+        if self.on_skipped is None:
+            raise UnsafeArchiveError(
+                f"archive member {name!r} is a symlink to {target!r}, which leads outside the "
+                "destination",
+                member=name,
+            )
+        self.skipped.add(name)
+
+    def finish(self) -> Iterator[tuple[str, tarfile.TarInfo, None]]:
+        # a chain of symlinks can only be judged once all of them are known
+        for name, resolved in self.resolved.items():
+            if name not in self.skipped and link_escapes(name, resolved, self.resolved):
+                self._escapes(name, self.stored[name])
+        if self.on_skipped is not None:
+            for name in sorted(self.skipped):
+                self.on_skipped(name, self.stored[name])
+        for name, target in self.stored.items():
+            if name not in self.skipped:
+                info = tarfile.TarInfo(name)
+                info.type = tarfile.SYMTYPE
+                info.linkname = target
+                info.mode = 0o777
+                yield name, info, None
 
 
 def _iter_members(
-    tar: tarfile.TarFile, limits: ArchiveLimits
+    tar: tarfile.TarFile, limits: ArchiveLimits, expansion: _Expansion, links: _Links
 ) -> Iterator[tuple[str, tarfile.TarInfo, BinaryIO | None]]:
     kinds: dict[str, str] = {}  # name -> "f" file, "d" folder, "l" symlink
     sizes: dict[str, int] = {}  # regular files (and hard-link copies) -> size
-    links: dict[str, str] = {}  # symlink name -> raw target
     members = 0
     total = 0
 
@@ -496,6 +683,8 @@ def _iter_members(
         _forget_members(tar)
         if info is None:
             break
+        if info.sparse is not None:  # pragma: no cover - refused while its header was read
+            _refuse_sparse(info.name, "sparse map")
         members += 1
         if members > limits.max_members:
             raise UnsafeArchiveError(
@@ -547,26 +736,19 @@ def _iter_members(
             add_bytes(info.name, info.size)
             kinds[name] = "f"
             sizes[name] = info.size
-            links.pop(name, None)
+            links.forget(name)
             fileobj = tar.extractfile(info)
             assert fileobj is not None  # a regular member always has contents
-            yield name, info, cast("BinaryIO", _MemberReader(fileobj))
+            yield name, info, cast("BinaryIO", _MemberReader(fileobj, info.name, expansion))
         elif info.issym():
             if not info.linkname or "\x00" in info.linkname:
                 raise UnsafeArchiveError(
                     f"archive member {info.name!r} is a symlink with an empty or invalid target",
                     member=info.name,
                 )
-            if _link_escapes(name, info.linkname, links):
-                raise UnsafeArchiveError(
-                    f"archive member {info.name!r} is a symlink to {info.linkname!r}, which "
-                    "leads outside the destination",
-                    member=info.name,
-                )
+            links.add(name, info)
             kinds[name] = "l"
-            links[name] = info.linkname
             sizes.pop(name, None)
-            yield name, info, None
         elif info.islnk():
             try:
                 target = normalize_member_name(info.linkname)
@@ -579,9 +761,11 @@ def _iter_members(
                     member=info.name,
                 )
             add_bytes(info.name, sizes[target])
+            # a copy costs no compressed byte: it counts fully against the expansion ratio
+            expansion.add(sizes[target], info.name)
             kinds[name] = "f"
             sizes[name] = sizes[target]
-            links.pop(name, None)
+            links.forget(name)
             info.linkname = target
             yield name, info, None
         else:
@@ -589,14 +773,6 @@ def _iter_members(
                 f"archive member {info.name!r} is {_kind_of(info)}; only files, folders and "
                 "links are accepted",
                 member=info.name,
-            )
-    # a chain of symlinks can only be judged once all of them are known
-    for name, target in links.items():
-        if _link_escapes(name, target, links):
-            raise UnsafeArchiveError(
-                f"archive member {name!r} is a symlink to {target!r}, which leads outside the "
-                "destination",
-                member=name,
             )
 
 
@@ -819,49 +995,198 @@ def _merge(tmp: str, dest: str) -> None:
             os.replace(os.path.join(dirpath, f), os.path.normpath(os.path.join(dest, rel, f)))
 
 
-def extract_archive(
-    src: IO[bytes] | str | os.PathLike[str],
-    dest: str | os.PathLike[str],
-    *,
-    limits: ArchiveLimits = ArchiveLimits(),
-    progress: ProgressCallback | None = None,
-) -> list[str]:
-    """Safely extract the tar.gz ``src`` (a file object or a path) into the folder ``dest``.
+@dataclass(frozen=True)
+class Extracted:
+    """What :meth:`Destination.extract` wrote: the regular files (sorted) and the links it left
+    out because they lead outside the destination (name -> target as stored)."""
 
-    Every check of :func:`iter_archive_files` applies. The archive is extracted into a temporary
-    folder next to ``dest`` and moved into place only once all of it passed, so a refused
-    archive leaves ``dest`` exactly as it was, and nothing is ever written outside ``dest``.
-    ``dest`` is created (with its parents) if missing. When ``dest`` already has content, members
-    replace the files, symlinks (never followed) and folders-versus-file entries of the same name,
-    and everything else is left alone; a member that is a file where ``dest`` has a folder raises
-    :class:`InvalidInputError` before anything is moved.
+    files: list[str]
+    skipped_links: dict[str, str]
 
-    Files get mode 0o644, or 0o755 when the member's owner exec bit is set (less the umask), and
-    the member's mtime; symlinks are created as stored (they were checked to stay inside); a hard
-    link becomes a copy of its target. Files up to 4 MiB are written by a few threads while the
-    next members are decompressed (at most 8 MiB waiting). ``progress(n)`` is called, on the
-    calling thread, with the number of file bytes extracted since its last call. Returns the
-    names of the regular files extracted, sorted.
+
+def _warn_skipped(what: str, skipped: Mapping[str, str]) -> None:
+    """One warning line on the ``workflows`` logger listing the links left out (20 at most)."""
+    if not skipped:
+        return
+    shown = ", ".join(f"{name!r} -> {target!r}" for name, target in list(skipped.items())[:20])
+    more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
+    log.warning(
+        "%s: left out %d symlink%s leading outside the workspace: %s%s",
+        what,
+        len(skipped),
+        "" if len(skipped) == 1 else "s",
+        shown,
+        more,
+    )
+
+
+def _destination_error(shown: str, action: str, exc: OSError) -> InvalidInputError:
+    err = InvalidInputError(f"cannot {action} {shown}: {exc.strerror or exc}")
+    err.__cause__ = exc
+    return err
+
+
+@dataclass
+class Destination:
+    """Where a dump goes, checked and made ready before the download (see
+    :func:`prepare_destination`).
+
+    ``staging`` is a temporary folder (extraction) or file (a kept ``.tar.gz``) beside the
+    destination; ``made`` lists the parent folders made for it, removed again by
+    :meth:`discard` when the dump fails, so a refused dump leaves the disk as it was.
     """
-    dest_path = os.path.realpath(dest)
-    if os.path.lexists(dest_path) and not os.path.isdir(dest_path):
-        raise InvalidInputError(f"cannot extract into {os.fspath(dest)!r}: it is not a folder")
-    parent, base = os.path.split(dest_path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{base}.extract-", dir=parent)
+
+    path: str
+    real: str
+    keep_archive: bool
+    staging: str
+    made: list[str]
+
+    @property
+    def shown(self) -> str:
+        return shown_path(self.path)
+
+    def open_archive(self) -> IO[bytes]:
+        """The staging file, to download a kept ``.tar.gz`` into (the caller closes it)."""
+        try:
+            return open(self.staging, "r+b")
+        except OSError as exc:
+            raise _destination_error(self.shown, "write to", exc) from exc
+
+    def commit_archive(self) -> None:
+        """Move the downloaded ``.tar.gz`` into place (atomically)."""
+        try:
+            os.replace(self.staging, self.real)
+        except OSError as exc:
+            raise _destination_error(self.shown, "write", exc) from exc
+        self.made = []
+
+    def discard(self) -> None:
+        """Remove what :func:`prepare_destination` made (idempotent, best effort)."""
+        if self.keep_archive:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.staging)
+        elif os.path.lexists(self.staging):
+            shutil.rmtree(self.staging, ignore_errors=True)
+        for folder in reversed(self.made):
+            with contextlib.suppress(OSError):  # not empty, or gone: leave it
+                os.rmdir(folder)
+        self.made = []
+
+    def extract(
+        self,
+        src: IO[bytes] | str | os.PathLike[str],
+        *,
+        limits: ArchiveLimits = ArchiveLimits(),
+        progress: ProgressCallback | None = None,
+        workspace_links: bool = False,
+    ) -> Extracted:
+        """Extract the tar.gz ``src`` into the destination (see :func:`extract_archive`).
+
+        With ``workspace_links=True`` (a dump) links to ``/data/...`` are written as relative
+        links, and links leading outside the destination are left out with a warning (listed
+        in the result) instead of failing the extraction. On any error nothing is left behind.
+        """
+        try:
+            result = _extract_into(self, src, limits, progress, workspace_links)
+        except BaseException:
+            self.discard()
+            raise
+        self.made = []
+        if workspace_links:
+            _warn_skipped(f"dump_to {self.shown}", result.skipped_links)
+        return result
+
+
+def prepare_destination(dest: str | os.PathLike[str], *, keep_archive: bool = False) -> Destination:
+    """Check where a dump will go, by making it ready, before anything is downloaded.
+
+    The nearest existing folder on the way must be a folder (not a file), the missing parent
+    folders are made, and a temporary folder (or, with ``keep_archive``, a temporary file) is
+    made beside the destination: whatever stops these (a file on the way, a read-only or
+    virtual file system such as ``/proc``, a name too long) raises :class:`InvalidInputError`
+    naming the path, with nothing left behind. An existing destination must be a folder (or,
+    with ``keep_archive``, must not be one).
+    """
+    path = os.fspath(dest)
+    shown = shown_path(path)
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except (FileNotFoundError, NotADirectoryError):  # a file on the way is named below
+        st = None
+    except OSError as exc:
+        raise _destination_error(shown, "write to", exc) from exc
+    if st is not None and stat.S_ISDIR(st.st_mode) == keep_archive:
+        raise InvalidInputError(
+            f"cannot write to {shown}: it is a folder; name a file to save the archive in"
+            if keep_archive
+            else f"cannot extract into {shown}: it exists and is not a folder; name a folder, or "
+            "a .tar.gz file"
+        )
+    parent = os.path.dirname(real)
+    missing: list[str] = []
+    probe = parent
+    while not os.path.lexists(probe):
+        missing.append(probe)
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise InvalidInputError(f"cannot write to {shown}: {probe!r} is not a folder")
+    made: list[str] = []
+    try:
+        for folder in reversed(missing):
+            os.mkdir(folder)
+            made.append(folder)
+        if keep_archive:
+            fd, staging = tempfile.mkstemp(prefix=".klavis-dump-", suffix=".tmp", dir=parent)
+            os.close(fd)
+        else:
+            staging = tempfile.mkdtemp(prefix=".klavis-dump-", dir=parent)
+    except OSError as exc:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise _destination_error(shown, "create" if missing else "write to", exc) from exc
+    return Destination(path, real, keep_archive, staging, made)
+
+
+def _extract_into(
+    destination: Destination,
+    src: IO[bytes] | str | os.PathLike[str],
+    limits: ArchiveLimits,
+    progress: ProgressCallback | None,
+    workspace_links: bool,
+) -> Extracted:
     # mkdtemp's folder is private (0o700); the tree is built in a folder made the usual way
-    root = os.path.join(tmp, "root")
+    root = os.path.join(destination.staging, "root")
+    dest_path = destination.real
     writer = _FileWriter(_WRITE_THREADS, _WRITE_BUDGET)
+    files: set[str] = set()
+    skipped: dict[str, str] = {}
+    current = ""
+
+    def skip(name: str, target: str) -> None:
+        # a link left out replaces whatever an earlier member of that name wrote
+        writer.drain()
+        _remove_non_dir(os.path.join(root, *name.split("/")))
+        files.discard(name)
+        skipped[name] = target
+
     try:
         os.mkdir(root)
-        files: set[str] = set()
         # The tree is new and only this loop writes to it, and iter_archive_files refuses members
         # reached through a symlink or a file: so a folder made once stays a folder (no stat).
         folders: set[str] = {""}
         # names written as files or symlinks: a later member of the same name waits for them
         written: set[str] = set()
         try:
-            for name, info, reader in iter_archive_files(src, limits=limits):
+            for name, info, reader in iter_archive_files(
+                src,
+                limits=limits,
+                workspace_links=workspace_links,
+                on_skipped_link=skip if workspace_links else None,
+            ):
+                current = name
                 path = os.path.join(root, *name.split("/"))
                 if info.isdir():
                     if name not in folders:
@@ -884,11 +1209,14 @@ def extract_archive(
                         _write_stream(path, reader, info, progress)
                     files.add(name)
                 elif info.issym():
+                    target = info.linkname
+                    if workspace_links:
+                        target = link_target_in_tree(name, target) or target
                     try:
-                        os.symlink(info.linkname, path)
+                        os.symlink(target, path)
                     except FileExistsError:  # an earlier member of that name
                         os.unlink(path)
-                        os.symlink(info.linkname, path)
+                        os.symlink(target, path)
                     files.discard(name)
                 else:  # a hard link: copy the earlier file
                     writer.drain()
@@ -900,39 +1228,106 @@ def extract_archive(
                         if progress is not None:
                             progress(os.path.getsize(path))
                     files.add(name)
+            current = ""
             writer.drain()
         finally:
             writer.close()
+    except OSError as exc:
+        # the destination cannot hold the dump (a name too long under it, a full disk, ...)
+        where = _member_of(exc, root) or current
+        raise InvalidInputError(
+            f"cannot write {where!r} under {destination.shown}: {exc.strerror or exc}; "
+            "nothing was written"
+        ) from exc
+    try:
         if not os.path.lexists(dest_path):
             os.rename(root, dest_path)
         else:
             _plan_merge(root, dest_path)
             _merge(root, dest_path)
-    finally:
-        if os.path.lexists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
-    return sorted(files)
+    except OSError as exc:
+        raise _destination_error(destination.shown, "move the dump into", exc) from exc
+    shutil.rmtree(destination.staging, ignore_errors=True)
+    return Extracted(sorted(files), skipped)
+
+
+def _member_of(exc: OSError, root: str) -> str | None:
+    """The archive member an OSError is about, when its file name is inside ``root``."""
+    filename = exc.filename
+    if not isinstance(filename, str) or not filename.startswith(root + os.sep):
+        return None
+    return filename[len(root) + 1 :].replace(os.sep, "/")
+
+
+def extract_archive(
+    src: IO[bytes] | str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    *,
+    limits: ArchiveLimits = ArchiveLimits(),
+    progress: ProgressCallback | None = None,
+    workspace_links: bool = False,
+) -> list[str]:
+    """Safely extract the tar.gz ``src`` (a file object or a path) into the folder ``dest``.
+
+    Every check of :func:`iter_archive_files` applies. The archive is extracted into a temporary
+    folder next to ``dest`` and moved into place only once all of it passed, so a refused
+    archive leaves ``dest`` exactly as it was (and the parents made for it are removed again),
+    and nothing is ever written outside ``dest``. ``dest`` is created (with its parents) if
+    missing (see :func:`prepare_destination`). When ``dest`` already has content, members
+    replace the files, symlinks (never followed) and folders-versus-file entries of the same
+    name, and everything else is left alone; a member that is a file where ``dest`` has a folder
+    raises :class:`InvalidInputError` before anything is moved. So does a member the destination
+    cannot hold (a path too long under it), naming it.
+
+    Files get mode 0o644, or 0o755 when the member's owner exec bit is set (less the umask), and
+    the member's mtime; symlinks are created as stored (they were checked to stay inside), or,
+    with ``workspace_links=True`` (a dump: see :meth:`Destination.extract`), relative; a hard
+    link becomes a copy of its target. Files up to 4 MiB are written by a few threads while the
+    next members are decompressed (at most 8 MiB waiting). ``progress(n)`` is called, on the
+    calling thread, with the number of file bytes extracted since its last call. Returns the
+    names of the regular files extracted, sorted.
+    """
+    destination = prepare_destination(dest)
+    result = destination.extract(
+        src, limits=limits, progress=progress, workspace_links=workspace_links
+    )
+    return result.files
 
 
 def read_snapshot(
-    src: IO[bytes] | str | os.PathLike[str], *, limits: ArchiveLimits = ArchiveLimits()
+    src: IO[bytes] | str | os.PathLike[str],
+    *,
+    limits: ArchiveLimits = ArchiveLimits(),
+    workspace_links: bool = False,
 ) -> Snapshot:
     """Read the tar.gz ``src`` (a file object or a path) into a :class:`Snapshot`.
 
     Every check of :func:`iter_archive_files` applies. Regular files (and hard-link copies)
-    become entries; the root, folders and symlinks do not. Contents go to one anonymous
-    temporary file, so memory stays flat; close the snapshot (or use it in a ``with``) to free it.
+    become entries, symlinks go to :attr:`Snapshot.links` with their targets as stored; the
+    root and folders are not kept. With ``workspace_links=True`` (a dump), links to ``/data``
+    or below are inside, and links leading outside are left out with a warning and listed in
+    :attr:`Snapshot.skipped_links` instead of failing the read. Contents go to one anonymous
+    temporary file, so memory stays flat; close the snapshot (or use it in a ``with``) to free
+    it.
     """
     writer = _SnapshotWriter()
     try:
-        for name, info, reader in iter_archive_files(src, limits=limits):
+        for name, info, reader in iter_archive_files(
+            src,
+            limits=limits,
+            workspace_links=workspace_links,
+            on_skipped_link=writer.skip_link if workspace_links else None,
+        ):
             if reader is not None:
                 writer.add(name, reader, mode=_file_mode(info))
             elif info.islnk():
                 writer.copy(name, info.linkname)
             elif info.issym():
-                writer.discard(name)
-        return writer.finish()
+                writer.link(name, info.linkname)
+        snapshot = writer.finish()
     except BaseException:
         writer.abort()
         raise
+    if workspace_links:
+        _warn_skipped("dump", snapshot.skipped_links)
+    return snapshot

@@ -20,7 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workflows._errors import FileTooLargeError, InvalidInputError, InvalidSeedPathError
-from workflows._paths import normalize_seed_key
+from workflows._paths import (
+    PATH_MAX,
+    SANDBOX_WORKSPACE,
+    check_name_length,
+    link_escapes,
+    link_target_in_tree,
+    normalize_seed_key,
+    shown_path,
+)
 
 __all__ = [
     "DEFAULT_MAX_FILE_SIZE",
@@ -28,6 +36,7 @@ __all__ = [
     "IGNORE_FILE_NAMES",
     "SourceFile",
     "plan_directory",
+    "plan_links",
     "plan_mapping",
 ]
 
@@ -59,7 +68,8 @@ class SourceFile:
     * a regular file from disk (``path``; read in chunks when packing; ``size`` is its size when
       planned, and exactly that many bytes are packed), or
     * a regular file in memory (``data``), or
-    * a symbolic link (``link_target``, a relative POSIX path that stays inside the tree), or
+    * a symbolic link (``link_target``: a relative POSIX path that stays inside the tree, or an
+      absolute one inside the sandbox's workspace, ``/data`` or below), or
     * an empty folder (``is_dir=True``), kept so that the workspace's shape survives.
 
     ``name`` is the normalised POSIX relative path inside the archive (``"a/b.txt"``); ``mode`` is
@@ -87,7 +97,9 @@ def _as_bytes(key: str, value: object) -> bytes:
     )
 
 
-def plan_mapping(files: Mapping[str, SeedContent]) -> list[SourceFile]:
+def plan_mapping(
+    files: Mapping[str, SeedContent], links: Mapping[str, str] | None = None
+) -> list[SourceFile]:
     """Plan the archive for a ``{path: content}`` mapping, sorted by name.
 
     Keys are checked and normalised with :func:`~workflows._paths.normalize_seed_key`; values
@@ -96,6 +108,10 @@ def plan_mapping(files: Mapping[str, SeedContent]) -> list[SourceFile]:
     (``"a"`` and ``"a/b"``), and :class:`InvalidInputError` for a value of another type. Every
     file gets mode ``0o644``.
 
+    ``links`` (name -> target) adds symbolic links, checked by :func:`plan_links`; when
+    ``files`` is a :class:`~workflows.Snapshot`, its own ``links`` are used unless ``links`` is
+    given, so seeding a dump sends its links back.
+
     >>> [(f.name, f.data) for f in plan_mapping({"./b.txt": "hi", "a/x.bin": b"\\x00"})]
     [('a/x.bin', b'\\x00'), ('b.txt', b'hi')]
     """
@@ -103,6 +119,11 @@ def plan_mapping(files: Mapping[str, SeedContent]) -> list[SourceFile]:
         raise InvalidInputError(
             f"files must be a mapping of path to content, not a {type(files).__name__}"
         )
+    if links is None:
+        from workflows._snapshot import Snapshot  # a Snapshot is built with this very function
+
+        if isinstance(files, Snapshot):
+            links = files.links
     by_name: dict[str, str] = {}
     planned: list[SourceFile] = []
     for key, value in files.items():
@@ -114,16 +135,78 @@ def plan_mapping(files: Mapping[str, SeedContent]) -> list[SourceFile]:
         by_name[name] = key
         data = _as_bytes(key, value)
         planned.append(SourceFile(name=name, size=len(data), mode=_FILE_MODE, data=data))
+    link_names: set[str] = set()
+    if links:
+        planned_links = plan_links(links, by_name)
+        link_names = {entry.name for entry in planned_links}
+        planned.extend(planned_links)
     for name, key in by_name.items():
         parent = name
         while "/" in parent:
             parent = parent.rsplit("/", 1)[0]
             if parent in by_name:
+                kind = "a link" if parent in link_names else "a file"
                 raise InvalidSeedPathError(
-                    f"seed key {by_name[parent]!r} is a file, but {key!r} needs it to be a folder",
+                    f"seed key {by_name[parent]!r} is {kind}, but {key!r} needs it to be a folder",
                     path=by_name[parent],
                 )
     planned.sort(key=lambda f: f.name)
+    return planned
+
+
+def plan_links(links: Mapping[str, str], taken: dict[str, str]) -> list[SourceFile]:
+    """Plan symbolic links ``{name: target}``; ``taken`` (name -> key) holds the files' names
+    and receives the links'.
+
+    Names are checked like seed keys. A target must be a non-empty ``str`` without NUL, at most
+    :data:`~workflows._paths.PATH_MAX` bytes, and stay inside the workspace: relative and
+    resolving inside the tree (following the other links), or absolute inside the sandbox's
+    workspace (``/data`` or below, as ``ln -s /data/a.txt link`` makes). Anything else raises
+    :class:`InvalidSeedPathError` naming the link. Targets are kept as given.
+
+    >>> [(f.name, f.link_target) for f in plan_links({"l": "/data/a.txt", "m": "l"}, {})]
+    [('l', '/data/a.txt'), ('m', 'l')]
+    """
+    if not isinstance(links, Mapping):
+        raise InvalidInputError(f"links must be a mapping of name to target, not {type(links)}")
+    planned: list[SourceFile] = []
+    in_tree: dict[str, str] = {}
+    for key, target in links.items():
+        name = normalize_seed_key(key)
+        if name in taken:
+            raise InvalidSeedPathError(
+                f"seed keys {taken[name]!r} and {key!r} (a link) both name {name!r}", path=key
+            )
+        taken[name] = key
+        if not isinstance(target, str):
+            raise InvalidSeedPathError(
+                f"the link {key!r} has a target of type {type(target).__name__}, not str",
+                path=key,
+            )
+        if not target or "\x00" in target:
+            raise InvalidSeedPathError(
+                f"the link {key!r} has an empty target or one with a NUL character", path=key
+            )
+        if len(target.encode("utf-8", "surrogateescape")) > PATH_MAX:
+            raise InvalidSeedPathError(
+                f"the link {key!r} has a target over {PATH_MAX:,} bytes (PATH_MAX)", path=key
+            )
+        relative = link_target_in_tree(name, target)
+        if relative is None:
+            raise InvalidSeedPathError(
+                f"the link {key!r} -> {shown_path(target)} leads outside the workspace (absolute "
+                f"targets must be {SANDBOX_WORKSPACE} or below it)",
+                path=key,
+            )
+        in_tree[name] = relative
+        planned.append(SourceFile(name=name, size=0, mode=_LINK_MODE, link_target=target))
+    for entry in planned:
+        if link_escapes(entry.name, in_tree[entry.name], in_tree):
+            raise InvalidSeedPathError(
+                f"the link {entry.name!r} -> {shown_path(entry.link_target or '')} leads outside "
+                "the workspace",
+                path=entry.name,
+            )
     return planned
 
 
@@ -448,28 +531,39 @@ def plan_directory(
                     f"{shown(rel)!r} has a name that is not valid UTF-8; rename it or add it "
                     "to ignore="
                 ) from None
-            if entry.is_symlink():
-                add_link(entry.path, rel)
-            elif is_dir:
-                entering_git = in_git or entry.name == ".git"
-                if not walk(entry.path, rel, [] if entering_git else rules, entering_git) and (
-                    not _has_entries(entry.path)
-                ):
-                    planned.append(SourceFile(name=rel, size=0, mode=_DIR_MODE, is_dir=True))
-            elif entry.is_file(follow_symlinks=False):
-                st = entry.stat(follow_symlinks=False)
-                if max_file_size is not None and st.st_size > max_file_size:
-                    raise FileTooLargeError(shown(rel), size=st.st_size, limit=max_file_size)
-                mode = _EXEC_MODE if st.st_mode & stat.S_IXUSR else _FILE_MODE
-                planned.append(
-                    SourceFile(name=rel, size=st.st_size, mode=mode, path=Path(entry.path))
-                )
-            else:
-                kind = _special_kind(entry.stat(follow_symlinks=False).st_mode)
+            check_name_length(rel, what=shown_path(shown(rel)), path=shown(rel))
+            try:
+                add_entry(entry, rel, is_dir, rules, in_git)
+            except OSError as exc:  # it vanished or cannot be read while being planned
                 raise InvalidInputError(
-                    f"{shown(rel)!r} is {kind}, which cannot be seeded; add it to ignore="
-                )
+                    f"cannot read {shown(rel)!r} while planning the seed: "
+                    f"{exc.strerror or exc}; fix it or add it to ignore="
+                ) from exc
         return len(planned) - before
+
+    def add_entry(
+        entry: os.DirEntry[str], rel: str, is_dir: bool, rules: list[_Rules], in_git: bool
+    ) -> None:
+        """Plan one entry that the rules keep (a folder is walked)."""
+        if entry.is_symlink():
+            add_link(entry.path, rel)
+        elif is_dir:
+            entering_git = in_git or entry.name == ".git"
+            if not walk(entry.path, rel, [] if entering_git else rules, entering_git) and (
+                not _has_entries(entry.path)
+            ):
+                planned.append(SourceFile(name=rel, size=0, mode=_DIR_MODE, is_dir=True))
+        elif entry.is_file(follow_symlinks=False):
+            st = entry.stat(follow_symlinks=False)
+            if max_file_size is not None and st.st_size > max_file_size:
+                raise FileTooLargeError(shown(rel), size=st.st_size, limit=max_file_size)
+            mode = _EXEC_MODE if st.st_mode & stat.S_IXUSR else _FILE_MODE
+            planned.append(SourceFile(name=rel, size=st.st_size, mode=mode, path=Path(entry.path)))
+        else:
+            kind = _special_kind(entry.stat(follow_symlinks=False).st_mode)
+            raise InvalidInputError(
+                f"{shown(rel)!r} is {kind}, which cannot be seeded; add it to ignore="
+            )
 
     walk(os.fspath(root), "", [], False)
     planned.sort(key=lambda f: f.name)

@@ -11,16 +11,43 @@ Two families of names meet here:
 
 Both return the canonical form used everywhere else: ``"a/b.txt"``, no ``./``, no ``//``, no
 trailing ``/``.
+
+Symbolic links follow one rule, shared with the emulator: the sandbox mounts the workspace at
+:data:`SANDBOX_WORKSPACE` (``/data``), so an absolute link target is *inside* the workspace when
+it is ``/data`` or starts with ``/data/``, and it resolves as the workspace root plus the rest
+(``/data/a.txt`` is the workspace's ``a.txt``). Any other absolute target leads outside.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
 
-from workflows._errors import InvalidSeedPathError, UnsafeArchiveError
+from workflows._errors import InvalidInputError, InvalidSeedPathError, UnsafeArchiveError
 
-__all__ = ["normalize_member_name", "normalize_seed_key"]
+__all__ = [
+    "NAME_MAX",
+    "PATH_MAX",
+    "SANDBOX_WORKSPACE",
+    "check_destination",
+    "link_escapes",
+    "link_target_in_tree",
+    "normalize_member_name",
+    "normalize_seed_key",
+]
+
+#: Where the sandbox mounts the workspace: an absolute link target is inside it when it is this
+#: folder or below it.
+SANDBOX_WORKSPACE = "/data"
+#: The longest file name (one path part) Linux accepts, in bytes: longer ones fail with
+#: ENAMETOOLONG, which the service answered with a 500 (and the client retried for 5 s).
+NAME_MAX = 255
+#: The longest path Linux accepts, in bytes (PATH_MAX is 4,096 with the terminating NUL).
+PATH_MAX = 4095
+_MAX_SYMLINK_HOPS = 40
 
 # "C:", "C:\x", "C:/x": a Windows drive, absolute (or drive-relative) on Windows.
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -76,7 +103,54 @@ def normalize_seed_key(key: object) -> str:
             f"seed key {key!r} names a folder, not a file; use a path like 'dir/file.txt'",
             path=key,
         )
-    return "/".join(kept)
+    name = "/".join(kept)
+    check_name_length(name, what=f"seed key {shown_path(key)}", path=key)
+    return name
+
+
+def shown_path(path: str, limit: int = 80) -> str:
+    """``repr(path)``, shortened to about ``limit`` characters for an error message.
+
+    >>> shown_path("a" * 100, limit=10)
+    "'aaaaaaaaaa…' (100 characters)"
+    """
+    if len(path) <= limit:
+        return repr(path)
+    return f"{path[:limit]!r}"[:-1] + f"…' ({len(path):,} characters)"
+
+
+def check_name_length(name: str, *, what: str, path: str) -> None:
+    """Refuse (:class:`InvalidSeedPathError`) a relative POSIX ``name`` that Linux cannot create.
+
+    A part over :data:`NAME_MAX` bytes or a whole over :data:`PATH_MAX` bytes (UTF-8), or a name
+    that cannot be encoded as UTF-8 at all (a lone surrogate). ``what`` starts the message;
+    ``path`` is the error's ``path``.
+
+    >>> try:
+    ...     check_name_length("a/" + "b" * 300, what="seed key 'x'", path="x")
+    ... except InvalidSeedPathError as exc:
+    ...     print(exc)
+    seed key 'x' has a part of 300 bytes (UTF-8), over the 255 a file name may have (NAME_MAX)
+    """
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSeedPathError(
+            f"{what} is not valid UTF-8 (it holds a lone surrogate)", path=path
+        ) from None
+    if len(encoded) > PATH_MAX:
+        raise InvalidSeedPathError(
+            f"{what} is {len(encoded):,} bytes long (UTF-8), over the {PATH_MAX:,} a path may "
+            "have (PATH_MAX)",
+            path=path,
+        )
+    longest = max(encoded.split(b"/"), key=len)
+    if len(longest) > NAME_MAX:
+        raise InvalidSeedPathError(
+            f"{what} has a part of {len(longest):,} bytes (UTF-8), over the {NAME_MAX} a file "
+            "name may have (NAME_MAX)",
+            path=path,
+        )
 
 
 def normalize_member_name(name: str) -> str | None:
@@ -111,3 +185,114 @@ def normalize_member_name(name: str) -> str | None:
     if not kept:
         return None
     return "/".join(kept)
+
+
+# --- symbolic links ----------------------------------------------------------------------------
+
+
+def link_target_in_tree(link_name: str, target: str) -> str | None:
+    """The target of the link ``link_name -> target`` as a path relative to the link's folder.
+
+    A relative ``target`` is returned as it is. An absolute one inside the sandbox's workspace
+    (``/data`` or below) becomes the relative path from the link's folder to the workspace root
+    plus the rest; any other absolute target gives None (it leads outside). Whether the result
+    stays inside the tree is for :func:`link_escapes` to say (``/data/../etc`` does not).
+
+    >>> link_target_in_tree("link", "/data/a.txt"), link_target_in_tree("sub/root", "/data")
+    ('a.txt', '..')
+    >>> link_target_in_tree("bin/python", "/usr/bin/python3") is None
+    True
+    """
+    if not target.startswith("/"):
+        return target
+    if target != SANDBOX_WORKSPACE and not target.startswith(SANDBOX_WORKSPACE + "/"):
+        return None
+    rest = [p for p in target[len(SANDBOX_WORKSPACE) :].split("/") if p not in ("", ".")]
+    parts = [".."] * link_name.count("/") + rest
+    return "/".join(parts) or "."
+
+
+def link_escapes(link_name: str, target: str, links: Mapping[str, str]) -> bool:
+    """True when the symlink ``link_name -> target`` resolves outside the tree's root.
+
+    Resolves like the OS would in the extracted tree, following the tree's other symlinks
+    (``links``, name to relative target; an absolute target there counts as leading out), so a
+    chain such as ``a -> sub/l/..`` with ``sub/l -> ..`` is caught. An absolute ``target``
+    escapes (convert workspace targets with :func:`link_target_in_tree` first). A loop cannot
+    be resolved by the OS either, so it does not count as an escape.
+
+    >>> link_escapes("a/l", "../b", {}), link_escapes("a/l", "../../b", {})
+    (False, True)
+    """
+    if not target or target.startswith("/"):
+        return True
+    resolved = link_name.split("/")[:-1]
+    pending = deque(target.split("/"))
+    hops = 0
+    while pending:
+        part = pending.popleft()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not resolved:
+                return True
+            resolved.pop()
+            continue
+        resolved.append(part)
+        nested = links.get("/".join(resolved))
+        if nested is not None:
+            hops += 1
+            if hops > _MAX_SYMLINK_HOPS:
+                return False
+            resolved.pop()
+            if not nested or nested.startswith("/"):
+                return True
+            pending.extendleft(reversed(nested.split("/")))
+    return False
+
+
+# --- destinations ------------------------------------------------------------------------------
+
+
+def check_destination(path: object, *, what: str = "dump_to") -> Path:
+    """Check a destination path given by the user before anything is downloaded; return it.
+
+    Refused with :class:`InvalidInputError` naming the path: something that is not a ``str`` or
+    path, the empty string (it once meant "extract into the current folder, replacing files":
+    write ``"."`` to mean that), a NUL character, a part over :data:`NAME_MAX` bytes, or a path
+    over :data:`PATH_MAX` bytes once made absolute. Whether the folders on the way exist and are
+    writable is checked by trying (see :func:`workflows._archive.prepare_destination`).
+
+    >>> check_destination("out/ws.tar.gz")
+    PosixPath('out/ws.tar.gz')
+    """
+    if not isinstance(path, str | os.PathLike):
+        raise InvalidInputError(
+            f"{what} needs a folder or .tar.gz path, not a {type(path).__name__}"
+        )
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise InvalidInputError(f"{what} needs a str path, not {type(text).__name__}")
+    if not text:
+        raise InvalidInputError(
+            f"{what} got an empty path; name a folder or a .tar.gz file ('.' for the current "
+            "folder)"
+        )
+    if "\x00" in text:
+        raise InvalidInputError(f"{what}: the path {shown_path(text)} contains a NUL character")
+    try:
+        absolute = os.path.abspath(text).encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # pragma: no cover - surrogateescape encodes any str from fspath
+        raise InvalidInputError(f"{what}: the path {shown_path(text)} is not encodable") from None
+    longest = max(absolute.split(b"/"), key=len)
+    if len(longest) > NAME_MAX:
+        raise InvalidInputError(
+            f"{what}: the path {shown_path(text)} has a name of {len(longest):,} bytes, over the "
+            f"{NAME_MAX} a file name may have (NAME_MAX)"
+        )
+    if len(absolute) > PATH_MAX:
+        raise InvalidInputError(
+            f"{what}: the path {shown_path(text)} is {len(absolute):,} bytes long once absolute, "
+            f"over the {PATH_MAX:,} a path may have (PATH_MAX)"
+        )
+    return Path(text)

@@ -1,4 +1,4 @@
-"""Snapshots of a workspace: a read-only ``Mapping[str, bytes]`` with manifests and diffs."""
+"""Snapshots of a workspace: a read-only ``Mapping[str, bytes]`` with links, manifests and diffs."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import IO, NamedTuple
 
 from workflows._collect import SeedContent, plan_mapping
 from workflows._errors import InvalidInputError
+from workflows._paths import link_target_in_tree
 
 __all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
 
@@ -65,6 +66,10 @@ class SnapshotDiff:
         return "\n".join(f"{mark} {path}" for path, mark in lines)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 class _Entry(NamedTuple):
     offset: int
     size: int
@@ -81,29 +86,55 @@ class Snapshot(Mapping[str, bytes]):
     anonymous temporary file and only an index in memory, so a large dump costs little memory;
     reading a file reads it from there.
 
+    Symbolic links are not files, so they are not entries of the mapping: :attr:`links` holds
+    them (name -> target, as the sandbox has them, e.g. ``{"link": "/data/a.txt"}``), and
+    seeding a snapshot (``sb.seed(snapshot)``) sends them back. A dump keeps the links that stay
+    inside the workspace (relative ones that resolve inside, and absolute ones to ``/data`` or
+    below, where the sandbox mounts it); the others (a venv's ``bin/python3 -> /usr/bin/python3``)
+    are left out with a warning and listed in :attr:`skipped_links`.
+
     SHA-256 hashes are computed once, while loading: :meth:`manifest`, :meth:`diff` and ``==``
     never re-read contents. Two snapshots are equal when they hold the same paths with the same
-    contents (a snapshot also equals a plain mapping with those paths and contents, str values
-    compared as UTF-8). Iteration is in sorted path order. :meth:`close` (or leaving a ``with``)
-    frees the temporary file; afterwards paths, the manifest and diffs still work, but reading
-    contents raises ``ValueError``.
+    contents and the same links (a snapshot also equals a plain mapping with those paths and
+    contents and no links, str values compared as UTF-8). Iteration is in sorted path order.
+    :meth:`close` (or leaving a ``with``) frees the temporary file; afterwards paths, links, the
+    manifest and diffs still work, but reading contents raises ``ValueError``.
     """
 
     _index: dict[str, _Entry]
+    _links: dict[str, str]
+    _skipped: dict[str, str]
     _memory: dict[str, bytes] | None
     _blob: IO[bytes] | None
     _closed: bool
     _lock: threading.Lock
 
-    def __init__(self, files: Mapping[str, SeedContent] | None = None) -> None:
-        """Build an in-memory snapshot from ``{path: str | bytes}`` (see the class docs)."""
+    def __init__(
+        self,
+        files: Mapping[str, SeedContent] | None = None,
+        *,
+        links: Mapping[str, str] | None = None,
+    ) -> None:
+        """Build an in-memory snapshot from ``{path: str | bytes}`` (see the class docs).
+
+        ``links`` adds symbolic links ``{name: target}``, checked like a seed's (a relative
+        target resolving inside, or an absolute one to ``/data`` or below); when ``files`` is a
+        Snapshot, its links are kept unless ``links`` is given.
+
+        >>> Snapshot({"a.txt": "A"}, links={"link": "/data/a.txt"})
+        Snapshot(1 file, 1 bytes, 1 link)
+        """
         memory: dict[str, bytes] = {}
         index: dict[str, _Entry] = {}
-        for entry in plan_mapping(files if files is not None else {}):
+        found: dict[str, str] = {}
+        for entry in plan_mapping(files if files is not None else {}, links):
+            if entry.link_target is not None:
+                found[entry.name] = entry.link_target
+                continue
             data = entry.data if entry.data is not None else b""
             memory[entry.name] = data
             index[entry.name] = _Entry(0, len(data), hashlib.sha256(data).hexdigest(), 0o644)
-        self._setup(index, memory, None)
+        self._setup(index, memory, None, found, {})
 
     @classmethod
     def from_mapping(cls, files: Mapping[str, SeedContent]) -> Snapshot:
@@ -111,18 +142,31 @@ class Snapshot(Mapping[str, bytes]):
         return cls(files)
 
     def _setup(
-        self, index: dict[str, _Entry], memory: dict[str, bytes] | None, blob: IO[bytes] | None
+        self,
+        index: dict[str, _Entry],
+        memory: dict[str, bytes] | None,
+        blob: IO[bytes] | None,
+        links: dict[str, str],
+        skipped: dict[str, str],
     ) -> None:
         self._index = dict(sorted(index.items()))
+        self._links = dict(sorted(links.items()))
+        self._skipped = dict(sorted(skipped.items()))
         self._memory = memory
         self._blob = blob
         self._closed = False
         self._lock = threading.Lock()
 
     @classmethod
-    def _from_blob(cls, index: dict[str, _Entry], blob: IO[bytes]) -> Snapshot:
+    def _from_blob(
+        cls,
+        index: dict[str, _Entry],
+        blob: IO[bytes],
+        links: dict[str, str],
+        skipped: dict[str, str],
+    ) -> Snapshot:
         snap = cls.__new__(cls)
-        snap._setup(index, None, blob)
+        snap._setup(index, None, blob, links, skipped)
         return snap
 
     # --- Mapping ---
@@ -162,15 +206,40 @@ class Snapshot(Mapping[str, bytes]):
                 return False
         return NotImplemented
 
-    def _digest(self) -> dict[str, tuple[int, str]]:
-        return {p: (e.size, e.sha256) for p, e in self._index.items()}
+    def _digest(self) -> dict[str, tuple[int | str, str]]:
+        """What equality and diffs compare: a file's size and hash, a link's target."""
+        digest: dict[str, tuple[int | str, str]] = {
+            p: (e.size, e.sha256) for p, e in self._index.items()
+        }
+        digest.update((p, ("link", target)) for p, target in self._links.items())
+        return digest
 
     def __repr__(self) -> str:
         total = sum(e.size for e in self._index.values())
         n = len(self._index)
-        return f"Snapshot({n} file{'' if n == 1 else 's'}, {total:,} bytes)"
+        extras = ""
+        if self._links:
+            extras += f", {_count(len(self._links), 'link')}"
+        if self._skipped:
+            extras += f", {_count(len(self._skipped), 'skipped link')}"
+        return f"Snapshot({n} file{'' if n == 1 else 's'}, {total:,} bytes{extras})"
 
     # --- extras ---
+
+    @property
+    def links(self) -> Mapping[str, str]:
+        """The symbolic links, name -> target as stored (read-only, sorted by name).
+
+        >>> dict(Snapshot(links={"sub/up": "../a.txt"}).links)
+        {'sub/up': '../a.txt'}
+        """
+        return MappingProxyType(self._links)
+
+    @property
+    def skipped_links(self) -> Mapping[str, str]:
+        """Links of the dump left out because they lead outside the workspace, name -> target
+        (read-only; empty for a snapshot built from a mapping)."""
+        return MappingProxyType(self._skipped)
 
     @property
     def total_bytes(self) -> int:
@@ -178,7 +247,7 @@ class Snapshot(Mapping[str, bytes]):
         return sum(e.size for e in self._index.values())
 
     def manifest(self) -> list[ManifestEntry]:
-        """Every file's ``(path, size, sha256)``, sorted by path."""
+        """Every file's ``(path, size, sha256)``, sorted by path (links are in :attr:`links`)."""
         return [ManifestEntry(p, e.size, e.sha256) for p, e in self._index.items()]
 
     def sha256(self, path: str) -> str:
@@ -197,29 +266,30 @@ class Snapshot(Mapping[str, bytes]):
         """What changed going from this snapshot to ``other`` (a Snapshot or a plain mapping).
 
         A plain mapping is checked and normalised like seed keys first (``"./a"`` is ``"a"``).
+        Links count as paths: one added or removed is listed so, and one whose target changed,
+        or that became a file (or the reverse), is modified.
 
         >>> str(Snapshot({"a": "1", "b": "2"}).diff({"b": "3", "c": "4"}))
         '- a\\n~ b\\n+ c'
         """
         theirs = other if isinstance(other, Snapshot) else Snapshot(other)
-        mine_idx, their_idx = self._index, theirs._index
-        added = tuple(p for p in their_idx if p not in mine_idx)
-        removed = tuple(p for p in mine_idx if p not in their_idx)
-        modified = tuple(
-            p
-            for p, e in mine_idx.items()
-            if p in their_idx and (e.size, e.sha256) != (their_idx[p].size, their_idx[p].sha256)
-        )
+        mine, their = self._digest(), theirs._digest()
+        added = tuple(sorted(p for p in their if p not in mine))
+        removed = tuple(sorted(p for p in mine if p not in their))
+        modified = tuple(sorted(p for p, d in mine.items() if p in their and d != their[p]))
         return SnapshotDiff(added, removed, modified)
 
     def to_directory(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> list[Path]:
-        """Write every file under the folder ``path`` (created if missing); return the paths.
+        """Write every file and link under the folder ``path`` (created if missing); return the
+        paths written (files, then links).
 
         Nothing is ever written outside ``path``: an existing symlink on the way to a file is
         refused, and an existing symlink at a file's place is replaced, never followed. Existing
         files are refused unless ``overwrite=True``; a folder where a file goes is always
         refused. Every refusal raises :class:`InvalidInputError` naming the first clash in path
-        order, before anything is written. Executable files (from a dump) get mode 0o755.
+        order, before anything is written. Executable files (from a dump) get mode 0o755. Links
+        are written relative (``/data/a.txt`` becomes ``a.txt`` from the link's folder), so they
+        lead where they led in the sandbox, inside ``path``.
         """
         root = Path(path)
         if root.exists() and not root.is_dir():
@@ -241,11 +311,20 @@ class Snapshot(Mapping[str, bytes]):
                 for chunk in self._chunks(rel):
                     out.write(chunk)
             written.append(target)
+        for rel, link in self._links.items():
+            relative = link_target_in_tree(rel, link)
+            assert relative is not None  # links were checked when the snapshot was made
+            target = root.joinpath(*rel.split("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if os.path.lexists(target):
+                os.unlink(target)
+            os.symlink(relative, target)
+            written.append(target)
         return written
 
     def _check_targets(self, root: Path, overwrite: bool) -> None:
         checked_dirs: set[str] = set()
-        for rel in self._index:
+        for rel in [*self._index, *self._links]:
             parts = rel.split("/")
             for i in range(1, len(parts)):
                 parent = "/".join(parts[:i])
@@ -333,9 +412,12 @@ class _SnapshotWriter:
         self._blob: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - owned by the snapshot
         self._offset = 0
         self._index: dict[str, _Entry] = {}
+        self._links: dict[str, str] = {}
+        self._skipped: dict[str, str] = {}
 
     def add(self, name: str, reader: IO[bytes], *, mode: int = 0o644) -> None:
         """Append a file's contents, hashing as they stream; a later duplicate replaces it."""
+        self._links.pop(name, None)
         digest = hashlib.sha256()
         start = self._offset
         while True:
@@ -349,16 +431,29 @@ class _SnapshotWriter:
 
     def copy(self, name: str, source: str) -> None:
         """Record ``name`` as a copy of the earlier file ``source`` (a hard link)."""
+        self._links.pop(name, None)
         self._index[name] = self._index[source]
+
+    def link(self, name: str, target: str) -> None:
+        """Record the symbolic link ``name -> target`` (replacing a file of that name)."""
+        self._index.pop(name, None)
+        self._links[name] = target
+
+    def skip_link(self, name: str, target: str) -> None:
+        """Record a link left out because it leads outside the workspace."""
+        self._index.pop(name, None)
+        self._links.pop(name, None)
+        self._skipped[name] = target
 
     def discard(self, name: str) -> None:
         """Forget ``name`` (replaced by something that is not a file)."""
         self._index.pop(name, None)
+        self._links.pop(name, None)
 
     def finish(self) -> Snapshot:
         """Return the snapshot; it owns the temporary file from now on."""
         self._blob.flush()
-        return Snapshot._from_blob(self._index, self._blob)
+        return Snapshot._from_blob(self._index, self._blob, self._links, self._skipped)
 
     def abort(self) -> None:
         """Drop everything written so far."""
