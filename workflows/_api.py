@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import IO, Any, TypeVar
 
@@ -21,7 +22,7 @@ from klavis_sandbox_client.types import Response
 
 from ._config import Settings
 from ._endpoints import OPERATIONS
-from ._errors import ApiError, TransferError
+from ._errors import ApiError, TransferError, TransferTimeoutError, UnsafeArchiveError
 from ._flows import Call, Download, Flow, Step, Upload
 from ._http import (
     connection_error,
@@ -58,8 +59,14 @@ def _request_of(exc: httpx.TransportError) -> httpx.Request | None:
         return None
 
 
-def _transfer_error(action: str, url: str, response: httpx.Response) -> TransferError:
-    detail = response.text[:300].strip() if response.content else ""
+def _transfer_error(
+    action: str, url: str, response: httpx.Response, body: bytes | None = None
+) -> TransferError:
+    """The error for a refused transfer; ``body``: the start of the answer, when only that was
+    read (a download's error body is read 4 KiB at most)."""
+    if body is None:
+        body = response.content
+    detail = body[:300].decode("utf-8", "replace").strip()
     return TransferError(
         f"{action} {redact_url(url)} failed with {response.status_code}"
         + (f": {detail}" if detail else ""),
@@ -67,8 +74,116 @@ def _transfer_error(action: str, url: str, response: httpx.Response) -> Transfer
     )
 
 
+# Every signed download of this API is a tar.gz: a gzip member starts with these bytes (magic
+# 1f 8b, method 8 = deflate). Checking them on arrival refuses an HTML error page, or 512 MiB
+# of junk, after its first read instead of after downloading all of it.
+_GZIP_MAGIC = b"\x1f\x8b\x08"
+# At most this much of a download's error answer is read (for the message).
+_ERROR_BODY_BYTES = 4096
+
+
+class _DownloadGuard:
+    """What every download checks, once for both drivers (no I/O of its own).
+
+    * The whole transfer ends at a deadline ``timeout`` seconds after it began, retries
+      included: a store sending one byte every 2 s passed every per-read timeout and kept
+      ``dump()`` running past 45 s with a timeout of 5 (:class:`TransferTimeoutError`).
+    * The body must start like gzip (:data:`_GZIP_MAGIC`).
+    * At most ``max_bytes`` are accepted (a declared ``Content-Length`` over it is refused
+      before reading; a body without one is stopped when it reaches it): the derivation of the
+      bound from the limits is :meth:`workflows.ArchiveLimits.archive_bytes_cap`.
+    * The body is taken as sent: ``Accept-Encoding: identity`` is asked and a
+      ``Content-Encoding`` refused, since decoding one (gzip, br, zstd) in httpx would expand
+      each read in memory without any bound.
+    """
+
+    def __init__(self, url: str, timeout: float, max_bytes: int | None) -> None:
+        self.url = url
+        self.shown = redact_url(url)
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+        self.deadline = time.monotonic() + timeout
+        self.clamped = False
+        self.written = 0
+        self._head = b""
+
+    def timed_out(self) -> TransferTimeoutError:
+        return TransferTimeoutError(
+            f"download from {self.shown} did not finish within timeout={self.timeout:g} s (it "
+            "bounds the whole transfer; pass a larger timeout= for a big workspace)",
+            timeout=self.timeout,
+        )
+
+    def remaining(self) -> float:
+        """Seconds left; :class:`TransferTimeoutError` once none are."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise self.timed_out()
+        return left
+
+    def request_timeout(self, per_read: float) -> httpx.Timeout:
+        """The timeout of one attempt's request: no single wait may pass the deadline.
+
+        When it is the deadline that limits it (``clamped``), an httpx timeout means the
+        deadline passed; otherwise it is an ordinary read timeout, which is retried.
+        """
+        left = self.remaining()
+        self.clamped = left <= per_read
+        each = min(per_read, left)
+        return httpx.Timeout(each, connect=min(each, 15.0))
+
+    def start(self, response: httpx.Response) -> None:
+        """Check the answer's headers before reading its body."""
+        self.written = 0
+        self._head = b""
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise TransferError(
+                f"download from {self.shown} came with Content-Encoding: {encoding}, though the "
+                "archive was asked for as is (identity); refused"
+            )
+        declared = response.headers.get("content-length", "")
+        if self.max_bytes is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            raise UnsafeArchiveError(
+                f"the download from {self.shown} declares {int(declared):,} bytes, over the "
+                f"{self.max_bytes:,} an archive within the ArchiveLimits can take "
+                "(ArchiveLimits.archive_bytes_cap); refused before reading it"
+            )
+
+    def feed(self, chunk: bytes) -> None:
+        """Check the next bytes of the body (before they are written anywhere)."""
+        if time.monotonic() > self.deadline:
+            raise self.timed_out()
+        if len(self._head) < len(_GZIP_MAGIC):
+            self._head = (self._head + chunk[: len(_GZIP_MAGIC)])[: len(_GZIP_MAGIC)]
+            if not _GZIP_MAGIC.startswith(self._head):
+                raise UnsafeArchiveError(
+                    f"the download from {self.shown} is not a tar.gz archive: it starts with "
+                    f"{chunk[:16]!r}, not gzip's {_GZIP_MAGIC!r}; refused after its first "
+                    f"{self.written + len(chunk):,} bytes"
+                )
+        self.written += len(chunk)
+        if self.max_bytes is not None and self.written > self.max_bytes:
+            raise UnsafeArchiveError(
+                f"the download from {self.shown} is larger than {self.max_bytes:,} bytes, the "
+                "most an archive within the ArchiveLimits can take "
+                "(ArchiveLimits.archive_bytes_cap); stopped there"
+            )
+
+    def transport_error(self, exc: httpx.TransportError) -> TransferError:
+        """Our error for an httpx failure of one attempt."""
+        if isinstance(exc, httpx.TimeoutException) and (
+            self.clamped or time.monotonic() >= self.deadline
+        ):
+            return self.timed_out()
+        return _transfer_connection_error("download from", self.url, exc)
+
+
 def _transfer_connection_error(action: str, url: str, exc: httpx.TransportError) -> TransferError:
     return TransferError(f"{action} {redact_url(url)} failed: {type(exc).__name__}: {exc}")
+
+
+_IDENTITY = {"Accept-Encoding": "identity"}
 
 
 def _read_chunks(fileobj: IO[bytes], progress: Progress) -> Iterator[bytes]:
@@ -161,7 +276,9 @@ class SyncApi(_ApiBase):
         if isinstance(step, Upload):
             return self.upload(step.url, step.fileobj, step.size, step.progress)
         if isinstance(step, Download):
-            return self.download(step.url, step.sink, step.progress)
+            return self.download(
+                step.url, step.sink, step.progress, max_bytes=step.max_bytes, timeout=step.timeout
+            )
         return step.fn(*step.args, **step.kwargs)
 
     def run(self, flow: Flow[T]) -> T:
@@ -202,26 +319,48 @@ class SyncApi(_ApiBase):
                 if response.status_code >= 400:
                     raise _transfer_error("upload to", url, response)
 
-    def download(self, url: str, sink: IO[bytes], progress: Progress) -> int:
-        """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start."""
+    def download(
+        self,
+        url: str,
+        sink: IO[bytes],
+        progress: Progress,
+        *,
+        max_bytes: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start.
+
+        ``timeout`` (default: the settings') bounds the whole transfer, retries included; each
+        read waits at most the settings' timeout and never past that deadline, which is checked
+        after every read (see :class:`_DownloadGuard` for the other checks).
+        """
+        guard = _DownloadGuard(url, timeout or self.settings.timeout, max_bytes)
         for attempt in self._retrying(retry_backoff):
             with attempt:
                 sink.seek(0)
                 sink.truncate()
-                written = 0
+                request_timeout = guard.request_timeout(self.settings.timeout)
                 try:
-                    with self._transfer.stream("GET", url) as response:
+                    with self._transfer.stream(
+                        "GET", url, headers=_IDENTITY, timeout=request_timeout
+                    ) as response:
                         if response.status_code >= 400:
-                            response.read()
-                            raise _transfer_error("download from", url, response)
-                        for chunk in response.iter_bytes(CHUNK):
+                            body = b""
+                            for chunk in response.iter_raw():
+                                body += chunk
+                                guard.remaining()  # an endless error page ends at the deadline
+                                if len(body) >= _ERROR_BODY_BYTES:
+                                    break
+                            raise _transfer_error("download from", url, response, body)
+                        guard.start(response)
+                        for chunk in response.iter_raw():
+                            guard.feed(chunk)
                             sink.write(chunk)
-                            written += len(chunk)
                             progress(len(chunk))
                 except httpx.TransportError as exc:
-                    raise _transfer_connection_error("download from", url, exc) from exc
+                    raise guard.transport_error(exc) from exc
                 sink.seek(0)
-                return written
+                return guard.written
         raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -281,7 +420,9 @@ class AsyncApi(_ApiBase):
         if isinstance(step, Upload):
             return await self.upload(step.url, step.fileobj, step.size, step.progress)
         if isinstance(step, Download):
-            return await self.download(step.url, step.sink, step.progress)
+            return await self.download(
+                step.url, step.sink, step.progress, max_bytes=step.max_bytes, timeout=step.timeout
+            )
         return await asyncio.to_thread(step.fn, *step.args, **step.kwargs)
 
     async def run(self, flow: Flow[T]) -> T:
@@ -325,27 +466,62 @@ class AsyncApi(_ApiBase):
                 if response.status_code >= 400:
                     raise _transfer_error("upload to", url, response)
 
-    async def download(self, url: str, sink: IO[bytes], progress: Progress) -> int:
-        """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start."""
+    async def download(
+        self,
+        url: str,
+        sink: IO[bytes],
+        progress: Progress,
+        *,
+        max_bytes: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start.
+
+        ``timeout`` (default: the settings') bounds the whole transfer, retries included: each
+        attempt is cancelled when the deadline comes (see :class:`_DownloadGuard`).
+        """
+        guard = _DownloadGuard(url, timeout or self.settings.timeout, max_bytes)
         async for attempt in self._retrying(retry_backoff):
             with attempt:
                 sink.seek(0)
                 sink.truncate()
-                written = 0
+                request_timeout = guard.request_timeout(self.settings.timeout)
                 try:
-                    async with self._transfer.stream("GET", url) as response:
-                        if response.status_code >= 400:
-                            await response.aread()
-                            raise _transfer_error("download from", url, response)
-                        async for chunk in response.aiter_bytes(CHUNK):
-                            sink.write(chunk)
-                            written += len(chunk)
-                            progress(len(chunk))
+                    await asyncio.wait_for(
+                        self._download_once(guard, sink, progress, request_timeout),
+                        guard.remaining(),
+                    )
+                except asyncio.TimeoutError:
+                    raise guard.timed_out() from None
                 except httpx.TransportError as exc:
-                    raise _transfer_connection_error("download from", url, exc) from exc
+                    raise guard.transport_error(exc) from exc
                 sink.seek(0)
-                return written
+                return guard.written
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _download_once(
+        self,
+        guard: _DownloadGuard,
+        sink: IO[bytes],
+        progress: Progress,
+        request_timeout: httpx.Timeout,
+    ) -> None:
+        url = guard.url
+        async with self._transfer.stream(
+            "GET", url, headers=_IDENTITY, timeout=request_timeout
+        ) as response:
+            if response.status_code >= 400:
+                body = b""
+                async for chunk in response.aiter_raw():
+                    body += chunk
+                    if len(body) >= _ERROR_BODY_BYTES:
+                        break
+                raise _transfer_error("download from", url, response, body)
+            guard.start(response)
+            async for chunk in response.aiter_raw():
+                guard.feed(chunk)
+                sink.write(chunk)
+                progress(len(chunk))
 
 
 _pool: dict[Settings, SyncApi] = {}

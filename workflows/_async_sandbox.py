@@ -19,13 +19,15 @@ from ._api import AsyncApi
 from ._archive import ArchiveLimits
 from ._base import SandboxBase
 from ._collect import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
-from ._common import check_id, disown, dump_target, ledger_of, own
+from ._common import check_id, disown, ledger_of, own
 from ._config import ApiKey, resolve_settings
 from ._execution import AsyncExecution, check_execution_name, execution_files, start_flow
 from ._flows import (
     acquire_attempt,
+    check_timeout,
     dump_flow,
     dump_to_flow,
+    dump_to_target,
     get_flow,
     list_flow,
     release_flow,
@@ -239,18 +241,26 @@ class AsyncLocalSandbox(SandboxBase):
         show = self._show(progress)
         await self._api.run(upload_flow(self.id, entries, show))
 
-    async def dump(self, *, progress: bool | None = None) -> Snapshot:
+    async def dump(self, *, progress: bool | None = None, timeout: float | None = None) -> Snapshot:
         """Download the workspace as a read-only :class:`Snapshot`; see LocalSandbox.dump."""
+        seconds = check_timeout(timeout)
         self._check_live()
         show = self._show(progress)
-        return await self._api.run(dump_flow(self.id, self.limits, show))
+        return await self._api.run(dump_flow(self.id, self.limits, show, seconds))
 
-    async def dump_to(self, path: str | os.PathLike[str], *, progress: bool | None = None) -> Path:
+    async def dump_to(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        progress: bool | None = None,
+        timeout: float | None = None,
+    ) -> Path:
         """Save the workspace to a folder or a .tar.gz file; see LocalSandbox.dump_to."""
-        target = dump_target(path)
+        target = dump_to_target(path)
+        seconds = check_timeout(timeout)
         self._check_live()
         show = self._show(progress)
-        return await self._api.run(dump_to_flow(self.id, target, self.limits, show))
+        return await self._api.run(dump_to_flow(self.id, target, self.limits, show, seconds))
 
     async def reset(self) -> None:
         """Reset the sandbox and its servers to their initial state."""

@@ -19,6 +19,7 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
     │   ├── RateLimitError              429, with ``retry_after``
     │   └── ServerError                 5xx
     ├── TransferError               a signed-URL upload or download failed
+    │   └── TransferTimeoutError        a download did not finish within its timeout
     └── AcquireAmbiguousError       an acquire failed in a way that could not be reconciled
 
 Messages never contain the API key or a signed URL's query string.
@@ -47,6 +48,7 @@ __all__ = [
     "RequestValidationError",
     "ServerError",
     "TransferError",
+    "TransferTimeoutError",
     "UnsafeArchiveError",
     "error_from_status",
 ]
@@ -184,6 +186,18 @@ class TransferError(KlavisError):
     def __init__(self, message: str, *, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+
+
+class TransferTimeoutError(TransferError):
+    """A download from a signed URL did not finish within ``timeout`` seconds.
+
+    The timeout bounds the whole transfer (every read and every retry), not each read, so a
+    store that trickles bytes cannot hold the call for ever. Never retried: the time is spent.
+    """
+
+    def __init__(self, message: str, *, timeout: float) -> None:
+        super().__init__(message)
+        self.timeout = timeout
 
 
 class AcquireAmbiguousError(KlavisError):

@@ -19,13 +19,18 @@ from typing import IO, Any, TypeVar
 from klavis_sandbox_client.types import Response
 
 from . import _reconcile
-from ._archive import ArchiveLimits, extract_archive, pack_to_tempfile, read_snapshot
+from ._archive import (
+    ArchiveLimits,
+    Destination,
+    pack_to_tempfile,
+    prepare_destination,
+    read_snapshot,
+)
 from ._collect import SourceFile
 from ._common import (
     ArchiveTarget,
     body_dict,
     info_from,
-    save_atomically,
     signed_url_from,
 )
 from ._config import Settings
@@ -39,6 +44,7 @@ from ._errors import (
 from ._http import retry_backoff
 from ._ledger import Ledger, LedgerEntry
 from ._models import AcquireRequest, SandboxInfo, sandbox_info_from_dict
+from ._paths import check_destination
 from ._progress import progress_bar
 from ._snapshot import Snapshot
 
@@ -50,6 +56,8 @@ __all__ = [
     "Step",
     "Upload",
     "acquire_attempt",
+    "check_timeout",
+    "dump_to_target",
     "download_flow",
     "dump_flow",
     "dump_to_flow",
@@ -86,11 +94,18 @@ class Upload:
 
 @dataclass(frozen=True)
 class Download:
-    """GET a signed URL into ``sink``."""
+    """GET a signed URL (a tar.gz) into ``sink``.
+
+    The driver refuses a body that does not start like gzip, stops at ``max_bytes`` (None: no
+    cap), and ends the whole transfer, retries included, after ``timeout`` seconds (None: the
+    settings' timeout) with :class:`~workflows.TransferTimeoutError`.
+    """
 
     url: str
     sink: IO[bytes]
     progress: Callable[[int], None]
+    max_bytes: int | None = None
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -235,14 +250,24 @@ def upload_flow(sandbox_id: str, entries: Sequence[SourceFile], progress: bool |
     return size
 
 
-def download_flow(sandbox_id: str, sink: IO[bytes], progress: bool | None) -> Flow[int]:
-    """Ask for a dump and download it into ``sink`` (a fresh URL once if the first is refused)."""
+def download_flow(
+    sandbox_id: str,
+    sink: IO[bytes],
+    progress: bool | None,
+    *,
+    max_bytes: int | None = None,
+    timeout: float | None = None,
+) -> Flow[int]:
+    """Ask for a dump and download it into ``sink`` (a fresh URL once if the first is refused).
+
+    ``max_bytes`` and ``timeout`` are the :class:`Download`'s.
+    """
     for fresh in (False, True):
         response = yield Call("dump_workspace", True, {"local_sandbox_id": sandbox_id})
         url = signed_url_from(response, "download_url")
         try:
             with progress_bar(total=None, desc="downloading", progress=progress) as update:
-                written: int = yield Download(url, sink, update)
+                written: int = yield Download(url, sink, update, max_bytes, timeout)
             return written
         except TransferError as exc:
             if fresh or exc.status_code != 403:
@@ -251,24 +276,79 @@ def download_flow(sandbox_id: str, sink: IO[bytes], progress: bool | None) -> Fl
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def dump_flow(sandbox_id: str, limits: ArchiveLimits, progress: bool | None) -> Flow[Snapshot]:
-    """Download the workspace and read it as a Snapshot (streamed through a temp file)."""
+def dump_to_target(path: object) -> ArchiveTarget:
+    """Where ``dump_to(path)`` writes: a ``.tar.gz``/``.tgz`` file kept as is, or a folder.
+
+    Only the path itself is checked here (see :func:`~workflows._paths.check_destination`); the
+    disk is checked by :func:`dump_to_flow`'s first step, before anything is asked of the API.
+
+    >>> dump_to_target("out/ws.tar.gz").keep_archive, dump_to_target("out/ws").keep_archive
+    (True, False)
+    """
+    checked = check_destination(path)
+    return ArchiveTarget(checked, checked.name.lower().endswith((".tar.gz", ".tgz")))
+
+
+def check_timeout(timeout: object) -> float | None:
+    """A transfer's ``timeout=`` argument: None (the settings') or a positive number of seconds."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise InvalidInputError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    return float(timeout)
+
+
+def dump_flow(
+    sandbox_id: str, limits: ArchiveLimits, progress: bool | None, timeout: float | None = None
+) -> Flow[Snapshot]:
+    """Download the workspace and read it as a Snapshot (streamed through a temp file).
+
+    Links into the sandbox's ``/data`` are kept; links leading outside it are left out with a
+    warning (``Snapshot.skipped_links``): one such link never fails a dump.
+    """
     with tempfile.TemporaryFile() as tmp:
-        yield from download_flow(sandbox_id, tmp, progress)
-        snapshot: Snapshot = yield Blocking(read_snapshot, (tmp,), {"limits": limits})
+        yield from download_flow(
+            sandbox_id, tmp, progress, max_bytes=limits.archive_bytes_cap(), timeout=timeout
+        )
+        snapshot: Snapshot = yield Blocking(
+            read_snapshot, (tmp,), {"limits": limits, "workspace_links": True}
+        )
         return snapshot
 
 
 def dump_to_flow(
-    sandbox_id: str, target: ArchiveTarget, limits: ArchiveLimits, progress: bool | None
+    sandbox_id: str,
+    target: ArchiveTarget,
+    limits: ArchiveLimits,
+    progress: bool | None,
+    timeout: float | None = None,
 ) -> Flow[Path]:
-    """Download the workspace into a folder (extracted safely) or a .tar.gz file (atomically)."""
-    with tempfile.TemporaryFile() as tmp:
-        yield from download_flow(sandbox_id, tmp, progress)
+    """Download the workspace into a folder (extracted safely) or a .tar.gz file (atomically).
+
+    The destination is checked, by making its parents and a temporary entry beside it, before
+    anything is asked of the API; a failure anywhere leaves the disk as it was. Links into
+    ``/data`` become relative links; links leading outside are left out with a warning.
+    """
+    destination: Destination = yield Blocking(
+        prepare_destination, (target.path,), {"keep_archive": target.keep_archive}
+    )
+    cap = limits.archive_bytes_cap()
+    try:
         if target.keep_archive:
-            yield Blocking(save_atomically, (tmp, target.path))
+            sink: IO[bytes] = yield Blocking(destination.open_archive)
+            with sink:
+                yield from download_flow(sandbox_id, sink, progress, max_bytes=cap, timeout=timeout)
+            yield Blocking(destination.commit_archive)
         else:
-            yield Blocking(extract_archive, (tmp, target.path), {"limits": limits})
+            with tempfile.TemporaryFile() as tmp:
+                yield from download_flow(sandbox_id, tmp, progress, max_bytes=cap, timeout=timeout)
+                yield Blocking(
+                    destination.extract, (tmp,), {"limits": limits, "workspace_links": True}
+                )
+    except BaseException:
+        # cheap here (an empty folder, a file): a failed extraction already removed its tree
+        destination.discard()
+        raise
     return target.path
 
 

@@ -25,6 +25,7 @@ from ._errors import (
     RateLimitError,
     ServerError,
     TransferError,
+    TransferTimeoutError,
     error_from_status,
 )
 
@@ -153,6 +154,8 @@ def retry_backoff(exc: Exception) -> bool | float:
         return False
     if isinstance(exc, ApiConnectionError):
         return True
+    if isinstance(exc, TransferTimeoutError):  # its deadline covers the retries: it is spent
+        return False
     if isinstance(exc, TransferError):
         return exc.status_code is None or exc.status_code in RETRYABLE_STATUSES
     return False
@@ -258,6 +261,9 @@ def _limits() -> httpx.Limits:
 
 
 def _timeout(settings: Settings) -> httpx.Timeout:
+    """Per operation (connect, each read, each write). Downloads also bound the whole transfer
+    with a deadline of their own (see ``workflows._api._DownloadGuard``); uploads, whose size
+    the caller chose, do not."""
     return httpx.Timeout(settings.timeout, connect=min(settings.timeout, 15.0))
 
 

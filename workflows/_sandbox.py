@@ -14,13 +14,15 @@ from ._api import SyncApi, sync_api_for
 from ._archive import ArchiveLimits
 from ._base import SandboxBase
 from ._collect import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
-from ._common import check_id, disown, dump_target, ledger_of, own
+from ._common import check_id, disown, ledger_of, own
 from ._config import ApiKey, resolve_settings
 from ._execution import Execution, check_execution_name, execution_files, start_flow
 from ._flows import (
     acquire_attempt,
+    check_timeout,
     dump_flow,
     dump_to_flow,
+    dump_to_target,
     get_flow,
     list_flow,
     release_flow,
@@ -189,30 +191,45 @@ class LocalSandbox(SandboxBase):
         show = self._show(progress)
         self._api.run(upload_flow(self.id, entries, show))
 
-    def dump(self, *, progress: bool | None = None) -> Snapshot:
+    def dump(self, *, progress: bool | None = None, timeout: float | None = None) -> Snapshot:
         """Download the workspace as a read-only :class:`Snapshot` (path -> bytes).
 
         The archive is streamed to disk and checked member by member (no absolute paths,
-        ``..``, links out, devices; caps from ``limits``); memory stays flat.
+        ``..``, devices, sparse files; caps from ``limits``); memory stays flat. Links into the
+        sandbox's ``/data`` are kept in ``snapshot.links``; links leading outside the workspace
+        are left out with a warning and listed in ``snapshot.skipped_links``. ``timeout``
+        (default: the sandbox's) bounds the whole download: past it,
+        :class:`~workflows.TransferTimeoutError`.
 
         >>> snap = sb.dump()  # doctest: +SKIP
         >>> snap["hello.txt"]  # doctest: +SKIP
         b'hi'
         """
+        seconds = check_timeout(timeout)
         self._check_live()
         show = self._show(progress)
-        return self._api.run(dump_flow(self.id, self.limits, show))
+        return self._api.run(dump_flow(self.id, self.limits, show, seconds))
 
-    def dump_to(self, path: str | os.PathLike[str], *, progress: bool | None = None) -> Path:
+    def dump_to(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        progress: bool | None = None,
+        timeout: float | None = None,
+    ) -> Path:
         """Save the workspace: extracted into a folder, or as is when ``path`` ends in .tar.gz/.tgz.
 
-        A folder is filled only once the whole archive passed the safety checks; a ``.tar.gz``
-        file appears atomically. Returns the path written.
+        The destination is checked (by making its parent folders) before anything is
+        downloaded; a folder is filled only once the whole archive passed the safety checks, a
+        ``.tar.gz`` file appears atomically, and a failure leaves the disk as it was. Links into
+        ``/data`` are written as relative links; links leading outside are left out with a
+        warning. ``timeout`` is :meth:`dump`'s. Returns the path written.
         """
-        target = dump_target(path)
+        target = dump_to_target(path)
+        seconds = check_timeout(timeout)
         self._check_live()
         show = self._show(progress)
-        return self._api.run(dump_to_flow(self.id, target, self.limits, show))
+        return self._api.run(dump_to_flow(self.id, target, self.limits, show, seconds))
 
     def reset(self) -> None:
         """Reset the sandbox and its servers to their initial state (the workspace is emptied)."""
