@@ -34,6 +34,7 @@ from ._errors import (
     RequestValidationError,
     ServerError,
     TransferError,
+    TransferTimeoutError,
     UnsafeArchiveError,
 )
 from ._execution import AsyncExecution, Execution, ExecutionTimeoutError
@@ -109,6 +110,7 @@ __all__ = [
     "ToolInfo",
     "ToolResult",
     "TransferError",
+    "TransferTimeoutError",
     "UnsafeArchiveError",
     "async_bulk_acquire",
     "async_bulk_release",

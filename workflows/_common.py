@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from klavis_sandbox_client.types import Response
 
@@ -29,7 +26,6 @@ __all__ = [
     "disown",
     "ledger_of",
     "own",
-    "save_atomically",
     "compare_round_trip",
     "dump_target",
     "info_from",
@@ -173,16 +169,3 @@ def disown(sandbox_id: str, settings: Settings, ledger: Ledger | None) -> None:
         ledger.record(
             "released", sandbox_id, base_url=settings.base_url, key=settings.api_key.fingerprint
         )
-
-
-def save_atomically(archive: IO[bytes], target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=".dump-", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            shutil.copyfileobj(archive, out, 1024 * 1024)
-        os.replace(tmp_name, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise

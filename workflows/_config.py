@@ -25,7 +25,8 @@ DEFAULT_BASE_URL = "https://api.klavis.ai"
 API_KEY_ENV = "KLAVIS_API_KEY"
 BASE_URL_ENV = "KLAVIS_BASE_URL"
 DEFAULT_TIMEOUT = 60.0
-"""Seconds to wait for an API call (transfers use it per chunk, not for the whole file)."""
+"""Seconds to wait for an API call; a download (``dump``, ``dump_to``) must finish within it as a
+whole, unless given its own ``timeout=``; an upload uses it per chunk."""
 
 
 class ApiKey:

@@ -185,7 +185,7 @@ def artifacts_flow(
             url = signed_url_from(response, "download_url")
             try:
                 with progress_bar(total=None, desc="downloading", progress=progress) as update:
-                    yield Download(url, tmp, update)
+                    yield Download(url, tmp, update, max_bytes=limits.archive_bytes_cap())
                 break
             except TransferError as exc:
                 if fresh or exc.status_code != 403:
