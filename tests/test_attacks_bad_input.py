@@ -10,9 +10,6 @@ sees no connection), and that nothing is held.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ import pytest
 import workflows
 from workflows import InvalidInputError, LocalSandbox
 
-from .helpers import SilentService
+from .helpers import SilentService, isolate, run_cli
 
 BAD_IDS = [".", "..", "", " ", "../x", "a/b", "%2e%2e", "?x=1", "#", "00000000-0000-0000-0000"]
 
@@ -36,14 +33,8 @@ def silent_service() -> Iterator[SilentService]:
 
 @pytest.fixture
 def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No key in the environment, a private ledger, an empty working folder."""
-    monkeypatch.delenv("KLAVIS_API_KEY", raising=False)
-    monkeypatch.delenv("KLAVIS_BASE_URL", raising=False)
-    monkeypatch.setenv("KLAVIS_SANDBOX_STATE_DIR", str(tmp_path / "state"))
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    return work
+    """See :func:`tests.helpers.isolate`."""
+    return isolate(monkeypatch, tmp_path)
 
 
 def _calls(bad: str, conn: dict[str, Any]) -> dict[str, Callable[[], object]]:
@@ -95,16 +86,7 @@ def test_the_cli_answers_a_bad_id_with_one_line(
     argv: list[str], silent_service: SilentService, isolated: Path
 ) -> None:
     (isolated / "main.py").write_text("print('hi')\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("KLAVIS_API_KEY", "KLAVIS_BASE_URL")}
-    env |= {"KLAVIS_API_KEY": "test-key", "KLAVIS_BASE_URL": silent_service.url}
-    done = subprocess.run(
-        [sys.executable, "-m", "workflows", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli(argv, env={"KLAVIS_API_KEY": "test-key", "KLAVIS_BASE_URL": silent_service.url})
     assert done.returncode == 1, done.stderr
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()

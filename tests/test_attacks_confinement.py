@@ -37,6 +37,7 @@ from klavis_emulator._bwrap import (
     decide_confinement,
 )
 from tests.conftest import Executions
+from tests.helpers import run_cli
 
 SECRET = "tenant-a-secret-7f3c"
 
@@ -323,6 +324,7 @@ import json, sys
 import httpx
 from klavis_emulator import EmulatorServer
 from tests.conftest import Executions
+from tests.helpers import run_cli
 
 main = "import os, sys; print('prefix', sys.prefix); print('ws', os.environ['AGENT_WORKSPACE'])"
 with EmulatorServer(data_dir=sys.argv[1]) as server, httpx.Client(
@@ -369,18 +371,10 @@ def test_an_interpreter_under_tmp_is_confined(
 
 
 def test_the_cli_demo_answers_a_broken_bwrap_with_one_line(
-    tmp_path: Path, failing_bwrap: Path
+    tmp_path: Path, failing_bwrap: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "KLAVIS_API_KEY"}
-    done = subprocess.run(
-        [sys.executable, "-m", "workflows", "demo"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=120,
-        check=False,
-    )
+    monkeypatch.chdir(tmp_path)
+    done = run_cli(["demo"])
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr

@@ -22,17 +22,13 @@ from klavis_emulator import EmulatorServer
 from workflows import AcquireAmbiguousError, LocalSandbox
 
 from .faulty_proxy import Decision, faulty_proxy
+from .helpers import isolate
 
 
 @pytest.fixture
 def no_env_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
-    """No key in the environment or a .env, a private ledger, quick retries."""
-    monkeypatch.delenv("KLAVIS_API_KEY", raising=False)
-    monkeypatch.delenv("KLAVIS_BASE_URL", raising=False)
-    monkeypatch.setenv("KLAVIS_SANDBOX_STATE_DIR", str(tmp_path / "state"))
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
+    """:func:`tests.helpers.isolate`, and quick retries."""
+    work = isolate(monkeypatch, tmp_path)
     stamina.set_testing(True, attempts=1)
     try:
         yield work

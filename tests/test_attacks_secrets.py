@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ import pytest
 import workflows
 from workflows import ConfigurationError, LocalSandbox
 
-from .helpers import SilentService
+from .helpers import SilentService, isolate, run_cli
 
 
 @pytest.fixture
@@ -44,14 +42,8 @@ BAD_KEYS = {
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No key or URL in the environment, a private ledger, an empty working folder."""
-    monkeypatch.delenv("KLAVIS_API_KEY", raising=False)
-    monkeypatch.delenv("KLAVIS_BASE_URL", raising=False)
-    monkeypatch.setenv("KLAVIS_SANDBOX_STATE_DIR", str(tmp_path / "state"))
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    return work
+    """See :func:`tests.helpers.isolate`."""
+    return isolate(monkeypatch, tmp_path)
 
 
 def _calls(url: str, key: str) -> dict[str, Callable[[], Any]]:
@@ -101,17 +93,8 @@ def test_a_bad_key_from_the_environment_names_its_source(
 def test_the_cli_prints_one_line_without_the_key(
     silent_service: SilentService, clean_env: Path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("KLAVIS_API_KEY", "KLAVIS_BASE_URL")}
-    env["KLAVIS_API_KEY"] = f"{SECRET}\nX-Injected: 1"
-    env["KLAVIS_BASE_URL"] = silent_service.url
-    done = subprocess.run(
-        [sys.executable, "-m", "workflows", "list"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    bad_key = f"{SECRET}\nX-Injected: 1"
+    done = run_cli(["list"], env={"KLAVIS_API_KEY": bad_key, "KLAVIS_BASE_URL": silent_service.url})
     assert done.returncode == 1
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
