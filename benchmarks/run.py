@@ -17,6 +17,7 @@ disk moves the seed and dump figures more than any code change.
 | calls | call_overhead_vs_httpx, import_time_s |
 | soak | soak_completed_fraction, soak_lost_files, soak_leaked_sandboxes |
 | interrupt | interrupt_leaked_sandboxes |
+| hostile | hostile_emulator_peak_rss_mb, hostile_client_peak_rss_mb, hostile_inputs_refused |
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from benchmarks import (
     bench_bulk,
     bench_calls,
     bench_dump,
+    bench_hostile,
     bench_interrupt,
     bench_seed,
     bench_soak,
@@ -62,6 +64,7 @@ GROUPS: dict[str, Callable[[BenchContext], list[Figure]]] = {
     "calls": bench_calls.run,
     "soak": bench_soak.run,
     "interrupt": bench_interrupt.run,
+    "hostile": bench_hostile.run,
 }
 
 
