@@ -77,10 +77,11 @@ def test_a_non_string_id_is_refused(silent_service: SilentService, isolated: Pat
         ["get", ".."],
         ["release", ".."],
         ["dump", ".", "-o", "out"],
+        ["dump", "00000000-0000-4000-8000-000000000001", "-o", ""],
         ["seed", "..", "."],
         ["exec", "../x", "main.py"],
     ],
-    ids=["get", "release", "dump", "seed", "exec"],
+    ids=["get", "release", "dump", "dump-to-nowhere", "seed", "exec"],
 )
 def test_the_cli_answers_a_bad_id_with_one_line(
     argv: list[str], silent_service: SilentService, isolated: Path
@@ -91,6 +92,7 @@ def test_the_cli_answers_a_bad_id_with_one_line(
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("klavis-sandbox: error: not a sandbox id:")
+    expected = "dump -o got an empty path" if argv[-1] == "" else "not a sandbox id:"
+    assert lines[0].startswith(f"klavis-sandbox: error: {expected}")
     assert silent_service.connections() == 0
     assert sorted(p.name for p in isolated.iterdir()) == ["main.py"]  # no `out` folder

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from ._config import API_KEY_ENV, BASE_URL_ENV
 from ._errors import ConfigurationError, KlavisError
 from ._models import SERVER_NAMES, SandboxInfo
+from ._paths import check_destination
 from ._reap import reap
 from ._recipes import ReleaseResult, bulk_acquire, bulk_release, round_trip_dump
 from ._sandbox import LocalSandbox, list_sandboxes
@@ -117,6 +118,7 @@ def _cmd_seed(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_dump(args: argparse.Namespace, out: TextIO) -> int:
+    check_destination(args.output, what="dump -o")  # before anything is sent
     sb = LocalSandbox.attach(args.id, base_url=args.base_url, progress=args.progress)
     path = sb.dump_to(args.output)
     out.write(f"dumped {sb.id} to {path}\n")
