@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 
 from . import _reconcile
 from ._api import AsyncApi, sync_api_for
@@ -58,35 +59,42 @@ def held_sandboxes(
     return [e for e in held if include_live or not _alive(e.pid)]
 
 
+@dataclass(frozen=True)
+class _Plan:
+    settings: Settings
+    book: Ledger
+    held: list[LedgerEntry]
+    attempts: list[AcquireAttempt]  # ended: their orphans are released
+    running: list[AcquireAttempt]  # still waited on: their sandboxes are withheld
+
+
 def _plan(
     api_key: str | ApiKey | None, base_url: str | None, ledger: Ledger | None, include_live: bool
-) -> tuple[Settings, Ledger, list[LedgerEntry], list[AcquireAttempt]]:
+) -> _Plan:
     settings = resolve_settings(api_key, base_url)
     book = ledger or default_ledger()
     held = held_sandboxes(
         api_key=settings.api_key, base_url=settings.base_url, ledger=book, include_live=include_live
     )
-    attempts = [
-        a
-        for a in book.open_attempts(base_url=settings.base_url, key=settings.api_key.fingerprint)
-        if not _reconcile.in_flight(a.attempt) and (include_live or not _alive(a.pid))
-    ]
-    return settings, book, held, attempts
+    attempts: list[AcquireAttempt] = []
+    running: list[AcquireAttempt] = []
+    for attempt in book.open_attempts(base_url=settings.base_url, key=settings.api_key.fingerprint):
+        if _reconcile.in_flight(attempt.attempt) or (not include_live and _alive(attempt.pid)):
+            running.append(attempt)
+        else:
+            attempts.append(attempt)
+    return _Plan(settings, book, held, attempts, running)
 
 
-def _match_orphans(
-    book: Ledger,
-    settings: Settings,
-    attempts: list[AcquireAttempt],
-    listed: list[SandboxInfo],
-    held: list[LedgerEntry],
-    dry_run: bool,
-) -> list[str]:
-    """The ids of the sandboxes open attempts left behind; settles the attempts (unless dry)."""
-    known = book.known_ids(base_url=settings.base_url) | {e.sandbox_id for e in held}
+def _match_orphans(plan: _Plan, listed: list[SandboxInfo], dry_run: bool) -> list[str]:
+    """The ids of the sandboxes ended attempts left behind; settles those attempts (unless
+    ``dry_run``)."""
+    book, settings = plan.book, plan.settings
+    known = book.known_ids(base_url=settings.base_url) | {e.sandbox_id for e in plan.held}
     found: list[str] = []
     key = settings.api_key.fingerprint
-    for attempt, orphan in _reconcile.orphans(attempts, listed, known):
+    pairs = _reconcile.orphans(plan.attempts, listed, known, reserve=plan.running)
+    for attempt, orphan in pairs:
         if orphan is not None:
             log.warning(
                 "sandbox %s was left by an acquire that failed ambiguously (%s); releasing it",
@@ -124,11 +132,11 @@ def reap(
     >>> [r.sandbox_id for r in reap(dry_run=True)]  # doctest: +SKIP
     []
     """
-    settings, book, held, attempts = _plan(api_key, base_url, ledger, include_live)
+    plan = _plan(api_key, base_url, ledger, include_live)
+    settings, book, held = plan.settings, plan.book, plan.held
     orphans: list[str] = []
-    if attempts:
-        listed = sync_api_for(settings).run(list_flow())
-        orphans = _match_orphans(book, settings, attempts, listed, held, dry_run)
+    if plan.attempts:
+        orphans = _match_orphans(plan, sync_api_for(settings).run(list_flow()), dry_run)
     if dry_run:
         return [ReleaseResult(sid, False) for sid in [e.sandbox_id for e in held] + orphans]
     return bulk_release(
@@ -152,15 +160,16 @@ async def async_reap(
     progress: bool | None = None,
 ) -> list[ReleaseResult]:
     """The async twin of :func:`reap`."""
-    settings, book, held, attempts = _plan(api_key, base_url, ledger, include_live)
+    plan = _plan(api_key, base_url, ledger, include_live)
+    settings, book, held = plan.settings, plan.book, plan.held
     orphans: list[str] = []
-    if attempts:
+    if plan.attempts:
         api = AsyncApi(settings)
         try:
             listed = await api.run(list_flow())
         finally:
             await api.aclose()
-        orphans = _match_orphans(book, settings, attempts, listed, held, dry_run)
+        orphans = _match_orphans(plan, listed, dry_run)
     if dry_run:
         return [ReleaseResult(sid, False) for sid in [e.sandbox_id for e in held] + orphans]
     return await async_bulk_release(

@@ -36,10 +36,13 @@ __all__ = [
 _claims: set[tuple[str, str]] = set()
 _in_flight: set[str] = set()
 _lock = threading.Lock()
-# How far a sandbox's created_at may lie from the time its attempt was recorded and still be
-# taken for the attempt's orphan: the request's own duration (60 s by default) plus a generous
-# allowance for the difference between this machine's clock and the service's.
-ORPHAN_WINDOW_SECONDS = 600.0
+# When a sandbox must have been created, relative to the time its attempt was recorded (this
+# machine's clock), to be taken for the attempt's orphan: not before it, give or take the
+# difference between this machine's clock and the service's; and not after the request could
+# have ended (its timeout, 60 s by default, the same allowance for the clocks, and the service's
+# own latency in writing the record).
+ORPHAN_CLOCK_SKEW_SECONDS = 120.0
+ORPHAN_AFTER_SECONDS = 300.0
 
 
 class AcquireDidNotHappen(Exception):
@@ -137,17 +140,34 @@ def _seconds(text: str | None) -> float | None:
     return moment.timestamp()
 
 
+def _created_within(info: SandboxInfo, attempt: AcquireAttempt) -> bool:
+    started = _seconds(attempt.time)
+    created = _seconds(info.created_at)
+    if started is None or created is None:  # no times, no way to tell: never taken
+        return False
+    return started - ORPHAN_CLOCK_SKEW_SECONDS <= created <= started + ORPHAN_AFTER_SECONDS
+
+
 def orphans(
-    attempts: Iterable[AcquireAttempt], listed: Iterable[SandboxInfo], known: Iterable[str]
+    attempts: Iterable[AcquireAttempt],
+    listed: Iterable[SandboxInfo],
+    known: Iterable[str],
+    *,
+    reserve: Iterable[AcquireAttempt] = (),
 ) -> list[tuple[AcquireAttempt, SandboxInfo | None]]:
     """Pair each unsettled acquire attempt with the sandbox it most likely left behind.
 
     A sandbox is an attempt's orphan when it was not among the ids the key listed before the
     attempt, no process of this user ever recorded it (``known``), it holds exactly the servers
-    (and benchmark) asked for, and its ``created_at`` (when given) lies within
-    :data:`ORPHAN_WINDOW_SECONDS` of the attempt. Attempts are taken oldest first and each gets
-    at most one sandbox, the earliest created: an attempt creates at most one. ``None`` means
-    nothing is left (it created nothing, or its sandbox is gone already).
+    (and benchmark) asked for, and its ``created_at`` lies between
+    :data:`ORPHAN_CLOCK_SKEW_SECONDS` before the attempt and :data:`ORPHAN_AFTER_SECONDS` after
+    it (a sandbox without a ``created_at`` is never taken). Each attempt gets at most one
+    sandbox, the earliest created: an attempt creates at most one. ``None`` means nothing is
+    left (it created nothing, or its sandbox is gone already).
+
+    The attempts of ``reserve`` (those of processes still running) are served first and their
+    sandboxes withheld: a sandbox that a running acquire may be about to record is never taken
+    for another attempt's orphan. Only the pairs of ``attempts`` are returned.
 
     >>> from workflows._models import ServerInfo
     >>> a = AcquireAttempt("t1", "u", "k", ("git",), None, frozenset({"old"}), 1,
@@ -160,10 +180,8 @@ def orphans(
     """
     taken = set(known)
     candidates = sorted(listed, key=lambda s: (s.created_at or "", s.id))
-    out: list[tuple[AcquireAttempt, SandboxInfo | None]] = []
-    for attempt in sorted(attempts, key=lambda a: (a.time, a.attempt)):
-        started = _seconds(attempt.time)
-        found: SandboxInfo | None = None
+
+    def pick(attempt: AcquireAttempt) -> SandboxInfo | None:
         for info in candidates:
             if info.id in taken or info.id in attempt.known:
                 continue
@@ -171,16 +189,14 @@ def orphans(
                 continue
             if attempt.benchmark is not None and info.benchmark not in (None, attempt.benchmark):
                 continue
-            created = _seconds(info.created_at)
-            if (
-                started is not None
-                and created is not None
-                and abs(created - started) > ORPHAN_WINDOW_SECONDS
-            ):
+            if not _created_within(info, attempt):
                 continue
-            found = info
-            break
-        if found is not None:
-            taken.add(found.id)
-        out.append((attempt, found))
-    return out
+            taken.add(info.id)
+            return info
+        return None
+
+    for attempt in sorted(reserve, key=lambda a: (a.time, a.attempt)):
+        pick(attempt)
+    return [
+        (attempt, pick(attempt)) for attempt in sorted(attempts, key=lambda a: (a.time, a.attempt))
+    ]

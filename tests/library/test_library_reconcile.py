@@ -230,3 +230,47 @@ def test_sandboxes_other_processes_hold_are_never_adopted(tmp_path: Path) -> Non
     with pytest.raises(AcquireDidNotHappen):
         flow.send(step.fn(*step.args, **step.kwargs))
     assert book.open_attempts(base_url=base) == []
+
+
+# ---------------------------------------------------------------- orphans of open attempts
+
+
+def _attempt(name: str, time: str, *servers: str, known: frozenset[str] = frozenset()) -> Any:
+    from workflows._ledger import AcquireAttempt
+
+    return AcquireAttempt(name, "u", "k", servers, None, known, 1, time)
+
+
+def _info(sid: str, created: str | None, *names: str) -> Any:
+    from workflows._models import SandboxInfo, ServerInfo
+
+    servers = tuple(ServerInfo(n, f"{sid}-{n}") for n in names)
+    return SandboxInfo(sid, "occupied", created_at=created, servers=servers)
+
+
+def test_an_orphan_is_created_after_its_attempt_give_or_take_the_clocks() -> None:
+    from workflows._reconcile import orphans
+
+    attempt = _attempt("a", "2026-01-01T00:10:00+00:00", "git")
+    listed = [
+        _info("long-before", "2026-01-01T00:05:00+00:00", "git"),  # 5 min before: not it
+        _info("much-later", "2026-01-01T00:20:00+00:00", "git"),  # 10 min after: not it
+        _info("no-time", None, "git"),  # cannot tell: never taken
+        _info("other-servers", "2026-01-01T00:10:01+00:00", "git", "terminal"),
+        _info("skewed", "2026-01-01T00:09:00+00:00", "git"),  # 1 min early: clocks differ
+    ]
+    assert [(a.attempt, s.id if s else None) for a, s in orphans([attempt], listed, set())] == [
+        ("a", "skewed")
+    ]
+    assert orphans([attempt], listed[:4], set()) == [(attempt, None)]
+
+
+def test_a_running_acquire_keeps_the_sandbox_it_may_be_about_to_record() -> None:
+    from workflows._reconcile import orphans
+
+    dead = _attempt("dead", "2026-01-01T00:00:00+00:00", "git")
+    running = _attempt("running", "2026-01-01T00:02:00+00:00", "git")
+    listed = [_info("new", "2026-01-01T00:02:30+00:00", "git")]
+    assert orphans([dead], listed, set()) == [(dead, listed[0])]  # alone, it would be taken
+    assert orphans([dead], listed, set(), reserve=[running]) == [(dead, None)]
+    assert orphans([dead], listed, {"new"}) == [(dead, None)]  # recorded by someone: never
