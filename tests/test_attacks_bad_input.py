@@ -96,3 +96,24 @@ def test_the_cli_answers_a_bad_id_with_one_line(
     assert lines[0].startswith(f"klavis-sandbox: error: {expected}")
     assert silent_service.connections() == 0
     assert sorted(p.name for p in isolated.iterdir()) == ["main.py"]  # no `out` folder
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value", "fragment"),
+    [
+        ("api_key", 123, "api_key must be a str"),
+        ("base_url", 5, "base_url must be a str"),
+        ("timeout", "5", "timeout must be a positive number"),
+        ("timeout", float("nan"), "timeout must be a positive number"),
+        ("timeout", float("inf"), "timeout must be a positive number"),
+        ("timeout", True, "timeout must be a positive number"),
+    ],
+)
+def test_settings_of_the_wrong_type_are_refused_before_any_request(
+    keyword: str, value: object, fragment: str, silent_service: SilentService, isolated: Path
+) -> None:
+    conn: dict[str, Any] = {"api_key": "test-key", "base_url": silent_service.url, keyword: value}
+    with pytest.raises(workflows.ConfigurationError, match=fragment):
+        LocalSandbox.acquire(["filesystem"], **conn)
+    assert silent_service.connections() == 0
+    assert workflows.default_ledger().held() == []

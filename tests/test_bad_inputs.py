@@ -236,7 +236,7 @@ case("acquire-base-url-not-http", Raises(ConfigurationError, "must be an http(s)
 case("acquire-base-url-with-query", Raises(ConfigurationError, "must not carry a query"))(
     _acquire(base_url="http://127.0.0.1:1/?key=x")
 )
-case("acquire-timeout-zero", Raises(ConfigurationError, "timeout must be positive"))(
+case("acquire-timeout-zero", Raises(ConfigurationError, "timeout must be a positive number"))(
     _acquire(timeout=0)
 )
 

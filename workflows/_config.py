@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import stat
 from dataclasses import dataclass, field
@@ -156,6 +157,15 @@ def _check_key(value: str, source: str) -> None:
             )
 
 
+def _is_positive_number(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
 def _check_base_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -185,6 +195,23 @@ def resolve_settings(
     >>> resolve_settings("k", "http://127.0.0.1:8000/").base_url
     'http://127.0.0.1:8000'
     """
+    if base_url is not None and not isinstance(base_url, str):
+        raise ConfigurationError(f"base_url must be a str, not {type(base_url).__name__}")
+    if api_key is not None and not isinstance(api_key, str | ApiKey):
+        raise ConfigurationError(
+            f"api_key must be a str (or an ApiKey), not {type(api_key).__name__}"
+        )
+    for name, number in (("timeout", timeout), ("retry_deadline", retry_deadline)):
+        if number is not None and not _is_positive_number(number):
+            raise ConfigurationError(f"{name} must be a positive number of seconds, got {number!r}")
+    if retry_attempts is not None and (
+        isinstance(retry_attempts, bool)
+        or not isinstance(retry_attempts, int)
+        or retry_attempts < 1
+    ):
+        raise ConfigurationError(
+            f"retry_attempts must be a whole number >= 1, got {retry_attempts!r}"
+        )
     url = base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
     url = _check_base_url(url)
     key: ApiKey | None
@@ -211,8 +238,6 @@ def resolve_settings(
             "(`klavis-emulator --port 8000`) and set KLAVIS_BASE_URL=http://127.0.0.1:8000 with "
             "any KLAVIS_API_KEY."
         )
-    if timeout is not None and timeout <= 0:
-        raise ConfigurationError(f"timeout must be positive, got {timeout!r}")
     defaults = Settings(api_key=key)
     return Settings(
         api_key=key,

@@ -206,7 +206,7 @@ class Ledger:
                     servers=tuple(str(s) for s in servers) if isinstance(servers, list) else (),
                     benchmark=benchmark if isinstance(benchmark, str) else None,
                     known=frozenset(str(k) for k in known) if isinstance(known, list) else _NONE,
-                    pid=int(str(item.get("pid", 0))),
+                    pid=_pid(item.get("pid")),
                     time=str(item.get("time", "")),
                 )
             )
@@ -226,7 +226,7 @@ class Ledger:
                 sandbox_id=str(item["sandbox_id"]),
                 base_url=str(item.get("base_url", "")),
                 key=str(item.get("key", "")),
-                pid=int(str(item.get("pid", 0))),
+                pid=_pid(item.get("pid")),
                 time=str(item.get("time", "")),
             )
             if base_url is not None and entry.base_url != base_url:
@@ -238,6 +238,11 @@ class Ledger:
 
 
 _NONE: frozenset[str] = frozenset()
+
+
+def _pid(value: object) -> int:
+    """The pid of a record; 0 (no live process) when a hand-edited line holds something else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _now() -> str:

@@ -105,12 +105,13 @@ class SandboxInfo:
     message: str | None = None
 
     def server(self, name: str) -> ServerInfo:
-        """The server called ``name``; KeyError naming the ones the sandbox has otherwise."""
+        """The server called ``name``; :class:`~workflows.InvalidInputError` naming the ones the
+        sandbox has otherwise."""
         for item in self.servers:
             if item.name == name:
                 return item
         have = ", ".join(s.name for s in self.servers) or "none"
-        raise KeyError(f"this sandbox has no {name!r} server (it has: {have})")
+        raise InvalidInputError(f"this sandbox has no {name!r} server (it has: {have})")
 
 
 def _opt_str(value: Any) -> str | None:

@@ -62,7 +62,7 @@ def test_refresh_and_repr_and_info(face: Face, conn: dict[str, str]) -> None:
         text = repr(sb)
         assert sb.id in text
         assert conn["api_key"] not in text
-        with pytest.raises(KeyError, match="no 'nope' server"):
+        with pytest.raises(workflows.InvalidInputError, match="no 'nope' server"):
             sb.mcp_url("nope")
 
 
