@@ -38,7 +38,9 @@ __all__ = [
     "iter_tar_gz",
     "long_name",
     "member",
+    "header_chain",
     "pax_file",
+    "pax_global_header",
     "pax_header_bomb",
     "pax_header_member",
     "pax_sparse_file",
@@ -279,6 +281,33 @@ def extended_header(size: int, kind: bytes = tarfile.XHDTYPE) -> Member:
         yield _padding(size)
 
     return Member(name, blocks)
+
+
+def pax_global_header(size: int, *, first_key: int = 0) -> Member:
+    """A PAX global header (``'g'``) of about ``size`` bytes made of short records with
+    distinct keys (``k<first_key>``, ``k<first_key + 1>``, ...): tarfile keeps every one of
+    them for the rest of the archive, as a dict (about 160 bytes of memory per 12-byte record).
+    Give the next one a ``first_key`` past these to keep the keys distinct."""
+    records = bytearray()
+    key = first_key
+    while len(records) < size - 32:
+        records += _pax_record(f"k{key}", "")
+        key += 1
+    info = _info("././@PaxHeader", tarfile.XGLTYPE, 0o644, len(records))
+    data = bytes(records)
+
+    def blocks() -> Iterator[bytes]:
+        yield _header(info)
+        yield data
+        yield _padding(len(data))
+
+    return Member(info.name, blocks)
+
+
+def header_chain(count: int, kind: bytes = tarfile.XHDTYPE, size: int = 100) -> list[Member]:
+    """``count`` extended headers of ``kind`` in a row (``size`` bytes each); put a member after
+    them. tarfile reads such a chain by recursion, one level per header."""
+    return [extended_header(size, kind) for _ in range(count)]
 
 
 def pax_header_member(header_bytes: int, name: str = "after-the-header.txt") -> Member:

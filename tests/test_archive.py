@@ -550,6 +550,43 @@ bad(
     ),
     "h0",  # 8 MiB of zeros is ~8 KiB compressed: its first copy passes 2000:1
 )
+# chains of extended headers (tarfile reads them by recursion) and global headers (tarfile keeps
+# their records): a 24 KB archive of 3,000 raised a raw RecursionError; 20 global headers of
+# 1 MiB with distinct keys grew the client by 278 MiB
+for _kind, _label in (
+    (tarfile.XHDTYPE, "x"),
+    (tarfile.XGLTYPE, "g"),
+    (tarfile.GNUTYPE_LONGNAME, "L"),
+):
+    bad(
+        f"header-chain-{_label}-9",
+        crafted.tar_gz(
+            [crafted.file("ok", "1"), *crafted.header_chain(9, _kind), crafted.file("a")]
+        ),
+        None,
+    )
+    bad(
+        f"header-chain-{_label}-3000",
+        crafted.tar_gz([*crafted.header_chain(3000, _kind), crafted.file("a")]),
+        None,
+    )
+bad(
+    "header-chain-bytes",
+    crafted.tar_gz([*(crafted.extended_header(400 * 1024) for _ in range(3)), crafted.file("a")]),
+    None,
+)
+bad(
+    "global-headers-total",
+    crafted.tar_gz(
+        [
+            crafted.pax_global_header(600 * 1024),
+            crafted.file("a", "1"),
+            crafted.pax_global_header(600 * 1024, first_key=10**6),
+            crafted.file("b", "2"),
+        ]
+    ),
+    None,
+)
 bad("symlink-absolute-data-not-a-dump", craft(M("l", type=tarfile.SYMTYPE, linkname="/data")), "l")
 bad("not-gzip", b"hello, this is not gzip at all", None)
 bad("empty", b"", None)
@@ -604,6 +641,53 @@ def test_bad_archive_refused_by_read_snapshot(case: str) -> None:
     with pytest.raises(UnsafeArchiveError) as info:
         read_snapshot(io.BytesIO(data), limits=limits)
     assert info.value.member == member
+
+
+@pytest.mark.parametrize(
+    ("case", "fragment"),
+    [
+        ("header-chain-x-9", "more than 8 extended headers in a row"),
+        ("header-chain-L-3000", "more than 8 extended headers in a row"),
+        ("header-chain-bytes", "bytes of extended headers in a row"),
+        ("global-headers-total", "bytes of global headers"),
+    ],
+)
+def test_header_chains_and_global_headers_are_capped(case: str, fragment: str) -> None:
+    data, _, _ = BAD[case]
+    assert data is not None
+    with pytest.raises(UnsafeArchiveError, match=fragment):
+        read_snapshot(io.BytesIO(data))
+
+
+def test_a_real_chain_of_extended_headers_passes() -> None:
+    # the worst real case: a global header, then a PAX header, a long link and a long name
+    data = crafted.tar_gz(
+        [
+            crafted.pax_global_header(2000),
+            crafted.extended_header(300, tarfile.XHDTYPE),
+            crafted.extended_header(300, tarfile.GNUTYPE_LONGLINK),
+            crafted.extended_header(300, tarfile.GNUTYPE_LONGNAME),
+            crafted.file("after", "x"),
+            *(crafted.file(f"f{i}", "y") for i in range(3)),
+        ]
+    )
+    assert len(read_snapshot(io.BytesIO(data))) == 4
+
+
+def test_a_recursion_error_while_reading_is_an_unsafe_archive(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # without the chain cap, tarfile's own recursion is what fails: never a raw RecursionError
+    import workflows._archive as archive
+
+    monkeypatch.setattr(archive, "_MAX_HEADER_CHAIN", 10**9)
+    data = BAD["header-chain-x-3000"][0]
+    assert data is not None
+    with pytest.raises(UnsafeArchiveError, match="nests its headers too deeply"):
+        read_snapshot(io.BytesIO(data))
+    with pytest.raises(UnsafeArchiveError, match="nests its headers too deeply"):
+        extract_archive(io.BytesIO(data), tmp_path / "out")
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize(
@@ -681,6 +765,56 @@ def test_small_archives_are_never_judged_by_their_ratio() -> None:
         compresslevel=9,
     )
     assert len(read_snapshot(io.BytesIO(data))) == 7  # 7 MiB written, under the 8 MiB floor
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"max_members": "x"}, "max_members"),
+        ({"max_members": 0}, "max_members"),
+        ({"max_members": True}, "max_members"),
+        ({"max_members": None}, "max_members"),
+        ({"max_members": 1.5}, "max_members"),
+        ({"max_total_bytes": -1}, "max_total_bytes"),
+        ({"max_total_bytes": "10"}, "max_total_bytes"),
+        ({"max_member_bytes": 0}, "max_member_bytes"),
+        ({"max_member_bytes": "big"}, "max_member_bytes"),
+        ({"max_archive_bytes": 0}, "max_archive_bytes"),
+        ({"max_archive_bytes": 2.5}, "max_archive_bytes"),
+        ({"max_expansion_ratio": 1}, "max_expansion_ratio"),
+        ({"max_expansion_ratio": 0.5}, "max_expansion_ratio"),
+        ({"max_expansion_ratio": float("nan")}, "max_expansion_ratio"),
+        ({"max_expansion_ratio": "2000"}, "max_expansion_ratio"),
+        ({"max_expansion_ratio": True}, "max_expansion_ratio"),
+    ],
+    ids=repr,
+)
+def test_archive_limits_are_checked_when_made(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidInputError, match=f"ArchiveLimits.{field} must be"):
+        ArchiveLimits(**kwargs)  # type: ignore[arg-type]
+
+
+def test_archive_limits_accept_what_they_document() -> None:
+    limits = ArchiveLimits(
+        max_members=1,
+        max_total_bytes=1,
+        max_member_bytes=None,
+        max_expansion_ratio=None,
+        max_archive_bytes=None,
+    )
+    assert limits.max_members == 1
+    assert ArchiveLimits(max_expansion_ratio=1.5, max_member_bytes=7).max_member_bytes == 7
+    assert ArchiveLimits(max_expansion_ratio=3).max_expansion_ratio == 3
+
+
+def test_the_derived_download_cap_is_loose_unless_members_are_capped_too() -> None:
+    # what the ArchiveLimits docstring says: each allowed member may carry 10,751 bytes of tar
+    # overhead, so 10 MiB of files under the default member count still admit ~2.3 GiB
+    loose = ArchiveLimits(max_total_bytes=10 * 2**20).archive_bytes_cap()
+    assert 2.2 * 2**30 < loose < 2.4 * 2**30
+    assert ArchiveLimits(max_total_bytes=10 * 2**20, max_members=100).archive_bytes_cap() < (
+        13 * 2**20
+    )
 
 
 def test_archive_bytes_cap_is_derived_from_the_limits() -> None:
@@ -804,6 +938,78 @@ def test_prepare_destination_refuses_with_nothing_made(
     with pytest.raises(InvalidInputError, match=fragment):
         prepare_destination(make(tmp_path))
     assert os.listdir(tmp_path) == ["file"]
+
+
+def test_a_kept_archive_replaces_a_symlink_and_never_writes_through_it(tmp_path: Path) -> None:
+    home, shared = tmp_path / "home", tmp_path / "shared"
+    home.mkdir()
+    shared.mkdir()
+    (home / ".bashrc").write_text("original\n")
+    (shared / "ws.tar.gz").symlink_to(home / ".bashrc")
+    (shared / "dangling.tgz").symlink_to(home / "planted.tar.gz")
+    for name in ("ws.tar.gz", "dangling.tgz"):
+        destination = prepare_destination(shared / name, keep_archive=True)
+        with destination.open_archive() as sink:
+            sink.write(b"the archive")
+        destination.commit_archive()
+        assert not (shared / name).is_symlink(), name
+        assert (shared / name).read_bytes() == b"the archive"
+    assert (home / ".bashrc").read_text() == "original\n"
+    assert sorted(os.listdir(home)) == [".bashrc"]
+    assert sorted(os.listdir(shared)) == ["dangling.tgz", "ws.tar.gz"]
+
+
+def test_a_kept_archive_may_replace_a_symlink_to_a_folder(tmp_path: Path) -> None:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "ws.tar.gz").symlink_to(tmp_path / "folder")
+    destination = prepare_destination(tmp_path / "ws.tar.gz", keep_archive=True)
+    destination.commit_archive()
+    assert (tmp_path / "ws.tar.gz").is_file()
+    assert os.listdir(tmp_path / "folder") == []
+
+
+@pytest.mark.parametrize("dangling", [False, True], ids=["to-a-folder", "dangling"])
+def test_a_folder_destination_that_is_a_symlink_is_refused(tmp_path: Path, dangling: bool) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    if not dangling:
+        elsewhere.mkdir()
+        (elsewhere / "keep.txt").write_text("keep")
+    (tmp_path / "shared").mkdir()
+    link = tmp_path / "shared" / "ws"
+    link.symlink_to(elsewhere)
+    before = listing(tmp_path)
+    for path in (link, f"{link}/"):
+        with pytest.raises(InvalidInputError, match=r"it is a symlink \(to .*elsewhere'\)"):
+            prepare_destination(path)
+        with pytest.raises(InvalidInputError, match="is a symlink"):
+            extract_archive(io.BytesIO(_valid()), path)
+    assert listing(tmp_path) == before
+    assert link.is_symlink()
+
+
+def test_symlinks_on_the_way_to_a_destination_are_followed(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "via").symlink_to(tmp_path / "real")
+    extract_archive(io.BytesIO(_valid()), tmp_path / "via" / "out")
+    assert (tmp_path / "real" / "out" / "a.txt").is_file()
+    destination = prepare_destination(tmp_path / "via" / "ws.tar.gz", keep_archive=True)
+    destination.commit_archive()
+    assert (tmp_path / "real" / "ws.tar.gz").is_file()
+
+
+def test_a_symlink_planted_at_the_destination_during_the_download_is_refused(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    dest = tmp_path / "out"
+    dest.mkdir()
+    destination = prepare_destination(dest)
+    dest.rmdir()
+    dest.symlink_to(tmp_path / "elsewhere")  # between the check and the move into place
+    with pytest.raises(InvalidInputError, match="is a symlink"):
+        destination.extract(io.BytesIO(_valid()))
+    assert os.listdir(tmp_path / "elsewhere") == []
+    assert sorted(os.listdir(tmp_path)) == ["elsewhere", "out"]
 
 
 def test_a_member_the_destination_cannot_hold_is_named(tmp_path: Path) -> None:

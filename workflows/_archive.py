@@ -72,8 +72,21 @@ _GIB = 1024**3
 # tarfile's stream reader slices its buffer for every 512-byte header: a 1 MiB buffer made
 # reading 100 MB in 2,000 files 4x slower than 64 KiB (measured), and cost 3 MiB more memory.
 _TAR_READ_BUFFER = 64 * 1024
-# Extended headers (PAX records, GNU long names) are read into memory by tarfile: cap them.
+# Extended headers (PAX records, GNU long names) are read into memory by tarfile: cap them, one
+# by one, a chain of them before one member, and all the global ('g') ones together (tarfile
+# keeps their records for the rest of the archive: 20 global headers of 1 MiB with distinct keys
+# once grew the client by 278 MiB). The same rules as the emulator's (klavis_emulator._archive).
 _MAX_HEADER_BYTES = 1024 * 1024
+# At most this many extended headers in a row before one member (PAX 'x', a global 'g', GNU 'L'
+# and 'K' make 4 in the worst real case): tarfile handles each by recursion, and 3,000 of them
+# (a 24 KB archive) raised a RecursionError.
+_MAX_HEADER_CHAIN = 8
+_EXTENDED_HEADERS = (
+    *tarfile.GNU_TYPES,
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+)
 # After the end-of-archive marker, read at most this much more to reach the gzip trailer (and so
 # check the CRC); tar pads to 10 KiB records, so a sane archive has far less.
 _MAX_TRAILING_BYTES = 1024 * 1024
@@ -132,8 +145,23 @@ class ArchiveLimits:
     ``max_archive_bytes``: compressed bytes downloaded at most, checked while streaming; None
     (the default) derives it from the other caps with :meth:`archive_bytes_cap`.
 
+    The download cap derived that way is loose: the download is not decompressed while it
+    streams, so the cap must admit the largest archive the limits allow, and each of
+    ``max_members`` may carry 10,751 bytes of tar headers and padding. With the default
+    200,000 members that adds about 2.3 GiB (deflate's worst case included), whatever
+    ``max_total_bytes`` is:
+    ``ArchiveLimits(max_total_bytes=10 * 2**20)`` still downloads up to about 2.3 GiB before
+    refusing (the archive is then refused while it is read, and nothing is written). For a
+    tight cap on what is downloaded, set ``max_archive_bytes``, or lower ``max_members`` too:
+
+    >>> ArchiveLimits(max_total_bytes=10 * 2**20).archive_bytes_cap()
+    2464621096
     >>> ArchiveLimits(max_total_bytes=10 * 2**20, max_members=100).archive_bytes_cap()
     13275508
+
+    Every field is checked when the limits are made: counts and byte sizes are positive ints
+    (or None where None is allowed), the ratio a number over 1 (or None); anything else raises
+    :class:`~workflows.InvalidInputError` naming the field.
     """
 
     max_members: int = 200_000
@@ -141,6 +169,27 @@ class ArchiveLimits:
     max_member_bytes: int | None = None
     max_expansion_ratio: float | None = 2000.0
     max_archive_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, optional in (
+            ("max_members", False),
+            ("max_total_bytes", False),
+            ("max_member_bytes", True),
+            ("max_archive_bytes", True),
+        ):
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                wanted = "a positive int" + (" or None" if optional else "")
+                raise InvalidInputError(f"ArchiveLimits.{name} must be {wanted}, not {value!r}")
+        ratio = self.max_expansion_ratio
+        if ratio is not None and (
+            isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio > 1
+        ):
+            raise InvalidInputError(
+                f"ArchiveLimits.max_expansion_ratio must be a number over 1 or None, not {ratio!r}"
+            )
 
     def archive_bytes_cap(self) -> int:
         """The most compressed bytes an archive within these limits can take.
@@ -379,18 +428,40 @@ _CORRUPT: tuple[type[BaseException], ...] = (
 )
 
 
+# What reading a hostile archive may raise from tarfile's own code besides: it handles extended
+# headers by recursion (a chain is capped by _BoundedTarInfo, but any other deep recursion of a
+# future tarfile must not escape as a raw RecursionError either).
+_UNREADABLE: tuple[type[BaseException], ...] = (*_CORRUPT, RecursionError)
+
+
 def _not_valid(exc: BaseException) -> UnsafeArchiveError:
-    err = UnsafeArchiveError(f"the data is not a valid tar.gz archive ({exc})")
+    if isinstance(exc, RecursionError):
+        err = UnsafeArchiveError(
+            "the archive nests its headers too deeply to be read (RecursionError); refused"
+        )
+    else:
+        err = UnsafeArchiveError(f"the data is not a valid tar.gz archive ({exc})")
     err.__cause__ = exc
     return err
 
 
+class _BoundedTarFile(tarfile.TarFile):
+    """A streaming reader that counts the extended headers it meets (see _BoundedTarInfo)."""
+
+    chain = 0  # extended headers in a row before the next member
+    chain_bytes = 0  # and their total size
+    global_bytes = 0  # total size of the global ('g') headers, which tarfile keeps
+
+
 class _BoundedTarInfo(tarfile.TarInfo):
-    """Refuses extended headers (PAX records, GNU long names) bigger than 1 MiB, and sparse
-    members of every kind, before tarfile reads them.
+    """Refuses extended headers (PAX records, GNU long names) bigger than 1 MiB, more than 8 of
+    them in a row or over 1 MiB together before one member, global headers over 1 MiB in all,
+    and sparse members of every kind, before tarfile reads them.
 
     tarfile reads extended headers whole into memory, and a crafted archive could declare
-    gigabytes. It also expands sparse members (GNU type ``'S'`` and PAX ``GNU.sparse.*``
+    gigabytes; it handles a chain of them by recursion (3,000 raised a RecursionError), and
+    keeps the records of global headers for the rest of the archive. It also expands sparse
+    members (GNU type ``'S'`` and PAX ``GNU.sparse.*``
     records): a header of a few bytes declares holes of any size, read back as zeros (an
     85-byte upload put 1 GiB on a disk), and their maps are read into memory. A workspace dump
     holds no sparse member (neither the service nor the emulator writes them), so they are
@@ -400,15 +471,36 @@ class _BoundedTarInfo(tarfile.TarInfo):
     def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
         if self.type == tarfile.GNUTYPE_SPARSE:
             _refuse_sparse(self.name, "GNU type 'S'")
-        if (
-            self.type
-            in (*tarfile.GNU_TYPES, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
-            and self.size > _MAX_HEADER_BYTES
-        ):
-            raise UnsafeArchiveError(
-                f"archive has an extended header of {self.size:,} bytes (over "
-                f"{_MAX_HEADER_BYTES:,}); refusing to read it"
-            )
+        reader = cast("_BoundedTarFile", tarfile_)
+        if self.type in _EXTENDED_HEADERS:
+            if self.size > _MAX_HEADER_BYTES:
+                raise UnsafeArchiveError(
+                    f"archive has an extended header of {self.size:,} bytes (over "
+                    f"{_MAX_HEADER_BYTES:,}) at offset {self.offset:,}; refusing to read it"
+                )
+            reader.chain += 1
+            reader.chain_bytes += self.size
+            if reader.chain > _MAX_HEADER_CHAIN:
+                raise UnsafeArchiveError(
+                    f"archive has more than {_MAX_HEADER_CHAIN} extended headers in a row at "
+                    f"offset {self.offset:,}; refusing to read them"
+                )
+            if reader.chain_bytes > _MAX_HEADER_BYTES:
+                raise UnsafeArchiveError(
+                    f"archive has {reader.chain_bytes:,} bytes of extended headers in a row "
+                    f"(over {_MAX_HEADER_BYTES:,}) at offset {self.offset:,}; refusing to read "
+                    "them"
+                )
+            if self.type == tarfile.XGLTYPE:
+                reader.global_bytes += self.size
+                if reader.global_bytes > _MAX_HEADER_BYTES:
+                    raise UnsafeArchiveError(
+                        f"archive has {reader.global_bytes:,} bytes of global headers (over "
+                        f"{_MAX_HEADER_BYTES:,}) at offset {self.offset:,}; refusing to read "
+                        "them"
+                    )
+        else:
+            reader.chain = reader.chain_bytes = 0
         result: tarfile.TarInfo = super()._proc_member(tarfile_)  # type: ignore[misc]
         return result
 
@@ -500,7 +592,7 @@ class _MemberReader(io.RawIOBase):
     def read(self, size: int = -1) -> bytes:
         try:
             data = self._raw.read(size)
-        except _CORRUPT as exc:
+        except _UNREADABLE as exc:
             raise _not_valid(exc) from exc
         self._expansion.add(len(data), self._name)
         return data
@@ -570,13 +662,13 @@ def iter_archive_files(
         gz: IO[bytes] = _igzip_file(fileobj=counted, mode="rb")
         stack.callback(gz.close)
         try:
-            tar = tarfile.open(  # noqa: SIM115 - closed by the exit stack
+            tar = _BoundedTarFile.open(  # closed by the exit stack
                 fileobj=gz,
                 mode="r|",
                 tarinfo=_BoundedTarInfo,
                 bufsize=_TAR_READ_BUFFER,
             )
-        except _CORRUPT as exc:
+        except _UNREADABLE as exc:
             raise _not_valid(exc) from exc
         stack.callback(tar.close)
         if counted.count == 0:
@@ -592,7 +684,7 @@ def iter_archive_files(
                 if not chunk:
                     break
                 left -= len(chunk)
-        except _CORRUPT as exc:
+        except _UNREADABLE as exc:
             raise _not_valid(exc) from exc
         yield from links.finish()
 
@@ -678,7 +770,7 @@ def _iter_members(
     while True:
         try:
             info = tar.next()
-        except _CORRUPT as exc:
+        except _UNREADABLE as exc:
             raise _not_valid(exc) from exc
         _forget_members(tar)
         if info is None:
@@ -1004,17 +1096,18 @@ class Extracted:
     skipped_links: dict[str, str]
 
 
-def _warn_skipped(what: str, skipped: Mapping[str, str]) -> None:
+def _warn_skipped(what: str, skipped: Mapping[str, str], outside: str = "the workspace") -> None:
     """One warning line on the ``workflows`` logger listing the links left out (20 at most)."""
     if not skipped:
         return
     shown = ", ".join(f"{name!r} -> {target!r}" for name, target in list(skipped.items())[:20])
     more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
     log.warning(
-        "%s: left out %d symlink%s leading outside the workspace: %s%s",
+        "%s: left out %d symlink%s leading outside %s: %s%s",
         what,
         len(skipped),
         "" if len(skipped) == 1 else "s",
+        outside,
         shown,
         more,
     )
@@ -1031,9 +1124,10 @@ class Destination:
     """Where a dump goes, checked and made ready before the download (see
     :func:`prepare_destination`).
 
-    ``staging`` is a temporary folder (extraction) or file (a kept ``.tar.gz``) beside the
-    destination; ``made`` lists the parent folders made for it, removed again by
-    :meth:`discard` when the dump fails, so a refused dump leaves the disk as it was.
+    ``real`` is the destination's own entry (its parent resolved, its name never followed);
+    ``staging`` is a temporary folder (extraction) or file (a kept ``.tar.gz``) beside it;
+    ``made`` lists the parent folders made for it, removed again by :meth:`discard` when the
+    dump fails, so a refused dump leaves the disk as it was.
     """
 
     path: str
@@ -1098,6 +1192,31 @@ class Destination:
         return result
 
 
+def _entry_path(path: str) -> str:
+    """The destination's own entry: its parent folder resolved (symlinks on the way followed),
+    its last name kept as is, so that a symlink there is replaced or refused, never followed.
+
+    A path whose last part is ``.`` or ``..`` names a folder reached through its parent, so it
+    is resolved whole (it cannot be a link of its own).
+    """
+    trimmed = path.rstrip(os.sep) or path  # "out/" names the entry "out" too; "/" stays
+    head, tail = os.path.split(trimmed)
+    if tail in ("", os.curdir, os.pardir):
+        return os.path.realpath(trimmed)
+    return os.path.join(os.path.realpath(head or os.curdir), tail)
+
+
+def _symlink_destination(shown: str, entry: str) -> str:
+    try:
+        target = f" (to {os.readlink(entry)!r})"
+    except OSError:  # pragma: no cover - removed meanwhile
+        target = ""
+    return (
+        f"cannot extract into {shown}: it is a symlink{target}; extracting would write outside "
+        "the path named. Name the folder itself, or remove the link"
+    )
+
+
 def prepare_destination(dest: str | os.PathLike[str], *, keep_archive: bool = False) -> Destination:
     """Check where a dump will go, by making it ready, before anything is downloaded.
 
@@ -1107,16 +1226,26 @@ def prepare_destination(dest: str | os.PathLike[str], *, keep_archive: bool = Fa
     virtual file system such as ``/proc``, a name too long) raises :class:`InvalidInputError`
     naming the path, with nothing left behind. An existing destination must be a folder (or,
     with ``keep_archive``, must not be one).
+
+    Symlinks on the way to the destination are followed, as by any tool; the destination's own
+    entry never is (see :func:`_entry_path`). A kept ``.tar.gz`` replaces a symlink of that
+    name, as it replaces a file: the link's target (a ``~/.bashrc`` planted behind
+    ``shared/ws.tar.gz``) is never written, nor a dangling link's target created. A folder
+    destination that is a symlink is refused, naming the link and its target: extracting into
+    the target would write outside the path named, and replacing the link would drop whatever
+    its owner meant by it; name the folder itself instead.
     """
     path = os.fspath(dest)
     shown = shown_path(path)
-    real = os.path.realpath(path)
+    real = _entry_path(path)
     try:
-        st = os.stat(real)
+        st = os.lstat(real)
     except (FileNotFoundError, NotADirectoryError):  # a file on the way is named below
         st = None
     except OSError as exc:
         raise _destination_error(shown, "write to", exc) from exc
+    if st is not None and not keep_archive and stat.S_ISLNK(st.st_mode):
+        raise InvalidInputError(_symlink_destination(shown, real))
     if st is not None and stat.S_ISDIR(st.st_mode) == keep_archive:
         raise InvalidInputError(
             f"cannot write to {shown}: it is a folder; name a file to save the archive in"
@@ -1241,8 +1370,12 @@ def _extract_into(
         ) from exc
     try:
         if not os.path.lexists(dest_path):
-            os.rename(root, dest_path)
+            os.rename(root, dest_path)  # a link made meanwhile is not replaced: ENOTDIR
         else:
+            if os.path.islink(dest_path):  # made since prepare_destination checked
+                raise InvalidInputError(
+                    _symlink_destination(destination.shown, dest_path) + "; nothing was written"
+                )
             _plan_merge(root, dest_path)
             _merge(root, dest_path)
     except OSError as exc:
@@ -1299,24 +1432,28 @@ def read_snapshot(
     *,
     limits: ArchiveLimits = ArchiveLimits(),
     workspace_links: bool = False,
+    skip_links_outside: bool | None = None,
+    what: str = "dump",
 ) -> Snapshot:
     """Read the tar.gz ``src`` (a file object or a path) into a :class:`Snapshot`.
 
     Every check of :func:`iter_archive_files` applies. Regular files (and hard-link copies)
     become entries, symlinks go to :attr:`Snapshot.links` with their targets as stored; the
     root and folders are not kept. With ``workspace_links=True`` (a dump), links to ``/data``
-    or below are inside, and links leading outside are left out with a warning and listed in
+    or below are inside. With ``skip_links_outside`` (default: ``workspace_links``), links
+    leading outside are left out with one warning (naming ``what``) and listed in
     :attr:`Snapshot.skipped_links` instead of failing the read. Contents go to one anonymous
     temporary file, so memory stays flat; close the snapshot (or use it in a ``with``) to free
     it.
     """
+    skip = workspace_links if skip_links_outside is None else skip_links_outside
     writer = _SnapshotWriter()
     try:
         for name, info, reader in iter_archive_files(
             src,
             limits=limits,
             workspace_links=workspace_links,
-            on_skipped_link=writer.skip_link if workspace_links else None,
+            on_skipped_link=writer.skip_link if skip else None,
         ):
             if reader is not None:
                 writer.add(name, reader, mode=_file_mode(info))
@@ -1328,6 +1465,8 @@ def read_snapshot(
     except BaseException:
         writer.abort()
         raise
-    if workspace_links:
-        _warn_skipped("dump", snapshot.skipped_links)
+    if skip:
+        _warn_skipped(
+            what, snapshot.skipped_links, "the workspace" if workspace_links else "the archive"
+        )
     return snapshot
