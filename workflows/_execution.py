@@ -172,7 +172,12 @@ def logs_flow(sandbox_id: str, name: str, cursor: int) -> Flow[tuple[str, str, i
 def artifacts_flow(
     sandbox_id: str, name: str, limits: ArchiveLimits, progress: bool | None
 ) -> Flow[Snapshot]:
-    """Export the execution's working directory and read it as a Snapshot."""
+    """Export the execution's working directory and read it as a Snapshot.
+
+    Links inside the exported folder are kept (``Snapshot.links``); links leading outside it,
+    ``/data/...`` included (the script's folder is not the workspace), are left out with one
+    warning and listed in ``Snapshot.skipped_links``.
+    """
     from klavis_sandbox_client.models import ExportArtifactsRequest
 
     with tempfile.TemporaryFile() as tmp:
@@ -190,7 +195,14 @@ def artifacts_flow(
             except TransferError as exc:
                 if fresh or exc.status_code != 403:
                     raise
-        snapshot: Snapshot = yield Blocking(read_snapshot, (tmp,), {"limits": limits})
+        # The script ran in its own working directory, not in /data: a link to /data/... leads
+        # into the workspace, outside the artifacts, like one to /usr/bin/python3 (a venv the
+        # script made). Such links are left out with a warning, never failing the export.
+        snapshot: Snapshot = yield Blocking(
+            read_snapshot,
+            (tmp,),
+            {"limits": limits, "skip_links_outside": True, "what": f"export_artifacts of {name!r}"},
+        )
         return snapshot
 
 
@@ -276,7 +288,14 @@ class Execution(_ExecutionBase):
             idle += 1
 
     def export_artifacts(self) -> Snapshot:
-        """The files the script left in its working directory, as a Snapshot."""
+        """The files the script left in its working directory, as a Snapshot.
+
+        Links inside that folder are kept in ``snapshot.links``; links leading outside it (a
+        venv's ``bin/python -> /usr/bin/python3``, or ``/data/...``: the script's folder is
+        not the workspace) are left out with a warning and listed in
+        ``snapshot.skipped_links``. The download is bounded like :meth:`LocalSandbox.dump`'s
+        without ``timeout=``.
+        """
         return self._api.run(self._artifacts())
 
 
@@ -322,5 +341,5 @@ class AsyncExecution(_ExecutionBase):
             idle += 1
 
     async def export_artifacts(self) -> Snapshot:
-        """The files the script left in its working directory, as a Snapshot."""
+        """The files the script left in its working directory; see Execution.export_artifacts."""
         return await self._api.run(self._artifacts())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import textwrap
 from pathlib import Path
 
@@ -38,6 +39,40 @@ def test_execute_streams_logs_and_exports(face: Face, conn: dict[str, str]) -> N
         assert artifacts["artifact.txt"] == b"made in the working directory"
         assert artifacts["helper.txt"] == b"extra"
         assert sb.dump()["from_script.txt"] == b"persisted in the workspace"
+
+
+LINKS = textwrap.dedent(
+    """
+    import os, pathlib, sys
+    pathlib.Path("out.txt").write_text("x")
+    pathlib.Path("venv/bin").mkdir(parents=True)
+    os.symlink(sys.executable, "venv/bin/python")  # what a venv made by the script holds
+    os.symlink("python", "venv/bin/python3")  # through one that leads out
+    os.symlink("out.txt", "rel")  # inside
+    os.symlink("../out.txt", "venv/up")  # inside
+    os.symlink("/data/a.txt", "ws")  # the workspace, not the script's folder
+    """
+)
+
+
+def test_export_artifacts_keeps_links_inside_and_skips_the_rest(
+    face: Face, conn: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # one venv made by a script once made every export raise UnsafeArchiveError
+    with face.acquire(["filesystem"], **conn) as sb:
+        sb.seed({"a.txt": "A"})
+        run = sb.execute(LINKS, name="links")
+        assert run.wait(timeout=60) == "completed"
+        with caplog.at_level(logging.WARNING, logger="workflows"):
+            artifacts = run.export_artifacts()
+    assert dict(artifacts) == {"main.py": LINKS.encode(), "out.txt": b"x"}
+    assert dict(artifacts.links) == {"rel": "out.txt", "venv/up": "../out.txt"}
+    assert sorted(artifacts.skipped_links) == ["venv/bin/python", "venv/bin/python3", "ws"]
+    assert artifacts.skipped_links["ws"] == "/data/a.txt"
+    assert artifacts.skipped_links["venv/bin/python3"] == "python"
+    warnings = [r for r in caplog.records if "left out" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "export_artifacts of 'links': left out 3 symlinks" in warnings[0].getMessage()
 
 
 def test_failing_script_and_path_main(face: Face, conn: dict[str, str], tmp_path: Path) -> None:
