@@ -10,6 +10,8 @@ and every ``GET`` gets the behaviour set last:
   gzip, or an "endless" gzip-looking body), with or without a (possibly lying) length;
 * :meth:`HostileStorage.trickle`: a body sent one byte at a time, paced by the server's own
   timer;
+* :meth:`HostileStorage.paced`: a body sent in pieces at a steady pace (a slow but working
+  link);
 * :meth:`HostileStorage.stall`: the headers and a head, then nothing until
   :meth:`HostileStorage.end_pauses` (or a time limit).
 
@@ -186,6 +188,17 @@ class HostileStorage:
         def chunks() -> Iterator[tuple[bytes, float]]:
             for i in range(len(data)):
                 yield data[i : i + 1], interval if i else 0.0
+
+        self._set(_Behaviour(chunks, None))
+
+    def paced(self, data: bytes, *, piece: int, interval: float) -> None:
+        """Answer ``data`` (no length) ``piece`` bytes every ``interval`` seconds."""
+        if piece <= 0:
+            raise ValueError("piece must be positive")
+
+        def chunks() -> Iterator[tuple[bytes, float]]:
+            for start in range(0, len(data), piece):
+                yield data[start : start + piece], interval if start else 0.0
 
         self._set(_Behaviour(chunks, None))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,13 +40,16 @@ from workflows import (
     Snapshot,
     UnsafeArchiveError,
 )
-from workflows._errors import TransferTimeoutError
+from workflows._archive import read_snapshot
+from workflows._errors import TransferError, TransferTimeoutError
 
 from .crafted import (
     Member,
     file,
     hardlink,
+    header_chain,
     long_name,
+    pax_global_header,
     pax_sparse_file,
     sparse_file,
     tar_gz,
@@ -333,13 +337,91 @@ def test_a_trickle_is_cut_at_the_timeout_of_the_whole_transfer(face: Face, hosti
     hostile.assert_nothing_leaked()
 
 
-def test_the_sandbox_timeout_bounds_a_trickling_dump(face: Face, hostile: World) -> None:
-    # the issue's form: the timeout given when acquiring, then a plain dump()
-    hostile.storage.trickle(GZIP_HEAD + b"\x00" * 400, interval=0.25)
+@pytest.mark.parametrize("how", ["dump", "dump_to"])
+def test_a_trickle_without_a_timeout_is_ended_as_too_slow(
+    face: Face, hostile: World, how: str
+) -> None:
+    # the issue's form: the timeout given when acquiring, then a plain dump(): no deadline for
+    # the whole transfer, but under 64 KiB within a window of the sandbox's timeout ends it
+    hostile.storage.trickle(GZIP_HEAD + b"\x00" * 4000, interval=0.25)
     with hostile.acquire(face, timeout=2) as sandbox:
-        _raised(sandbox.dump, TransferTimeoutError, "timeout=2")
+        action = sandbox.dump if how == "dump" else (lambda: sandbox.dump_to(hostile.dest))
+        _raised(action, TransferTimeoutError, "fewer than 65,536 bytes in 2 s")
     assert hostile.storage.wait_idle()
+    assert hostile.storage.bytes_sent < 4000  # it hung up long before the end
+    assert not hostile.dest.exists()
     hostile.assert_nothing_leaked()
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["folder", "tar.gz"])
+def test_a_slow_but_working_download_has_no_deadline_without_timeout(
+    face: Face, hostile: World, keep: bool
+) -> None:
+    # a steady 512 KiB/s for longer than the sandbox's timeout: a 60 s whole-transfer default
+    # once failed every workspace that took over a minute to download, whatever its speed
+    payload = os.urandom(1536 * 1024)  # incompressible: the archive is about as big
+    archive = tar_gz([file("big.bin", payload)])
+    hostile.storage.paced(archive, piece=128 * 1024, interval=0.25)  # ~2.75 s in all
+    dest = hostile.dest.with_name("dest.tar.gz") if keep else hostile.dest
+    with hostile.acquire(face, timeout=2) as sandbox:
+        assert sandbox.dump_to(dest) == dest
+        hostile.storage.reset()
+        hostile.storage.paced(archive, piece=128 * 1024, interval=0.25)
+        snapshot = sandbox.dump()
+    assert snapshot["big.bin"] == payload
+    if keep:
+        assert dest.read_bytes() == archive
+        dest.unlink()
+    else:
+        assert (dest / "big.bin").read_bytes() == payload
+    hostile.assert_nothing_leaked()
+
+
+class _Clock:
+    """A clock for the download guard that moves only when told (no sleeping, no timing)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _guard(timeout: float | None, clock: _Clock) -> Any:
+    from workflows._api import _DownloadGuard
+
+    guard = _DownloadGuard("http://store/x?sig=secret", timeout, None, window=60.0, clock=clock)
+    guard.start(httpx.Response(200))
+    return guard
+
+
+def test_the_low_speed_guard_ends_a_trickle_and_never_a_slow_working_download() -> None:
+    clock = _Clock()
+    # 64 KiB every 59 s, for an hour: slow, but it works, and there is no deadline in all
+    working = _guard(None, clock)
+    working.feed(GZIP_HEAD)
+    for _ in range(61):
+        clock.now += 59
+        working.feed(b"\0" * 64 * 1024)
+    assert working.written == len(GZIP_HEAD) + 61 * 64 * 1024
+    # one byte every 2 s: ended once a window of 60 s received fewer than 64 KiB
+    trickle = _guard(None, clock)
+    trickle.feed(GZIP_HEAD)
+    with pytest.raises(TransferTimeoutError, match="fewer than 65,536 bytes in 60 s") as info:
+        for _ in range(100):
+            clock.now += 2
+            trickle.feed(b"\0")
+    assert info.value.timeout == 60.0
+    assert trickle.written == len(GZIP_HEAD) + 29  # the 30th byte, at 60 s, ended it
+    assert "secret" not in str(info.value)
+    # with timeout=, the deadline is what counts, whatever the speed
+    fast = _guard(5.0, clock)
+    fast.feed(GZIP_HEAD)
+    clock.now += 4.9
+    fast.feed(b"\0" * 2**20)
+    clock.now += 0.2
+    with pytest.raises(TransferTimeoutError, match="timeout=5"):
+        fast.feed(b"\0" * 2**20)
 
 
 def test_a_stalled_body_is_cut_at_the_timeout(face: Face, hostile: World) -> None:
@@ -348,6 +430,56 @@ def test_a_stalled_body_is_cut_at_the_timeout(face: Face, hostile: World) -> Non
         _raised(lambda: sandbox.dump(timeout=1), TransferTimeoutError, "timeout=1")
     hostile.storage.end_pauses()
     assert hostile.storage.wait_idle()
+    hostile.assert_nothing_leaked()
+
+
+def test_a_stall_without_a_timeout_ends_at_the_per_read_timeout(face: Face, hostile: World) -> None:
+    # no deadline for the whole transfer, but no read waits longer than the sandbox's timeout
+    # (an ordinary read timeout, retried like any; one attempt here)
+    hostile.storage.stall(GZIP_HEAD, seconds=120)
+    with hostile.acquire(face, timeout=1) as sandbox:
+        _raised(lambda: sandbox.dump_to(hostile.dest), TransferError, "ReadTimeout")
+    hostile.storage.end_pauses()
+    assert hostile.storage.wait_idle()
+    assert not hostile.dest.exists()
+    hostile.assert_nothing_leaked()
+
+
+# --------------------------------------------------------------------------- header chains (3)
+
+
+CHAINS = {
+    "x-3000": lambda: [*header_chain(3000, tarfile.XHDTYPE), file("a.txt", "x")],
+    "g-3000": lambda: [*header_chain(3000, tarfile.XGLTYPE), file("a.txt", "x")],
+    "L-3000": lambda: [*header_chain(3000, tarfile.GNUTYPE_LONGNAME), file("a.txt", "x")],
+    "global-3x1000KiB": lambda: [
+        member
+        for i in range(3)
+        for member in (pax_global_header(1000 * 1024, first_key=i * 10**6), file(f"f{i}"))
+    ],
+}
+
+
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+@pytest.mark.parametrize("how", ["dump_to", "dump", "tar.gz"])
+def test_header_chains_and_global_headers_are_refused(hostile: World, chain: str, how: str) -> None:
+    # 3,000 headers in a row (24 KB) raised a raw RecursionError; 20 global headers of 1 MiB
+    # grew the client by 278 MiB
+    archive = tar_gz([file("before.txt", "ok"), *CHAINS[chain]()], compresslevel=9)
+    assert len(archive) < 5 * MiB
+    hostile.storage.body(archive)
+    with hostile.acquire() as sandbox:
+        if how == "dump":
+            action: Callable[[], object] = sandbox.dump
+        elif how == "dump_to":
+            action = lambda: sandbox.dump_to(hostile.dest)  # noqa: E731
+        else:  # a kept archive is saved as downloaded: reading it is what must fail cleanly
+            kept = hostile.tmp / "kept.tar.gz"
+            sandbox.dump_to(kept)
+            action = lambda: read_snapshot(kept)  # noqa: E731
+        fragment = "global headers" if chain.startswith("global") else "in a row"
+        _raised(action, UnsafeArchiveError, fragment)
+    assert not hostile.dest.exists()
     hostile.assert_nothing_leaked()
 
 
@@ -509,6 +641,47 @@ def test_dump_to_a_name_too_long_is_refused(
     face: Face, hostile: World, name: str, fragment: str
 ) -> None:
     _destination_refused(hostile, face, hostile.tmp / name, InvalidInputError, fragment)
+
+
+def test_dump_to_a_tar_gz_replaces_a_symlink_and_never_writes_through_it(
+    face: Face, hostile: World
+) -> None:
+    # a shared folder where someone planted ws.tar.gz -> ~/.bashrc, and a dangling link
+    victim = hostile.sentinel / "home"
+    victim.mkdir()
+    (victim / ".bashrc").write_text("original\n")
+    shared = hostile.tmp / "shared"
+    shared.mkdir()
+    (shared / "ws.tar.gz").symlink_to(victim / ".bashrc")
+    (shared / "dangling.tgz").symlink_to(victim / "planted.tar.gz")
+    archive = tar_gz([file("a.txt", "A")])
+    hostile.storage.body(archive)
+    with hostile.acquire(face) as sandbox:
+        for name in ("ws.tar.gz", "dangling.tgz"):
+            assert sandbox.dump_to(shared / name) == shared / name
+            assert not (shared / name).is_symlink(), name
+            assert (shared / name).read_bytes() == archive
+    assert (victim / ".bashrc").read_text() == "original\n"
+    assert sorted(os.listdir(victim)) == [".bashrc"]
+    assert sorted(os.listdir(shared)) == ["dangling.tgz", "ws.tar.gz"]
+    victim.joinpath(".bashrc").unlink()
+    victim.rmdir()
+    hostile.assert_nothing_leaked()
+
+
+@pytest.mark.parametrize("dangling", [False, True], ids=["to-a-folder", "dangling"])
+def test_dump_to_a_folder_that_is_a_symlink_is_refused_before_downloading(
+    face: Face, hostile: World, dangling: bool
+) -> None:
+    # extracting into the link's target would write outside the path named
+    elsewhere = hostile.tmp / "elsewhere"
+    if not dangling:
+        elsewhere.mkdir()
+    link = hostile.tmp / "ws"
+    link.symlink_to(elsewhere)
+    _destination_refused(hostile, face, link, InvalidInputError, "is a symlink")
+    assert link.is_symlink()
+    assert list(elsewhere.iterdir()) == [] if not dangling else not elsewhere.exists()
 
 
 def test_a_member_too_deep_for_the_destination_is_refused(hostile: World) -> None:

@@ -82,12 +82,26 @@ _GZIP_MAGIC = b"\x1f\x8b\x08"
 _ERROR_BODY_BYTES = 4096
 
 
+# The low-speed guard of a download without ``timeout=`` (as curl's CURLOPT_LOW_SPEED_LIMIT and
+# CURLOPT_LOW_SPEED_TIME): fewer than this many bytes within a window of the settings' timeout
+# ends it. 64 KiB a minute is far below any working link, far above a trickle.
+LOW_SPEED_BYTES = 64 * 1024
+
+
 class _DownloadGuard:
     """What every download checks, once for both drivers (no I/O of its own).
 
-    * The whole transfer ends at a deadline ``timeout`` seconds after it began, retries
-      included: a store sending one byte every 2 s passed every per-read timeout and kept
-      ``dump()`` running past 45 s with a timeout of 5 (:class:`TransferTimeoutError`).
+    * With ``timeout`` (a number: the caller's ``timeout=``), the whole transfer ends at a
+      deadline ``timeout`` seconds after it began, retries included
+      (:class:`TransferTimeoutError`).
+    * Without it (None), there is no deadline for the whole transfer, so a big workspace on a
+      slow but working link always finishes, but a low-speed guard ends a download that
+      received fewer than :data:`LOW_SPEED_BYTES` within any window of ``window`` seconds
+      (the settings' timeout: 60 s by default) with :class:`TransferTimeoutError`: a store
+      sending one byte every 2 s passed every per-read timeout and once kept ``dump()``
+      running past 45 s with a timeout of 5. Windows start when the answer's headers arrive,
+      and each new one when the last ended; each read also waits at most the settings'
+      timeout (a stall), an ordinary read timeout that is retried.
     * The body must start like gzip (:data:`_GZIP_MAGIC`).
     * At most ``max_bytes`` are accepted (a declared ``Content-Length`` over it is refused
       before reading; a body without one is stopped when it reaches it): the derivation of the
@@ -95,47 +109,76 @@ class _DownloadGuard:
     * The body is taken as sent: ``Accept-Encoding: identity`` is asked and a
       ``Content-Encoding`` refused, since decoding one (gzip, br, zstd) in httpx would expand
       each read in memory without any bound.
+
+    ``clock`` (seconds, monotonic) is there for tests.
     """
 
-    def __init__(self, url: str, timeout: float, max_bytes: int | None) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float | None,
+        max_bytes: int | None,
+        *,
+        window: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.url = url
         self.shown = redact_url(url)
         self.timeout = timeout
+        self.window = window
         self.max_bytes = max_bytes
-        self.deadline = time.monotonic() + timeout
+        self._clock = clock
+        self.deadline = None if timeout is None else clock() + timeout
         self.clamped = False
         self.written = 0
         self._head = b""
+        self._window_start = clock()
+        self._window_bytes = 0
 
     def timed_out(self) -> TransferTimeoutError:
+        assert self.timeout is not None
         return TransferTimeoutError(
             f"download from {self.shown} did not finish within timeout={self.timeout:g} s (it "
-            "bounds the whole transfer; pass a larger timeout= for a big workspace)",
+            "bounds the whole transfer; pass a larger timeout=, or none, for a big workspace)",
             timeout=self.timeout,
         )
 
-    def remaining(self) -> float:
-        """Seconds left; :class:`TransferTimeoutError` once none are."""
-        left = self.deadline - time.monotonic()
+    def too_slow(self) -> TransferTimeoutError:
+        return TransferTimeoutError(
+            f"download from {self.shown} received fewer than {LOW_SPEED_BYTES:,} bytes in "
+            f"{self.window:g} s (the settings' timeout) after {self.written:,} bytes; stopped "
+            "as too slow (pass timeout= to bound the whole transfer instead)",
+            timeout=self.window,
+        )
+
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline (None: there is none);
+        :class:`TransferTimeoutError` once none are."""
+        if self.deadline is None:
+            return None
+        left = self.deadline - self._clock()
         if left <= 0:
             raise self.timed_out()
         return left
 
     def request_timeout(self, per_read: float) -> httpx.Timeout:
-        """The timeout of one attempt's request: no single wait may pass the deadline.
+        """The timeout of one attempt's request, fixed when the attempt starts: each wait at
+        most ``per_read``, or the time left before the deadline then, if less.
 
         When it is the deadline that limits it (``clamped``), an httpx timeout means the
         deadline passed; otherwise it is an ordinary read timeout, which is retried.
         """
         left = self.remaining()
-        self.clamped = left <= per_read
-        each = min(per_read, left)
+        self.clamped = left is not None and left <= per_read
+        each = per_read if left is None else min(per_read, left)
         return httpx.Timeout(each, connect=min(each, 15.0))
 
     def start(self, response: httpx.Response) -> None:
         """Check the answer's headers before reading its body."""
         self.written = 0
         self._head = b""
+        self._window_start = self._clock()
+        self._window_bytes = 0
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             raise TransferError(
@@ -150,10 +193,24 @@ class _DownloadGuard:
                 "(ArchiveLimits.archive_bytes_cap); refused before reading it"
             )
 
+    def arrived(self, n: int) -> None:
+        """``n`` more bytes arrived (of the body, or of an error answer): end the transfer past
+        its deadline, or when too slow."""
+        now = self._clock()
+        if self.deadline is not None:
+            if now > self.deadline:
+                raise self.timed_out()
+            return
+        self._window_bytes += n
+        if now - self._window_start >= self.window:
+            if self._window_bytes < LOW_SPEED_BYTES:
+                raise self.too_slow()
+            self._window_start = now
+            self._window_bytes = 0
+
     def feed(self, chunk: bytes) -> None:
         """Check the next bytes of the body (before they are written anywhere)."""
-        if time.monotonic() > self.deadline:
-            raise self.timed_out()
+        self.arrived(len(chunk))
         if len(self._head) < len(_GZIP_MAGIC):
             self._head = (self._head + chunk[: len(_GZIP_MAGIC)])[: len(_GZIP_MAGIC)]
             if not _GZIP_MAGIC.startswith(self._head):
@@ -172,8 +229,10 @@ class _DownloadGuard:
 
     def transport_error(self, exc: httpx.TransportError) -> TransferError:
         """Our error for an httpx failure of one attempt."""
-        if isinstance(exc, httpx.TimeoutException) and (
-            self.clamped or time.monotonic() >= self.deadline
+        if (
+            isinstance(exc, httpx.TimeoutException)
+            and self.deadline is not None
+            and (self.clamped or self._clock() >= self.deadline)
         ):
             return self.timed_out()
         return _transfer_connection_error("download from", self.url, exc)
@@ -330,11 +389,15 @@ class SyncApi(_ApiBase):
     ) -> int:
         """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start.
 
-        ``timeout`` (default: the settings') bounds the whole transfer, retries included; each
-        read waits at most the settings' timeout and never past that deadline, which is checked
-        after every read (see :class:`_DownloadGuard` for the other checks).
+        ``timeout``, when given, bounds the whole transfer, retries included. Without it there
+        is no such deadline, but a download that receives fewer than 64 KiB within any window
+        of the settings' timeout is ended (see :class:`_DownloadGuard`, which also has the
+        other checks). Each read waits at most the settings' timeout, or, when the deadline
+        was nearer as the attempt started, the time left then: this wait is fixed per attempt,
+        and the deadline is checked after every read, so one read may end a little past it.
+        Both end with :class:`TransferTimeoutError`.
         """
-        guard = _DownloadGuard(url, timeout or self.settings.timeout, max_bytes)
+        guard = _DownloadGuard(url, timeout, max_bytes, window=self.settings.timeout)
         for attempt in self._retrying(retry_backoff):
             with attempt:
                 sink.seek(0)
@@ -348,7 +411,7 @@ class SyncApi(_ApiBase):
                             body = b""
                             for chunk in response.iter_raw():
                                 body += chunk
-                                guard.remaining()  # an endless error page ends at the deadline
+                                guard.arrived(len(chunk))  # a trickling error page ends too
                                 if len(body) >= _ERROR_BODY_BYTES:
                                     break
                             raise _transfer_error("download from", url, response, body)
@@ -477,21 +540,24 @@ class AsyncApi(_ApiBase):
     ) -> int:
         """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start.
 
-        ``timeout`` (default: the settings') bounds the whole transfer, retries included: each
-        attempt is cancelled when the deadline comes (see :class:`_DownloadGuard`).
+        ``timeout``, when given, bounds the whole transfer, retries included: each attempt is
+        cancelled when the deadline comes. Without it, the low-speed guard of
+        :class:`_DownloadGuard` applies, and each read waits at most the settings' timeout.
         """
-        guard = _DownloadGuard(url, timeout or self.settings.timeout, max_bytes)
+        guard = _DownloadGuard(url, timeout, max_bytes, window=self.settings.timeout)
         async for attempt in self._retrying(retry_backoff):
             with attempt:
                 sink.seek(0)
                 sink.truncate()
                 request_timeout = guard.request_timeout(self.settings.timeout)
+                left = guard.remaining()  # None: no deadline, only reads and low speed bound it
                 try:
                     await asyncio.wait_for(
-                        self._download_once(guard, sink, progress, request_timeout),
-                        guard.remaining(),
+                        self._download_once(guard, sink, progress, request_timeout), left
                     )
                 except asyncio.TimeoutError:
+                    if guard.deadline is None:  # pragma: no cover - wait_for(None) never times out
+                        raise
                     raise guard.timed_out() from None
                 except httpx.TransportError as exc:
                     raise guard.transport_error(exc) from exc
@@ -514,6 +580,7 @@ class AsyncApi(_ApiBase):
                 body = b""
                 async for chunk in response.aiter_raw():
                     body += chunk
+                    guard.arrived(len(chunk))  # a trickling error page ends too
                     if len(body) >= _ERROR_BODY_BYTES:
                         break
                 raise _transfer_error("download from", url, response, body)

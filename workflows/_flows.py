@@ -96,9 +96,12 @@ class Upload:
 class Download:
     """GET a signed URL (a tar.gz) into ``sink``.
 
-    The driver refuses a body that does not start like gzip, stops at ``max_bytes`` (None: no
-    cap), and ends the whole transfer, retries included, after ``timeout`` seconds (None: the
-    settings' timeout) with :class:`~workflows.TransferTimeoutError`.
+    The driver refuses a body that does not start like gzip and stops at ``max_bytes`` (None:
+    no cap). With ``timeout`` (seconds) the whole transfer, retries included, ends after it;
+    with None there is no deadline for the whole transfer, but a download that receives fewer
+    than 64 KiB within any window of the settings' timeout (60 s by default) is ended as too
+    slow, and each read waits at most the settings' timeout. Both end with
+    :class:`~workflows.TransferTimeoutError` (see ``workflows._api._DownloadGuard``).
     """
 
     url: str
@@ -290,7 +293,8 @@ def dump_to_target(path: object) -> ArchiveTarget:
 
 
 def check_timeout(timeout: object) -> float | None:
-    """A transfer's ``timeout=`` argument: None (the settings') or a positive number of seconds."""
+    """A transfer's ``timeout=`` argument: None (no deadline for the whole transfer, see
+    :class:`Download`) or a positive number of seconds."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:

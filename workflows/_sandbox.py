@@ -197,9 +197,13 @@ class LocalSandbox(SandboxBase):
         The archive is streamed to disk and checked member by member (no absolute paths,
         ``..``, devices, sparse files; caps from ``limits``); memory stays flat. Links into the
         sandbox's ``/data`` are kept in ``snapshot.links``; links leading outside the workspace
-        are left out with a warning and listed in ``snapshot.skipped_links``. ``timeout``
-        (default: the sandbox's) bounds the whole download: past it,
-        :class:`~workflows.TransferTimeoutError`.
+        are left out with a warning and listed in ``snapshot.skipped_links``.
+
+        ``timeout`` (seconds), when given, bounds the whole download, retries included: past
+        it, :class:`~workflows.TransferTimeoutError`. Without it, a big workspace may take as
+        long as it needs, but a download that receives fewer than 64 KiB within any window of
+        the sandbox's timeout (60 s by default) is ended as too slow (the same error), and each
+        read waits at most that timeout.
 
         >>> snap = sb.dump()  # doctest: +SKIP
         >>> snap["hello.txt"]  # doctest: +SKIP
@@ -223,7 +227,14 @@ class LocalSandbox(SandboxBase):
         downloaded; a folder is filled only once the whole archive passed the safety checks, a
         ``.tar.gz`` file appears atomically, and a failure leaves the disk as it was. Links into
         ``/data`` are written as relative links; links leading outside are left out with a
-        warning. ``timeout`` is :meth:`dump`'s. Returns the path written.
+        warning.
+
+        Symlinks on the way to ``path`` are followed; ``path`` itself never is: a ``.tar.gz``
+        replaces a symlink of that name (its target is never written), and a folder ``path``
+        that is a symlink is refused with :class:`~workflows.InvalidInputError` (extracting
+        would write outside the path named: name the folder itself). ``timeout`` is
+        :meth:`dump`'s: without it there is no deadline for the whole download, only the
+        low-speed guard. Returns the path written.
         """
         target = dump_to_target(path)
         seconds = check_timeout(timeout)
