@@ -80,9 +80,7 @@ class SandboxBase:
         """The MCP Streamable HTTP URL of one of the sandbox's servers."""
         url = self._info.server(server_name).mcp_server_url
         if not url:
-            raise InvalidInputError(
-                f"the {server_name!r} server has no MCP URL yet; try refresh()"
-            )
+            raise InvalidInputError(f"the {server_name!r} server has no MCP URL yet; try refresh()")
         return url
 
     def __repr__(self) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import secrets
 import sys
@@ -27,6 +28,17 @@ from ._recipes import ReleaseResult, bulk_acquire, bulk_release, round_trip_dump
 from ._sandbox import LocalSandbox, list_sandboxes
 
 __all__ = ["main"]
+
+
+def _seconds(text: str) -> float:
+    """argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    return value
 
 
 def _info_json(info: SandboxInfo) -> dict[str, Any]:
@@ -120,7 +132,7 @@ def _cmd_seed(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_dump(args: argparse.Namespace, out: TextIO) -> int:
     check_destination(args.output, what="dump -o")  # before anything is sent
     sb = LocalSandbox.attach(args.id, base_url=args.base_url, progress=args.progress)
-    path = sb.dump_to(args.output)
+    path = sb.dump_to(args.output, timeout=args.timeout)
     out.write(f"dumped {sb.id} to {path}\n")
     return 0
 
@@ -260,6 +272,14 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--no-gitignore", action="store_true", help="do not read .gitignore")
         else:
             p.add_argument("-o", "--output", required=True, help="a folder, or a .tar.gz file")
+            p.add_argument(
+                "--timeout",
+                type=_seconds,
+                default=None,
+                metavar="SECONDS",
+                help="give up if the whole download takes longer (default: no limit, but a "
+                "download that stalls is ended)",
+            )
         p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
         p.set_defaults(run=run)
 

@@ -26,8 +26,10 @@ DEFAULT_BASE_URL = "https://api.klavis.ai"
 API_KEY_ENV = "KLAVIS_API_KEY"
 BASE_URL_ENV = "KLAVIS_BASE_URL"
 DEFAULT_TIMEOUT = 60.0
-"""Seconds to wait for an API call; a download (``dump``, ``dump_to``) must finish within it as a
-whole, unless given its own ``timeout=``; an upload uses it per chunk."""
+"""Seconds each API call, and each read of a transfer, may wait. A download (``dump``,
+``dump_to``, ``export_artifacts``) has no deadline as a whole unless given ``timeout=``, but is
+ended (:class:`~workflows.TransferTimeoutError`) when it receives fewer than 64 KiB within any
+window of this many seconds; an upload uses it per chunk."""
 
 
 class ApiKey:

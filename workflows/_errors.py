@@ -189,10 +189,10 @@ class TransferError(KlavisError):
 
 
 class TransferTimeoutError(TransferError):
-    """A download from a signed URL did not finish within ``timeout`` seconds.
-
-    The timeout bounds the whole transfer (every read and every retry), not each read, so a
-    store that trickles bytes cannot hold the call for ever. Never retried: the time is spent.
+    """A download from a signed URL did not finish within the ``timeout=`` given (which bounds
+    the whole transfer, retries included), or, without one, received fewer than 64 KiB within a
+    window of the settings' timeout: a store that trickles bytes cannot hold the call for ever.
+    ``timeout`` is that bound or that window. Never retried: the time is spent.
     """
 
     def __init__(self, message: str, *, timeout: float) -> None:
