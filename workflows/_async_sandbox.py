@@ -19,7 +19,7 @@ from ._api import AsyncApi
 from ._archive import ArchiveLimits
 from ._base import SandboxBase
 from ._collect import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
-from ._common import check_id, disown, ledger_of, own
+from ._common import disown, ledger_of, own
 from ._config import ApiKey, resolve_settings
 from ._execution import AsyncExecution, check_execution_name, execution_files, start_flow
 from ._flows import (
@@ -44,7 +44,7 @@ from ._mcp import (
     async_list_tools,
     open_session,
 )
-from ._models import SandboxInfo, check_acquire
+from ._models import SandboxInfo, check_acquire, check_sandbox_id
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
 
@@ -194,7 +194,7 @@ class AsyncLocalSandbox(SandboxBase):
             async with AsyncLocalSandbox.attach(sandbox_id) as sb:
                 snap = await sb.dump()
         """
-        check_id(local_sandbox_id)
+        check_sandbox_id(local_sandbox_id)
         settings = resolve_settings(api_key, base_url, timeout=timeout)
 
         async def make() -> AsyncLocalSandbox:

@@ -15,14 +15,13 @@ from . import _reconcile, _registry
 from ._config import Settings
 from ._errors import ApiError, InvalidInputError
 from ._ledger import Ledger, default_ledger
-from ._models import SandboxInfo, check_sandbox_id, sandbox_info_from_dict
+from ._models import SandboxInfo, sandbox_info_from_dict
 from ._snapshot import Snapshot
 
 __all__ = [
     "ArchiveTarget",
     "RoundTripReport",
     "body_dict",
-    "check_id",
     "disown",
     "ledger_of",
     "own",
@@ -134,10 +133,6 @@ def compare_round_trip(seeded: Mapping[str, bytes], snapshot: Snapshot) -> Round
     return RoundTripReport(
         missing=diff.removed, changed=diff.modified, extra=diff.added, snapshot=snapshot
     )
-
-
-def check_id(sandbox_id: object) -> None:
-    check_sandbox_id(sandbox_id)
 
 
 def ledger_of(ledger: Ledger | bool) -> Ledger | None:

@@ -14,7 +14,7 @@ from ._api import SyncApi, sync_api_for
 from ._archive import ArchiveLimits
 from ._base import SandboxBase
 from ._collect import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
-from ._common import check_id, disown, ledger_of, own
+from ._common import disown, ledger_of, own
 from ._config import ApiKey, resolve_settings
 from ._execution import Execution, check_execution_name, execution_files, start_flow
 from ._flows import (
@@ -32,7 +32,7 @@ from ._flows import (
 )
 from ._ledger import Ledger
 from ._mcp import DEFAULT_MCP_TIMEOUT, ToolInfo, ToolResult, call_tool, list_tools, open_session
-from ._models import SandboxInfo, check_acquire
+from ._models import SandboxInfo, check_acquire, check_sandbox_id
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
 
@@ -138,7 +138,7 @@ class LocalSandbox(SandboxBase):
 
         Raises NotFoundError if it does not exist, was released, or belongs to another key.
         """
-        check_id(local_sandbox_id)
+        check_sandbox_id(local_sandbox_id)
         api = sync_api_for(resolve_settings(api_key, base_url, timeout=timeout))
         info = api.run(get_flow(local_sandbox_id))
         return cls(api, info, owned=False, ledger=None, progress=progress, limits=limits)
