@@ -13,12 +13,14 @@ The startup-policy cases (a ``bwrap`` that always fails, the opt-outs) bring the
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import venv
 from collections.abc import Iterator
@@ -187,6 +189,122 @@ def test_a_run_cannot_reach_the_network(attacker: Executions, listener: socket.s
     assert "BLOCKED" in logs, logs
     assert "CONNECTED" not in logs
     assert not _accepted(listener)
+
+
+# ---------------------------------------------------------------------- the install step
+
+# An in-tree PEP 517 build backend: importing it (pip does, to build the project) POSTs the
+# emulator's clock forward from inside the run's install step, which has the network (PyPI),
+# hence the host's loopback, where the control routes answer without a control token. It
+# also leaves a file in the sandbox's workspace, so the build is seen even where the POST
+# would not get through.
+HOSTILE_BACKEND = """
+import json, os, urllib.request
+open(os.path.join(os.environ["AGENT_WORKSPACE"], "BUILT"), "w").write("built")
+try:
+    urllib.request.urlopen(urllib.request.Request(
+        "http://127.0.0.1:%s/_emulator/clock/advance" % open("/execution/port.txt").read(),
+        data=json.dumps({"seconds": 999999}).encode(),
+        headers={"Content-Type": "application/json"}, method="POST"), timeout=10).read()
+except Exception as exc:
+    print("CONTROL-ERR", exc)
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+def prepare_metadata_for_build_wheel(*args, **kwargs):
+    raise SystemExit("built")
+build_wheel = prepare_metadata_for_build_wheel
+"""
+HOSTILE_PYPROJECT = """[build-system]
+requires = []
+build-backend = "backend"
+backend-path = ["."]
+[project]
+name = "evil"
+version = "0"
+"""
+
+
+def _hostile_sdist() -> bytes:
+    """``evil-0.tar.gz``: the same hostile project as a source archive."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, text in (("pyproject.toml", HOSTILE_PYPROJECT), ("backend.py", HOSTILE_BACKEND)):
+            data = text.encode()
+            info = tarfile.TarInfo(f"evil-0/{name}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("requirements", "refused"),
+    [
+        ("./evil\n", "line 1 ('./evil')"),
+        ("evil/\n", "line 1 ('evil/')"),
+        ("-e ./evil\n", "line 1 ('-e ./evil')"),
+        ("--edit ./evil\n", "line 1 ('--edit ./evil')"),  # optparse takes abbreviations
+        ("-e./evil\n", "line 1 ('-e./evil')"),
+        ("evil @ file:///execution/evil\n", "line 1"),
+        ("git+file:///execution/evil\n", "line 1"),
+        ("./evil-0.tar.gz\n", "line 1 ('./evil-0.tar.gz')"),
+        ("evil-0.tar.gz\n", "line 1 ('evil-0.tar.gz')"),
+        ("--only-binary :none:\n./evil-0.tar.gz\n", "line 2 ('./evil-0.tar.gz')"),
+        ("--no-binary :all:\nevil\n", "line 1 ('--no-binary :all:')"),
+        ("# wheels only\n\\\n./ev\\\nil\n", "line 2 ('./evil')"),
+        ("-r more.txt\n", "line 1 ('-r more.txt')"),
+        ("-c more.txt\n./evil\n", "line 1 ('-c more.txt')"),
+        ("evil --config-settings=x=y\n", "line 1"),
+        ("${HOME}/../execution/evil\n", "line 1"),
+    ],
+)
+def test_requirements_cannot_run_a_build_that_reaches_the_control_routes(
+    confined_server: EmulatorServer, attacker: Executions, requirements: str, refused: str
+) -> None:
+    port = confined_server.base_url.rsplit(":", 1)[1]
+    clock = confined_server.state.clock
+    offset = getattr(clock, "offset")  # noqa: B009 - the server's OffsetClock
+    sandbox_id = attacker.acquire()
+    files = {
+        "main.py": "print('main ran')",
+        "requirements.txt": requirements,
+        "more.txt": "./evil\n",
+        "port.txt": port,
+        "evil/pyproject.toml": HOSTILE_PYPROJECT,
+        "evil/backend.py": HOSTILE_BACKEND,
+        "evil-0.tar.gz": _hostile_sdist(),
+    }
+    assert attacker.run(sandbox_id, "build", files) == "failed"
+    logs = attacker.logs(sandbox_id, "build")["logs"]
+    assert f"[emulator] requirements.txt {refused}" in logs, logs
+    assert "is refused" in logs
+    assert "wheels only" in logs
+    assert "main ran" not in logs
+    assert "CONTROL" not in logs
+    assert getattr(clock, "offset") == offset  # noqa: B009 - the clock did not move
+    workspace = confined_server.state.workspace_path(sandbox_id)
+    assert not (workspace / "BUILT").exists()
+
+
+def test_the_archives_own_pip_or_venv_package_is_never_run(
+    confined_server: EmulatorServer, attacker: Executions
+) -> None:
+    """``python -m pip`` / ``-m venv`` with the archive as the working directory used to
+    import the archive's ``pip/`` (confined, with the network) and ``venv/`` (unconfined, as
+    the emulator's user)."""
+    sandbox_id = attacker.acquire()
+    hijack = "import os; print('HIJACKED', os.getcwd())\n"
+    files = {
+        "main.py": "print('main ran')",
+        "requirements.txt": "--no-index\n",
+        "pip/__init__.py": "",
+        "pip/__main__.py": hijack,
+        "venv/__init__.py": "",
+        "venv/__main__.py": hijack,
+    }
+    assert attacker.run(sandbox_id, "hijack", files) == "completed"
+    logs = attacker.logs(sandbox_id, "hijack")["logs"]
+    assert "HIJACKED" not in logs, logs
+    assert "main ran" in logs
 
 
 # ---------------------------------------------------------------------- the startup policy
