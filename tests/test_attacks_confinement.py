@@ -264,7 +264,7 @@ def test_requirements_cannot_run_a_build_that_reaches_the_control_routes(
     clock = confined_server.state.clock
     offset = getattr(clock, "offset")  # noqa: B009 - the server's OffsetClock
     sandbox_id = attacker.acquire()
-    files = {
+    files: dict[str, bytes | str] = {
         "main.py": "print('main ran')",
         "requirements.txt": requirements,
         "more.txt": "./evil\n",

@@ -16,6 +16,7 @@ import pytest
 
 from klavis_emulator import ArchiveLimits, EmulatorServer, tenant_for_token
 from klavis_emulator._bwrap import decide_confinement
+from klavis_emulator._executions import RequirementsRefused, check_requirements
 from tests.conftest import Executions
 
 WAIT_FOR_GO = """
@@ -165,6 +166,132 @@ def test_failing_requirements_fail_the_run_without_running_main(executions: Exec
     logs = executions.logs(sandbox_id, "badreqs")["logs"]
     assert "pip failed" in logs
     assert "main ran" not in logs
+
+
+def test_a_name_is_installed_from_a_wheel_folder_in_the_archive(executions: Executions) -> None:
+    """The way to vendor packages: wheels in a folder of the archive, found by name."""
+    sandbox_id = executions.acquire()
+    files: dict[str, bytes | str] = {
+        "main.py": "import tinypkg\nprint('value', tinypkg.VALUE)",
+        "requirements.txt": (
+            "# vendored\n--no-index --find-links ./wheels\n"
+            'tinypkg==0.1 ; python_version >= "3"  # pinned\n'
+        ),
+        "wheels/tinypkg-0.1-py3-none-any.whl": _tiny_wheel(),
+    }
+    assert executions.run(sandbox_id, "wheeldir", files) == "completed"
+    logs = executions.logs(sandbox_id, "wheeldir")["logs"]
+    assert "(wheels only)" in logs
+    assert "Successfully installed tinypkg-0.1" in logs
+    assert "value 42" in logs
+
+
+def test_a_source_only_requirement_fails_with_one_line_saying_what_to_do(
+    executions: Executions,
+) -> None:
+    """Refused before pip runs, in both modes (confined or not, the same rule)."""
+    sandbox_id = executions.acquire()
+    files = {
+        "main.py": "print('main ran')",
+        "requirements.txt": "./project\n",
+        "project/setup.py": "raise SystemExit('setup.py ran')\n",
+    }
+    assert executions.run(sandbox_id, "sdist", files) == "failed"
+    logs = executions.logs(sandbox_id, "sdist")["logs"]
+    emulator_lines = [line for line in logs.splitlines() if line.startswith("[emulator]")]
+    refusal = [line for line in emulator_lines if "requirements.txt line 1" in line]
+    assert len(refusal) == 1, logs
+    assert "('./project') is refused" in refusal[0]
+    assert "put the .whl in the archive and list its path" in refusal[0]
+    assert "main.py was not run" in refusal[0]
+    assert "setup.py ran" not in logs
+    assert "main ran" not in logs
+
+
+WORKDIR_FILES = {"w/a-1.0-py3-none-any.whl": "", "wheels/b-1-py3-none-any.whl": ""}
+
+
+@pytest.mark.parametrize(
+    ("text", "checked"),
+    [
+        ("", ""),
+        ("# only a comment\n\n", ""),
+        ("requests\n", "requests\n"),
+        ("Requests[socks,security] >= 2.0, < 3\n", "Requests[socks,security] >= 2.0, < 3\n"),
+        ('attrs==23.1 ; python_version < "3.12"\n', 'attrs==23.1 ; python_version < "3.12"\n'),
+        (
+            "a==1 --hash=sha256:00ff --hash sha256:ab\n",
+            "a==1 --hash=sha256:00ff --hash=sha256:ab\n",
+        ),
+        ("./w/a-1.0-py3-none-any.whl\n", "/X/w/a-1.0-py3-none-any.whl\n"),
+        ("w/../w/a-1.0-py3-none-any.whl\n", "/X/w/a-1.0-py3-none-any.whl\n"),
+        ("https://h.example/a-1-py3-none-any.whl\n", "https://h.example/a-1-py3-none-any.whl\n"),
+        ("-i https://pypi.org/simple\n", "--index-url=https://pypi.org/simple\n"),
+        ("-ihttps://i.example/simple\n", "--index-url=https://i.example/simple\n"),
+        ("--extra-index-url=http://127.0.0.1:9/s\n", "--extra-index-url=http://127.0.0.1:9/s\n"),
+        ("--no-index -f wheels\nb\n", "--no-index\n--find-links=/X/wheels\nb\n"),
+        ("--find-links .\n", "--find-links=/X\n"),
+        ("--trusted-host h.example:8080\n", "--trusted-host=h.example:8080\n"),
+        (
+            "--pre\n--prefer-binary\n--require-hashes\n",
+            "--pre\n--prefer-binary\n--require-hashes\n",
+        ),
+        ("--only-binary :none:\n--only-binary=:all:\nx\n", "x\n"),
+        ("a \\\n  ==1\n", "a ==1\n"),
+        ("\ufeffa\n", "a\n"),
+    ],
+)
+def test_checked_requirements(tmp_path: Path, text: str, checked: str) -> None:
+    for name in WORKDIR_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    assert check_requirements(text.encode(), tmp_path, "/X") == checked
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("./w\n", "a local folder, a source archive"),
+        ("w/\n", "a local folder, a source archive"),
+        ("pkg.tar.gz\n", "a source archive"),
+        ("pkg-1.zip\n", "a source archive"),
+        ("name @ https://h.example/x.whl\n", "a local folder, a source archive"),
+        ("git+https://h.example/r.git\n", "a local folder, a source archive"),
+        ("https://h.example/x.tar.gz\n", "a local folder, a source archive"),
+        ("file:///x.whl\n", "not a file inside the archive"),
+        ("../outside-1-py3-none-any.whl\n", "not a file inside the archive"),
+        ("missing-1-py3-none-any.whl\n", "not a file inside the archive"),
+        ("-e .\n", "an editable install"),
+        ("--editable=.\n", "an editable install"),
+        ("--edit .\n", "'--edit' is not accepted"),
+        ("--no-binary=:all:\n", "--no-binary asks pip to build"),
+        ("-r other.txt\n", "nested requirement and constraint files"),
+        ("--constraint c.txt\n", "nested requirement and constraint files"),
+        ("a --config-settings=k=v\n", "build options"),
+        ("a -C k=v\n", "build options"),
+        ("a --global-option=--x\n", "build options"),
+        ("a --pre\n", "only --hash may follow a requirement"),
+        ("--hash=sha256:ab\n", "--hash must follow a requirement"),
+        ("${HOME}\n", "${VARIABLES} are not expanded"),
+        ("--index-url file:///x\n", "--index-url takes an http(s) URL"),
+        ("--index-url 'https://x'\n", "--index-url takes an http(s) URL"),
+        ("--find-links ../..\n", "--find-links takes an http(s) URL or a folder"),
+        ("--use-feature=x\n", "'--use-feature' is not accepted"),
+        ("-i\n", "-i needs a value"),
+    ],
+)
+def test_refused_requirements(tmp_path: Path, text: str, reason: str) -> None:
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "setup.py").write_text("")
+    with pytest.raises(RequirementsRefused, match="is refused") as refused:
+        check_requirements(text.encode(), tmp_path, "/X")
+    assert reason in str(refused.value)
+    assert "requirements.txt line 1" in str(refused.value)
+
+
+def test_requirements_that_are_not_utf8_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(RequirementsRefused, match="not UTF-8"):
+        check_requirements("a\n".encode("utf-16"), tmp_path, "/X")
 
 
 def test_a_finished_execution_can_run_again(executions: Executions) -> None:
