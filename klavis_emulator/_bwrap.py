@@ -28,8 +28,10 @@ installed, confinement that does not work is a :class:`ConfinementError` when th
 starts (never a warning repeated in every execution log); where ``bwrap`` is not installed
 at all, the emulator runs unconfined and says so once (so the library's embedded emulator
 and ``scripts/demo`` work on machines without bubblewrap). ``KLAVIS_EMULATOR_CONFINE=1``
-requires confinement even there. ``KLAVIS_EMULATOR_MCP_CONFINE``, the older name, is read
-when the new one is not set.
+requires confinement even there. An unconfined execution (and a confined one given the
+network with ``--allow-network``) can do whatever the emulator's user can, including calling
+the control routes, which answer loopback clients when no ``--control-token`` is set.
+``KLAVIS_EMULATOR_MCP_CONFINE``, the older name, is read when the new one is not set.
 
 Rejected alternatives: keeping a probe per consumer (two probes drifted apart, which is the
 bug above); warning and going on unconfined when bwrap fails (nobody reads a line in every
@@ -85,7 +87,8 @@ _MERGED_DIRS: Final[tuple[str, ...]] = ("bin", "sbin", "lib", "lib32", "lib64", 
 _PROBE_TIMEOUT: Final = 30.0
 _TURN_OFF_HINT: Final = (
     "To run unconfined on purpose (executions and MCP servers then run as the emulator's "
-    "user, with its network and files), start the emulator with --no-confine, pass "
+    "user, with its network and files, and can call the loopback control routes unless "
+    "the emulator has a --control-token), start the emulator with --no-confine, pass "
     f"confine_executions=False, or set {CONFINE_ENV}=0."
 )
 

@@ -169,6 +169,14 @@ class ControlAccessMiddleware:
     (401 without it, 403 with another value; compared in constant time), from any address.
     Without one, only loopback clients (127.0.0.0/8, ::1) are answered and others get 403:
     tests and a local emulator keep working as before, a reachable one is not open to all.
+
+    "Loopback" means every process of this machine that can reach its loopback, which is
+    why an execution's own code must not be one: a confined ``main.py`` has no network, and
+    the networked requirements install runs none of the archive's code (wheels only, see
+    :mod:`klavis_emulator._executions`; pip's own ``GET``s of the control routes only read).
+    Unconfined executions and ``--allow-network`` are opt-outs: their ``main.py`` can do
+    whatever the emulator's user can, calling these routes included, unless a control token
+    is set, which closes them to every client that does not send it.
     """
 
     def __init__(self, app: ASGIApp, token: str | None) -> None:

@@ -196,6 +196,53 @@ def test_a_control_token_is_required_even_from_loopback(
         _release_all(http, token)
 
 
+# main.py of a run with the network: POST the clock 7 s forward (less than a sandbox's TTL)
+# on the emulator's loopback port (``PORT = <n>`` is put before it), without a control token.
+CLOCK_MOVER = """
+import json, urllib.error, urllib.request
+request = urllib.request.Request(
+    f"http://127.0.0.1:{PORT}/_emulator/clock/advance", data=json.dumps({"seconds": 7}).encode(),
+    headers={"Content-Type": "application/json"}, method="POST")
+try:
+    print("STATUS", urllib.request.urlopen(request, timeout=10).status)
+except urllib.error.HTTPError as exc:
+    print("STATUS", exc.code)
+"""
+
+
+@pytest.mark.parametrize("with_token", [False, True])
+def test_a_run_with_the_network_reaches_the_control_routes_unless_a_token_is_set(
+    tmp_path: Path, with_token: bool
+) -> None:
+    """``allow_network`` (and an unconfined emulator) is an opt-out: ``main.py`` can do what
+    the emulator's user can, loopback control routes included; a control token closes them."""
+    from tests.conftest import Executions
+
+    secret = f"control-{uuid.uuid4().hex}" if with_token else None
+    with EmulatorServer(
+        data_dir=tmp_path / "data", allow_network=True, control_token=secret
+    ) as server:
+        key = f"net-{uuid.uuid4().hex}"
+        with httpx.Client(
+            base_url=server.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        ) as http:
+            runs = Executions(server, http, key)
+            sandbox_id = runs.acquire()
+            port = urlsplit(server.base_url).port
+            offset = getattr(server.state.clock, "offset")  # noqa: B009 - an OffsetClock
+            main = f"PORT = {port}\n{CLOCK_MOVER}"
+            assert runs.run(sandbox_id, "clock", {"main.py": main}) == "completed"
+            logs = runs.logs(sandbox_id, "clock")["logs"]
+            moved = getattr(server.state.clock, "offset") - offset  # noqa: B009
+            if with_token:
+                assert "STATUS 401" in logs, logs
+                assert moved == 0
+            else:
+                assert "STATUS 200" in logs, logs
+                assert moved == 7
+            _release_all(http, key)
+
+
 @pytest.mark.parametrize("secret", ["", "two words", "tab\there", "new\nline", "clé"])
 def test_a_control_token_that_cannot_be_sent_is_refused_at_start(
     tmp_path: Path, secret: str
