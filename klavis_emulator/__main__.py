@@ -210,6 +210,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Executions and MCP servers: NOT confined ({confinement.reason})", flush=True)
     if args.control_token:
         print("Control routes (/_emulator/...): need the control token", flush=True)
+    elif not confinement.enabled or args.allow_network:
+        print(
+            "Control routes (/_emulator/...): loopback clients only, which includes executions' "
+            "main.py (unconfined or --allow-network): set --control-token to close them",
+            flush=True,
+        )
     else:
         print("Control routes (/_emulator/...): loopback clients only", flush=True)
     config = uvicorn.Config(app, log_level=args.log_level, lifespan="on")
