@@ -21,14 +21,9 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks._rss_child import _status_kib
+
 _MIB = 1024 * 1024
-
-
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def main(argv: list[str]) -> int:
