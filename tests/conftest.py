@@ -14,6 +14,8 @@ import pytest
 
 from klavis_emulator import EmulatorServer, tenant_for_token
 
+from .helpers import Face, LoopThread
+
 MakeTarGz = Callable[[Mapping[str, bytes | str]], bytes]
 
 
@@ -171,3 +173,16 @@ def read_tar_gz(archive: bytes) -> dict[str, bytes | None]:
 def executions(emulator: EmulatorServer, client: httpx.Client, token: str) -> Executions:
     """Execution helpers on the session emulator, as this test's tenant."""
     return Executions(emulator, client, token)
+
+
+@pytest.fixture(scope="session")
+def loop_thread() -> Iterator[LoopThread]:
+    loop = LoopThread()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def face(request: pytest.FixtureRequest, loop_thread: LoopThread) -> Face:
+    """The library under one of its two faces."""
+    return Face(request.param, None if request.param == "sync" else loop_thread)

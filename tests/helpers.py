@@ -1,15 +1,23 @@
-"""Helpers shared by several test modules (imported by them, never by conftest)."""
+"""Helpers shared by test modules and fixtures: test modules import them from here, never from a
+conftest."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
 
 import pytest
+
+import workflows
 
 
 class SilentService:
@@ -71,3 +79,151 @@ def run_cli(
         timeout=120,
         check=False,
     )
+
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An asyncio loop in a daemon thread; ``run(coro)`` waits for the result."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=120)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+class Blocking:
+    """Wraps an async object: coroutine methods become blocking calls, the rest passes through."""
+
+    def __init__(self, loop: LoopThread, target: Any) -> None:
+        self._loop = loop
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if inspect.iscoroutinefunction(attr):
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return self._wrap(self._loop.run(attr(*args, **kwargs)))
+
+            return call
+        return attr
+
+    def _wrap(self, value: Any) -> Any:
+        if isinstance(
+            value,
+            workflows.AsyncLocalSandbox | workflows.AsyncSandboxBatch | workflows.AsyncExecution,
+        ):
+            return Blocking(self._loop, value)
+        return value
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._loop.run(self._target.__aexit__(exc_type, exc, tb))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._target)
+
+    def __len__(self) -> int:
+        return len(self._target)
+
+    def __repr__(self) -> str:
+        return repr(self._target)
+
+    @property
+    def sandboxes(self) -> list[Any]:
+        return [Blocking(self._loop, s) for s in self._target.sandboxes]
+
+
+class Face:
+    """The library's entry points under their sync names, for one face."""
+
+    def __init__(self, name: str, loop: LoopThread | None) -> None:
+        self.name = name
+        self._loop = loop
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        assert self._loop is not None
+        return self._loop.run(coro)
+
+    def acquire(self, *args: Any, **kwargs: Any) -> Any:
+        if self._loop is None:
+            return workflows.LocalSandbox.acquire(*args, **kwargs)
+
+        async def go() -> workflows.AsyncLocalSandbox:
+            return await workflows.AsyncLocalSandbox.acquire(*args, **kwargs)
+
+        return Blocking(self._loop, self._run(go()))
+
+    def attach(self, *args: Any, **kwargs: Any) -> Any:
+        if self._loop is None:
+            return workflows.LocalSandbox.attach(*args, **kwargs)
+
+        async def go() -> workflows.AsyncLocalSandbox:
+            return await workflows.AsyncLocalSandbox.attach(*args, **kwargs)
+
+        return Blocking(self._loop, self._run(go()))
+
+    def _twin(self, name: str) -> Callable[..., Any]:
+        if self._loop is None:
+            fn: Callable[..., Any] = getattr(workflows, name)
+            return fn
+        afn = getattr(workflows, f"async_{name}")
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            args = tuple(a._target if isinstance(a, Blocking) else a for a in args)
+            if "sandbox_ids" in kwargs and kwargs["sandbox_ids"] is not None:
+                kwargs["sandbox_ids"] = [
+                    a._target if isinstance(a, Blocking) else a for a in kwargs["sandbox_ids"]
+                ]
+            if args and isinstance(args[0], list):
+                args = ([a._target if isinstance(a, Blocking) else a for a in args[0]], *args[1:])
+            value = self._run(afn(*args, **kwargs))
+            if isinstance(value, workflows.AsyncSandboxBatch):
+                return Blocking(self._loop, value)  # type: ignore[arg-type]
+            return value
+
+        return call
+
+    def collect(self, iterable: Any) -> list[Any]:
+        """Drain an iterator, or an async iterator on the face's loop."""
+        if self._loop is None:
+            return list(iterable)
+
+        async def drain() -> list[Any]:
+            return [item async for item in iterable]
+
+        return self._run(drain())
+
+    def call(self, method: Callable[..., Any], *args: Any) -> Any:
+        """Call a method of a raw (unwrapped) object of this face."""
+        value = method(*args)
+        return self._run(value) if inspect.iscoroutine(value) else value
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name in {
+            "seed_from_dict",
+            "round_trip_dump",
+            "bulk_acquire",
+            "bulk_release",
+            "list_sandboxes",
+            "reap",
+        }:
+            return self._twin(name)
+        raise AttributeError(name)

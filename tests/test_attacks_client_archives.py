@@ -55,8 +55,8 @@ from .crafted import (
     tar_gz,
     zeros_file,
 )
+from .helpers import Face
 from .hostile_storage import GZIP_HEAD, HostileStorage
-from .library.conftest import Face, LoopThread
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -76,19 +76,6 @@ def hostile_emulator(storage: HostileStorage) -> Iterator[EmulatorServer]:
     """An emulator whose signed URLs lead to the hostile store."""
     with EmulatorServer(public_url=storage.url) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def loop_thread() -> Iterator[LoopThread]:
-    loop = LoopThread()
-    yield loop
-    loop.close()
-
-
-@pytest.fixture(params=["sync", "async"])
-def face(request: pytest.FixtureRequest, loop_thread: LoopThread) -> Face:
-    """The library under one of its two faces."""
-    return Face(request.param, None if request.param == "sync" else loop_thread)
 
 
 @dataclass

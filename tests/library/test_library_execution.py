@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import Face
 from workflows import InvalidInputError, NotFoundError, RequestValidationError
-
-from .conftest import Face
 
 SCRIPT = textwrap.dedent(
     """

@@ -6,8 +6,7 @@ import httpx
 import pytest
 
 from klavis_emulator import EmulatorServer
-
-from .conftest import Face
+from tests.helpers import Face
 
 
 def _faults(url: str, **settings: object) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 import workflows
 from klavis_emulator import EmulatorServer
+from tests.helpers import Face
 from workflows import (
     FileTooLargeError,
     InvalidInputError,
@@ -17,8 +18,6 @@ from workflows import (
     NotFoundError,
     Snapshot,
 )
-
-from .conftest import Face
 
 
 def _listed(emulator_url: str, token: str) -> list[str]:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import Face, LoopThread
 from workflows import NotFoundError
-
-from .conftest import Face, LoopThread
 
 
 def test_tools_change_the_workspace_that_dump_returns(face: Face, conn: dict[str, str]) -> None:

@@ -15,9 +15,8 @@ import pytest
 
 import workflows
 from klavis_emulator import EmulatorServer
+from tests.helpers import Face
 from workflows import ApiKey
-
-from .conftest import Face
 
 
 def _listed(url: str, token: str) -> list[str]:
