@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 import pytest
 
 import workflows
+from klavis_emulator import Confinement
+from klavis_emulator._bwrap import decide_confinement
 
 
 class SilentService:
@@ -50,6 +52,17 @@ class SilentService:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def require_confinement() -> Confinement:
+    """The emulator's confinement decision, or skip the test where it is off: bwrap is not
+    installed, or confinement is turned off on purpose (``KLAVIS_EMULATOR_CONFINE=0``). Where
+    bwrap is installed but cannot confine, ``decide_confinement`` raises and the test fails, as
+    the emulator's startup would."""
+    confinement = decide_confinement()
+    if not confinement.enabled:
+        pytest.skip(confinement.reason)
+    return confinement
 
 
 def isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:

@@ -39,7 +39,7 @@ from klavis_emulator._bwrap import (
     decide_confinement,
 )
 from tests.conftest import Executions
-from tests.helpers import run_cli
+from tests.helpers import require_confinement, run_cli
 
 SECRET = "tenant-a-secret-7f3c"
 
@@ -78,9 +78,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def confined_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
     """A confined emulator of this module's own. Skips only without bwrap or with
     confinement turned off on purpose; fails (ConfinementError) if bwrap cannot confine."""
-    confinement = decide_confinement()
-    if not confinement.enabled:
-        pytest.skip(confinement.reason)
+    require_confinement()
     with EmulatorServer(data_dir=tmp_path_factory.mktemp("confined") / "data") as server:
         assert server.state.run_settings.confinement.enabled
         yield server
@@ -442,7 +440,6 @@ import json, sys
 import httpx
 from klavis_emulator import EmulatorServer
 from tests.conftest import Executions
-from tests.helpers import run_cli
 
 main = "import os, sys; print('prefix', sys.prefix); print('ws', os.environ['AGENT_WORKSPACE'])"
 with EmulatorServer(data_dir=sys.argv[1]) as server, httpx.Client(
@@ -465,9 +462,7 @@ def test_an_interpreter_under_tmp_is_confined(
 ) -> None:
     """The emulator running from a venv in /tmp confines its executions (it once probed
     with /tmp mounted over the venv, failed, and ran every execution unconfined)."""
-    confinement = decide_confinement()
-    if not confinement.enabled:
-        pytest.skip(confinement.reason)
+    require_confinement()
     _clean_env(monkeypatch)
     python = venv_under_tmp / "bin" / "python"
     done = subprocess.run(

@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from klavis_emulator import ArchiveLimits, EmulatorServer, tenant_for_token
-from klavis_emulator._bwrap import decide_confinement
 from klavis_emulator._executions import RequirementsRefused, check_requirements
 from tests.conftest import Executions
+
+from .helpers import require_confinement
 
 WAIT_FOR_GO = """
 import os, pathlib, sys, time
@@ -555,12 +556,8 @@ def test_unconfined_runs_say_so_in_the_log(unconfined: Executions) -> None:
 
 @pytest.fixture
 def needs_confinement() -> None:
-    """Skip where bwrap is not installed, or confinement is turned off on purpose
-    (``KLAVIS_EMULATOR_CONFINE=0``); where bwrap is installed but cannot confine, the test
-    fails: ``decide_confinement`` raises, as the emulator's startup would."""
-    confinement = decide_confinement()
-    if not confinement.enabled:
-        pytest.skip(confinement.reason)
+    """See :func:`tests.helpers.require_confinement`."""
+    require_confinement()
 
 
 @pytest.mark.usefixtures("needs_confinement")
