@@ -43,8 +43,7 @@ from benchmarks._common import (
 )
 from workflows import LocalSandbox
 from workflows._api import sync_api_for
-from workflows._common import dump_target
-from workflows._flows import Call, dump_to_flow
+from workflows._flows import Call, dump_to_flow, dump_to_target
 
 __all__ = ["library_dump", "notebook_dump", "run"]
 
@@ -77,7 +76,7 @@ def library_dump(sandbox: LocalSandbox, download_url: str, dest: Path) -> dict[s
     """``sandbox.dump_to(dest)``'s flow, with ``GET /dump`` answered by ``download_url``;
     returns the seconds spent in each kind of step (``Download``, ``Blocking``: extraction)."""
     api = sync_api_for(sandbox.settings)
-    flow = dump_to_flow(sandbox.id, dump_target(dest), sandbox.limits, False)
+    flow = dump_to_flow(sandbox.id, dump_to_target(dest), sandbox.limits, False)
     spent: dict[str, float] = {}
     value: Any = None
     while True:

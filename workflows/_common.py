@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +12,7 @@ from klavis_sandbox_client.types import Response
 
 from . import _reconcile, _registry
 from ._config import Settings
-from ._errors import ApiError, InvalidInputError
+from ._errors import ApiError
 from ._ledger import Ledger, default_ledger
 from ._models import SandboxInfo, sandbox_info_from_dict
 from ._snapshot import Snapshot
@@ -26,7 +25,6 @@ __all__ = [
     "ledger_of",
     "own",
     "compare_round_trip",
-    "dump_target",
     "info_from",
     "signed_url_from",
 ]
@@ -69,24 +67,6 @@ class ArchiveTarget:
 
     path: Path
     keep_archive: bool
-
-
-def dump_target(path: str | os.PathLike[str]) -> ArchiveTarget:
-    """Decide from the path whether ``dump_to`` saves the archive or extracts it.
-
-    >>> dump_target("out/ws.tar.gz").keep_archive, dump_target("out/ws").keep_archive
-    (True, False)
-    """
-    target = Path(path)
-    name = target.name.lower()
-    keep = name.endswith((".tar.gz", ".tgz"))
-    if keep and target.is_dir():
-        raise InvalidInputError(f"{target} is a folder; name a file to save the archive in")
-    if not keep and target.exists() and not target.is_dir():
-        raise InvalidInputError(
-            f"{target} exists and is not a folder; name a folder, or a .tar.gz file"
-        )
-    return ArchiveTarget(target, keep)
 
 
 @dataclass(frozen=True)
