@@ -42,7 +42,7 @@ from benchmarks._common import (
     run_child,
 )
 from workflows import LocalSandbox
-from workflows._api import sync_api_for
+from workflows._drivers import sync_driver_for
 from workflows._flows import Call, dump_to_flow, dump_to_target
 
 __all__ = ["library_dump", "notebook_dump", "run"]
@@ -75,7 +75,7 @@ class _DumpBody:
 def library_dump(sandbox: LocalSandbox, download_url: str, dest: Path) -> dict[str, float]:
     """``sandbox.dump_to(dest)``'s flow, with ``GET /dump`` answered by ``download_url``;
     returns the seconds spent in each kind of step (``Download``, ``Blocking``: extraction)."""
-    api = sync_api_for(sandbox.settings)
+    api = sync_driver_for(sandbox.settings)
     flow = dump_to_flow(sandbox.id, dump_to_target(dest), sandbox.limits, False)
     spent: dict[str, float] = {}
     value: Any = None
@@ -84,7 +84,7 @@ def library_dump(sandbox: LocalSandbox, download_url: str, dest: Path) -> dict[s
             step = flow.send(value)
         except StopIteration:
             return spent
-        if isinstance(step, Call) and step.op == "dump_workspace":
+        if isinstance(step, Call) and step.name == "dump_workspace":
             value = Response(
                 status_code=HTTPStatus.OK, content=b"", headers={}, parsed=_DumpBody(download_url)
             )

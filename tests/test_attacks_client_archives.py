@@ -375,7 +375,7 @@ class _Clock:
 
 
 def _guard(timeout: float | None, clock: _Clock) -> Any:
-    from workflows._api import _DownloadGuard
+    from workflows._drivers import _DownloadGuard
 
     guard = _DownloadGuard("http://store/x?sig=secret", timeout, None, window=60.0, clock=clock)
     guard.start(httpx.Response(200))

@@ -399,7 +399,7 @@ def test_a_failed_tool_is_a_result_and_raise_for_error_raises(sandbox: Sandbox) 
     assert "no_such_tool" in unknown.text
     assert missing.is_error
     assert "repo_path" in missing.text
-    with pytest.raises(client.McpError) as caught:
+    with pytest.raises(workflows.McpError) as caught:
         missing.raise_for_error()
     assert caught.value.tool == "git_status"
     assert caught.value.result is missing

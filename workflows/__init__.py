@@ -25,10 +25,12 @@ from ._errors import (
     BadRequestError,
     ConfigurationError,
     ConflictError,
+    ExecutionTimeoutError,
     FileTooLargeError,
     InvalidInputError,
     InvalidSeedPathError,
     KlavisError,
+    McpError,
     NotFoundError,
     RateLimitError,
     RequestValidationError,
@@ -37,10 +39,9 @@ from ._errors import (
     TransferTimeoutError,
     UnsafeArchiveError,
 )
-from ._execution import AsyncExecution, Execution, ExecutionTimeoutError
-from ._http import install_log_redaction as _install_log_redaction
+from ._execution import AsyncExecution, Execution
 from ._ledger import Ledger, LedgerEntry, default_ledger
-from ._mcp import McpError, ToolInfo, ToolResult
+from ._mcp import ToolInfo, ToolResult
 from ._models import BENCHMARKS, SERVER_NAMES, SandboxInfo, ServerInfo
 from ._reap import async_reap, held_sandboxes, reap
 from ._recipes import (
@@ -61,6 +62,7 @@ from ._recipes import (
 from ._sandbox import LocalSandbox, list_sandboxes
 from ._server_data import DATA_SERVERS, ServerData
 from ._snapshot import ManifestEntry, Snapshot, SnapshotDiff
+from ._transport import install_log_redaction as _install_log_redaction
 
 __all__ = [
     "API_KEY_ENV",

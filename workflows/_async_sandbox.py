@@ -15,12 +15,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ._api import AsyncApi
 from ._archive import ArchiveLimits
-from ._base import SandboxBase
 from ._collect import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
-from ._common import disown, ledger_of, own
 from ._config import ApiKey, resolve_settings
+from ._drivers import AsyncDriver
 from ._execution import AsyncExecution, check_execution_name, execution_files, start_flow
 from ._flows import (
     acquire_attempt,
@@ -31,9 +29,9 @@ from ._flows import (
     get_flow,
     list_flow,
     release_flow,
+    reset_flow,
     retry_acquire,
-    simple_call,
-    upload_flow,
+    seed_flow,
 )
 from ._ledger import Ledger
 from ._mcp import (
@@ -45,6 +43,8 @@ from ._mcp import (
     open_session,
 )
 from ._models import SandboxInfo, check_acquire, check_sandbox_id
+from ._ownership import disown, ledger_of, own
+from ._sandbox_base import SandboxBase
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
 
@@ -60,7 +60,7 @@ async def async_list_sandboxes(
     *, api_key: str | None = None, base_url: str | None = None, timeout: float | None = None
 ) -> list[SandboxInfo]:
     """Every active sandbox of this API key (async)."""
-    api = AsyncApi(resolve_settings(api_key, base_url, timeout=timeout))
+    api = AsyncDriver(resolve_settings(api_key, base_url, timeout=timeout))
     try:
         return await api.run(list_flow())
     finally:
@@ -103,11 +103,11 @@ class AsyncLocalSandbox(SandboxBase):
 
     def __init__(
         self,
-        api: AsyncApi,
+        api: AsyncDriver,
         info: SandboxInfo,
         *,
         owned: bool,
-        owns_api: bool,
+        owns_driver: bool,
         ledger: Ledger | None = None,
         progress: bool | None = None,
         limits: ArchiveLimits | None = None,
@@ -115,8 +115,8 @@ class AsyncLocalSandbox(SandboxBase):
         super().__init__(
             api.settings, info, owned=owned, ledger=ledger, progress=progress, limits=limits
         )
-        self._api = api
-        self._owns_api = owns_api
+        self._driver = api
+        self._owns_driver = owns_driver
 
     @classmethod
     def acquire(
@@ -132,7 +132,7 @@ class AsyncLocalSandbox(SandboxBase):
         progress: bool | None = None,
         ledger: Ledger | bool = True,
         limits: ArchiveLimits | None = None,
-        api: AsyncApi | None = None,
+        api: AsyncDriver | None = None,
     ) -> _Acquiring:
         """Acquire a sandbox (await it, or ``async with`` it); arguments checked before sending.
 
@@ -152,7 +152,7 @@ class AsyncLocalSandbox(SandboxBase):
         book = ledger_of(ledger)
 
         async def make() -> AsyncLocalSandbox:
-            conn = api or AsyncApi(settings)
+            conn = api or AsyncDriver(settings)
             try:
                 info, attempt = await conn.run_retrying(
                     lambda: acquire_attempt(request, settings, book), on=retry_acquire
@@ -167,7 +167,7 @@ class AsyncLocalSandbox(SandboxBase):
                 conn,
                 info,
                 owned=True,
-                owns_api=api is None,
+                owns_driver=api is None,
                 ledger=book,
                 progress=progress,
                 limits=limits,
@@ -198,19 +198,19 @@ class AsyncLocalSandbox(SandboxBase):
         settings = resolve_settings(api_key, base_url, timeout=timeout)
 
         async def make() -> AsyncLocalSandbox:
-            api = AsyncApi(settings)
+            api = AsyncDriver(settings)
             try:
                 info = await api.run(get_flow(local_sandbox_id))
             except BaseException:
                 await api.aclose()
                 raise
-            return cls(api, info, owned=False, owns_api=True, progress=progress, limits=limits)
+            return cls(api, info, owned=False, owns_driver=True, progress=progress, limits=limits)
 
         return _Acquiring(make)
 
     async def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current details."""
-        self._info = await self._api.run(get_flow(self.id))
+        self._info = await self._driver.run(get_flow(self.id))
         return self._info
 
     # ----------------------------------------------------------------- workspace
@@ -239,14 +239,14 @@ class AsyncLocalSandbox(SandboxBase):
     async def _upload(self, entries: Sequence[SourceFile], progress: bool | None) -> None:
         self._check_live()
         show = self._show(progress)
-        await self._api.run(upload_flow(self.id, entries, show))
+        await self._driver.run(seed_flow(self.id, entries, show))
 
     async def dump(self, *, progress: bool | None = None, timeout: float | None = None) -> Snapshot:
         """Download the workspace as a read-only :class:`Snapshot`; see LocalSandbox.dump."""
         seconds = check_timeout(timeout)
         self._check_live()
         show = self._show(progress)
-        return await self._api.run(dump_flow(self.id, self.limits, show, seconds))
+        return await self._driver.run(dump_flow(self.id, self.limits, show, seconds))
 
     async def dump_to(
         self,
@@ -260,12 +260,12 @@ class AsyncLocalSandbox(SandboxBase):
         seconds = check_timeout(timeout)
         self._check_live()
         show = self._show(progress)
-        return await self._api.run(dump_to_flow(self.id, target, self.limits, show, seconds))
+        return await self._driver.run(dump_to_flow(self.id, target, self.limits, show, seconds))
 
     async def reset(self) -> None:
         """Reset the sandbox and its servers to their initial state."""
         self._check_live()
-        await self._api.run(simple_call("reset_local_sandbox", local_sandbox_id=self.id))
+        await self._driver.run(reset_flow(self.id))
 
     # ----------------------------------------------------------------- MCP servers
     def mcp(
@@ -320,8 +320,8 @@ class AsyncLocalSandbox(SandboxBase):
         run_name = check_execution_name(name)
         self._check_live()
         show = self._show(progress)
-        await self._api.run(start_flow(self.id, run_name, entries, show))
-        return AsyncExecution(self._api, self.id, run_name, limits=self.limits, progress=show)
+        await self._driver.run(start_flow(self.id, run_name, entries, show))
+        return AsyncExecution(self._driver, self.id, run_name, limits=self.limits, progress=show)
 
     async def initialize_server_data(
         self, server: str, data: Mapping[str, Any] | None = None, *, default: bool = False
@@ -330,12 +330,12 @@ class AsyncLocalSandbox(SandboxBase):
         (``default=True`` loads the service's built-in document). Returns the service's message.
         """
         body = self._data_request(server, data)
-        return await self._api.run(initialize_data_flow(self.id, server, body, default=default))
+        return await self._driver.run(initialize_data_flow(self.id, server, body, default=default))
 
     async def dump_server_data(self, server: str) -> ServerData:
         """The current data document of google_cloud, poste_email_toolathlon or canvas."""
         self._data_request(server, None)
-        return await self._api.run(dump_data_flow(self.id, server))
+        return await self._driver.run(dump_data_flow(self.id, server))
 
     # ----------------------------------------------------------------- release
     async def release(self) -> bool:
@@ -350,17 +350,17 @@ class AsyncLocalSandbox(SandboxBase):
     async def _release(self) -> bool:
         if self._released:
             return False
-        result = await self._api.run(release_flow(self.id))
+        result = await self._driver.run(release_flow(self.id))
         self._released = True
         disown(self.id, self.settings, self._ledger)
-        if self._owns_api:
-            await self._api.aclose()
+        if self._owns_driver:
+            await self._driver.aclose()
         return result
 
     async def aclose(self) -> None:
         """Close the connections of a sandbox you do not release (for :meth:`attach`)."""
-        if self._owns_api:
-            await self._api.aclose()
+        if self._owns_driver:
+            await self._driver.aclose()
 
     async def __aenter__(self) -> AsyncLocalSandbox:
         return self

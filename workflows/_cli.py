@@ -78,7 +78,7 @@ def _cmd_acquire(args: argparse.Namespace, out: TextIO) -> int:
         base_url=args.base_url,
     )
     # the sandbox outlives this command: hand it over to the ledger and to `release`
-    from ._registry import forget
+    from ._ownership import forget
 
     forget(sb.id, sb.settings)
     if args.json:

@@ -20,7 +20,9 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
     │   └── ServerError                 5xx
     ├── TransferError               a signed-URL upload or download failed
     │   └── TransferTimeoutError        a download did not finish within its timeout
-    └── AcquireAmbiguousError       an acquire failed in a way that could not be reconciled
+    ├── AcquireAmbiguousError       an acquire failed in a way that could not be reconciled
+    ├── McpError                    an MCP server answered an error, or a tool failed
+    └── ExecutionTimeoutError (TimeoutError)   ``Execution.wait(timeout=...)`` ran out
 
 Messages never contain the API key or a signed URL's query string.
 """
@@ -28,7 +30,10 @@ Messages never contain the API key or a signed URL's query string.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._mcp import ToolResult
 
 __all__ = [
     "AcquireAmbiguousError",
@@ -39,10 +44,12 @@ __all__ = [
     "BadRequestError",
     "ConfigurationError",
     "ConflictError",
+    "ExecutionTimeoutError",
     "FileTooLargeError",
     "InvalidInputError",
     "InvalidSeedPathError",
     "KlavisError",
+    "McpError",
     "NotFoundError",
     "RateLimitError",
     "RequestValidationError",
@@ -206,6 +213,33 @@ class AcquireAmbiguousError(KlavisError):
     Raised only when reconciling (listing the key's sandboxes) also failed; ``cause`` holds the
     original error. Run ``klavis-sandbox reap`` to release anything the ledger still holds.
     """
+
+
+class McpError(KlavisError):
+    """An MCP server answered a request with an error, or a tool reported a failure.
+
+    Attributes:
+        code: the JSON-RPC error code (None for a tool's own failure, see ``result``).
+        tool: the tool called, when there was one.
+        result: the failed :class:`~workflows.ToolResult` (from ``ToolResult.raise_for_error``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int | None = None,
+        tool: str | None = None,
+        result: ToolResult | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.tool = tool
+        self.result = result
+
+
+class ExecutionTimeoutError(KlavisError, TimeoutError):
+    """``wait(timeout=...)`` ran out before the execution finished (it keeps running)."""
 
 
 def _detail_text(body: Any) -> tuple[str, list[tuple[str, str]]]:

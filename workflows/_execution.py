@@ -8,23 +8,21 @@ exports the artifacts the script left in its working directory.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import secrets
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from ._api import AsyncApi, SyncApi
-from ._archive import ArchiveLimits, pack_to_tempfile, read_snapshot
+from ._archive import ArchiveLimits, read_snapshot
 from ._collect import SourceFile, plan_mapping
-from ._common import body_dict, signed_url_from
-from ._errors import ApiError, InvalidInputError, KlavisError, NotFoundError, TransferError
-from ._flows import Blocking, Call, Download, Flow, Upload
-from ._progress import progress_bar
+from ._drivers import AsyncDriver, SyncDriver
+from ._errors import ApiError, ExecutionTimeoutError, InvalidInputError, NotFoundError
+from ._flows import Blocking, Call, Flow, Sleep, download_signed, upload_signed
+from ._models import body_dict
 from ._reconcile import is_ambiguous
 from ._snapshot import Snapshot
 
@@ -32,9 +30,13 @@ __all__ = [
     "TERMINAL_STATUSES",
     "AsyncExecution",
     "Execution",
-    "ExecutionTimeoutError",
+    "LogFollower",
+    "artifacts_flow",
     "check_execution_name",
     "execution_files",
+    "start_flow",
+    "status_flow",
+    "wait_flow",
 ]
 
 TERMINAL_STATUSES = frozenset({"completed", "failed"})
@@ -43,10 +45,6 @@ TERMINAL_STATUSES = frozenset({"completed", "failed"})
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _POLL_MIN, _POLL_MAX = 0.1, 2.0
 _START_ATTEMPTS = 5
-
-
-class ExecutionTimeoutError(KlavisError, TimeoutError):
-    """``wait(timeout=...)`` ran out before the execution finished (it keeps running)."""
 
 
 def check_execution_name(name: str | None) -> str:
@@ -115,27 +113,16 @@ def start_flow(
     sandbox_id: str, name: str, entries: Sequence[SourceFile], progress: bool | None
 ) -> Flow[None]:
     """Upload the execution archive and start it; an ambiguous start is checked, not re-sent."""
+    from klavis_sandbox_client.api.local_sandbox import execute_script, get_execution_upload_url
     from klavis_sandbox_client.models import ExecuteRequest, ExecutionUploadUrlRequest
 
-    kwargs: dict[str, Any] = {"local_sandbox_id": sandbox_id}
-    with progress_bar(total=None, desc="packing", progress=progress) as update:
-        packed: tuple[IO[bytes], int] = yield Blocking(
-            pack_to_tempfile, (entries,), {"progress": update}
-        )
-    archive, size = packed
-    with archive, progress_bar(total=size, desc="uploading", progress=progress) as update:
-        for fresh in (False, True):
-            body = ExecutionUploadUrlRequest(execution_name=name)
-            response = yield Call("get_execution_upload_url", True, {**kwargs, "body": body})
-            try:
-                yield Upload(signed_url_from(response, "upload_url"), archive, size, update)
-                break
-            except TransferError as exc:
-                if fresh or exc.status_code != 403:
-                    raise
+    which: dict[str, Any] = {"local_sandbox_id": sandbox_id}
+    body = ExecutionUploadUrlRequest(execution_name=name)
+    ask = Call(get_execution_upload_url, True, {**which, "body": body})
+    yield from upload_signed(ask, entries, progress)
     for attempt in range(_START_ATTEMPTS):
         try:
-            yield Call("execute_script", False, {**kwargs, "body": ExecuteRequest(name)})
+            yield Call(execute_script, False, {**which, "body": ExecuteRequest(name)})
             return
         except Exception as exc:
             if not is_ambiguous(exc) or attempt == _START_ATTEMPTS - 1:
@@ -149,16 +136,20 @@ def start_flow(
 
 def status_flow(sandbox_id: str, name: str) -> Flow[str]:
     """The execution's status string."""
+    from klavis_sandbox_client.api.local_sandbox import get_execution_status
+
     response = yield Call(
-        "get_execution_status", True, {"local_sandbox_id": sandbox_id, "execution_name": name}
+        get_execution_status, True, {"local_sandbox_id": sandbox_id, "execution_name": name}
     )
     return str(body_dict(response)["status"])
 
 
 def logs_flow(sandbox_id: str, name: str, cursor: int) -> Flow[tuple[str, str, int]]:
     """One poll of the logs: (status, new text, next cursor)."""
+    from klavis_sandbox_client.api.local_sandbox import get_execution_logs
+
     response = yield Call(
-        "get_execution_logs",
+        get_execution_logs,
         True,
         {"local_sandbox_id": sandbox_id, "execution_name": name, "cursor": cursor},
     )
@@ -167,6 +158,55 @@ def logs_flow(sandbox_id: str, name: str, cursor: int) -> Flow[tuple[str, str, i
     if next_cursor < cursor:
         raise ApiError("the log cursor went backwards", status_code=int(response.status_code))
     return str(data["status"]), str(data.get("logs") or ""), next_cursor
+
+
+class LogFollower:
+    """Where a reader of an execution's logs is: the server's byte cursor (so every byte is seen
+    once) and how long the output has been quiet (polls back off up to 2 s)."""
+
+    def __init__(self, sandbox_id: str, name: str, *, follow: bool) -> None:
+        self.sandbox_id = sandbox_id
+        self.name = name
+        self.follow = follow
+        self.cursor = 0
+        self._idle = 0
+
+    def next_text(self) -> Flow[str | None]:
+        """The next piece of output as it arrives; None once no more will come (the execution
+        finished, or, without ``follow``, there is nothing new now)."""
+        while True:
+            status, text, self.cursor = yield from logs_flow(
+                self.sandbox_id, self.name, self.cursor
+            )
+            if text:
+                self._idle = 0
+                return text
+            if status in TERMINAL_STATUSES or not self.follow:
+                return None
+            yield Sleep(next_delay(self._idle))
+            self._idle += 1
+
+
+def wait_flow(
+    sandbox_id: str,
+    name: str,
+    timeout: float | None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> Flow[str]:
+    """Poll the status until the execution finishes (``completed`` or ``failed``), backing off;
+    :class:`~workflows.ExecutionTimeoutError` when ``timeout`` seconds would pass first."""
+    deadline = None if timeout is None else clock() + timeout
+    idle = 0
+    while True:
+        status = yield from status_flow(sandbox_id, name)
+        if status in TERMINAL_STATUSES:
+            return status
+        delay = next_delay(idle)
+        if deadline is not None and clock() + delay > deadline:
+            raise ExecutionTimeoutError(f"execution {name!r} still {status} after {timeout} s")
+        yield Sleep(delay)
+        idle += 1
 
 
 def artifacts_flow(
@@ -178,23 +218,13 @@ def artifacts_flow(
     ``/data/...`` included (the script's folder is not the workspace), are left out with one
     warning and listed in ``Snapshot.skipped_links``.
     """
+    from klavis_sandbox_client.api.local_sandbox import export_artifacts
     from klavis_sandbox_client.models import ExportArtifactsRequest
 
+    body = ExportArtifactsRequest(name)
+    ask = Call(export_artifacts, True, {"local_sandbox_id": sandbox_id, "body": body})
     with tempfile.TemporaryFile() as tmp:
-        for fresh in (False, True):
-            response = yield Call(
-                "export_artifacts",
-                True,
-                {"local_sandbox_id": sandbox_id, "body": ExportArtifactsRequest(name)},
-            )
-            url = signed_url_from(response, "download_url")
-            try:
-                with progress_bar(total=None, desc="downloading", progress=progress) as update:
-                    yield Download(url, tmp, update, max_bytes=limits.archive_bytes_cap())
-                break
-            except TransferError as exc:
-                if fresh or exc.status_code != 403:
-                    raise
+        yield from download_signed(ask, tmp, progress, max_bytes=limits.archive_bytes_cap())
         # The script ran in its own working directory, not in /data: a link to /data/... leads
         # into the workspace, outside the artifacts, like one to /usr/bin/python3 (a venv the
         # script made). Such links are left out with a warning, never failing the export.
@@ -214,14 +244,14 @@ def next_delay(idle_polls: int) -> float:
 class _ExecutionBase:
     def __init__(
         self,
-        api: Any,
+        driver: Any,
         sandbox_id: str,
         name: str,
         *,
         limits: ArchiveLimits,
         progress: bool | None,
     ) -> None:
-        self._api = api
+        self._driver = driver
         self.sandbox_id = sandbox_id
         self.name = name
         self._limits = limits
@@ -245,47 +275,27 @@ class Execution(_ExecutionBase):
     'completed'
     """
 
-    _api: SyncApi
+    _driver: SyncDriver
 
     def status(self) -> str:
         """``pending``, ``running``, ``completed`` or ``failed``."""
-        return self._api.run(status_flow(self.sandbox_id, self.name))
+        return self._driver.run(status_flow(self.sandbox_id, self.name))
 
     def logs(self, *, follow: bool = True) -> Iterator[str]:
         """Yield the output as text as it arrives, until the execution has finished.
 
         With ``follow=False``, yield what is there now and stop.
         """
-        cursor, idle = 0, 0
-        while True:
-            status, text, cursor = self._api.run(logs_flow(self.sandbox_id, self.name, cursor))
-            if text:
-                idle = 0
-                yield text
-                continue
-            if status in TERMINAL_STATUSES or not follow:
-                return
-            time.sleep(next_delay(idle))
-            idle += 1
+        follower = LogFollower(self.sandbox_id, self.name, follow=follow)
+        while (text := self._driver.run(follower.next_text())) is not None:
+            yield text
 
     def wait(self, timeout: float | None = None) -> str:
         """Block until the execution finishes; returns ``completed`` or ``failed``.
 
         Raises ExecutionTimeoutError if ``timeout`` seconds pass first.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        idle = 0
-        while True:
-            status = self.status()
-            if status in TERMINAL_STATUSES:
-                return status
-            delay = next_delay(idle)
-            if deadline is not None and time.monotonic() + delay > deadline:
-                raise ExecutionTimeoutError(
-                    f"execution {self.name!r} still {status} after {timeout} s"
-                )
-            time.sleep(delay)
-            idle += 1
+        return self._driver.run(wait_flow(self.sandbox_id, self.name, timeout))
 
     def export_artifacts(self) -> Snapshot:
         """The files the script left in its working directory, as a Snapshot.
@@ -296,50 +306,28 @@ class Execution(_ExecutionBase):
         ``snapshot.skipped_links``. The download is bounded like :meth:`LocalSandbox.dump`'s
         without ``timeout=``.
         """
-        return self._api.run(self._artifacts())
+        return self._driver.run(self._artifacts())
 
 
 class AsyncExecution(_ExecutionBase):
     """The asyncio twin of :class:`Execution`: ``async for text in run.logs()``."""
 
-    _api: AsyncApi
+    _driver: AsyncDriver
 
     async def status(self) -> str:
         """``pending``, ``running``, ``completed`` or ``failed``."""
-        return await self._api.run(status_flow(self.sandbox_id, self.name))
+        return await self._driver.run(status_flow(self.sandbox_id, self.name))
 
     async def logs(self, *, follow: bool = True) -> AsyncIterator[str]:
         """Yield the output as text as it arrives, until the execution has finished."""
-        cursor, idle = 0, 0
-        while True:
-            status, text, cursor = await self._api.run(
-                logs_flow(self.sandbox_id, self.name, cursor)
-            )
-            if text:
-                idle = 0
-                yield text
-                continue
-            if status in TERMINAL_STATUSES or not follow:
-                return
-            await asyncio.sleep(next_delay(idle))
-            idle += 1
+        follower = LogFollower(self.sandbox_id, self.name, follow=follow)
+        while (text := await self._driver.run(follower.next_text())) is not None:
+            yield text
 
     async def wait(self, timeout: float | None = None) -> str:
         """Wait until the execution finishes; returns ``completed`` or ``failed``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        idle = 0
-        while True:
-            status = await self.status()
-            if status in TERMINAL_STATUSES:
-                return status
-            delay = next_delay(idle)
-            if deadline is not None and time.monotonic() + delay > deadline:
-                raise ExecutionTimeoutError(
-                    f"execution {self.name!r} still {status} after {timeout} s"
-                )
-            await asyncio.sleep(delay)
-            idle += 1
+        return await self._driver.run(wait_flow(self.sandbox_id, self.name, timeout))
 
     async def export_artifacts(self) -> Snapshot:
         """The files the script left in its working directory; see Execution.export_artifacts."""
-        return await self._api.run(self._artifacts())
+        return await self._driver.run(self._artifacts())

@@ -1,24 +1,33 @@
-"""Every multi-step operation, written once, without I/O (the sans-I/O style of h11).
+"""Every multi-step operation, written once, without I/O: flows of typed steps.
 
-A flow is a generator that yields *steps* (an API call, a signed-URL transfer, a blocking
-function to run) and receives each step's result, or has its exception thrown in. The sync
-driver (:meth:`workflows._api.SyncApi.run`) performs steps directly; the async driver awaits
-them and runs blocking work in a thread. So ``LocalSandbox`` and ``AsyncLocalSandbox`` share
-all of their logic and differ only in ``await``.
+A flow is a generator that yields *steps* (a call of a generated operation, a signed-URL
+transfer, a blocking function to run, a pause) and receives each step's result, or has its
+exception thrown in: the pattern of httpx's ``Auth.auth_flow`` generators, which yield requests
+and receive responses. The drivers of :mod:`workflows._drivers` carry the steps out: the sync
+one directly, the async one awaiting them and running blocking work in a thread; both close the
+flow when they stop, so its ``with`` blocks (temporary files, progress bars) end at once, on
+cancellation and Ctrl-C too. So ``LocalSandbox`` and ``AsyncLocalSandbox`` share all of their
+logic and differ only in ``await``.
+
+A :class:`Call` carries the generated operation itself (its module, imported inside the flow so
+``import workflows`` stays fast): go-to-definition from a flow reaches the generated code.
+Retry policy is written in the flows: reads, release, reset, signed-URL requests, initialize
+(extracting the same archive twice gives the same workspace) and dumps are retried after an
+ambiguous failure; acquire and execute never are, they are reconciled instead.
 """
 
 from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Protocol, TypeVar
 
 from klavis_sandbox_client.types import Response
 
-from . import _reconcile
+from . import _ownership, _reconcile
 from ._archive import (
     ArchiveLimits,
     Destination,
@@ -27,12 +36,6 @@ from ._archive import (
     read_snapshot,
 )
 from ._collect import SourceFile
-from ._common import (
-    ArchiveTarget,
-    body_dict,
-    info_from,
-    signed_url_from,
-)
 from ._config import Settings
 from ._errors import (
     AcquireAmbiguousError,
@@ -41,45 +44,77 @@ from ._errors import (
     NotFoundError,
     TransferError,
 )
-from ._http import retry_backoff
 from ._ledger import Ledger, LedgerEntry
-from ._models import AcquireRequest, SandboxInfo, sandbox_info_from_dict
+from ._models import (
+    AcquireRequest,
+    SandboxInfo,
+    body_dict,
+    info_from,
+    sandbox_info_from_dict,
+    signed_url_from,
+)
 from ._paths import check_destination
-from ._progress import progress_bar
+from ._progress import Progress, progress_bar
 from ._snapshot import Snapshot
+from ._transport import retry_backoff
 
 __all__ = [
+    "ArchiveTarget",
     "Blocking",
     "Call",
     "Download",
     "Flow",
+    "Operation",
+    "Sleep",
     "Step",
     "Upload",
     "acquire_attempt",
     "check_timeout",
-    "dump_to_target",
-    "download_flow",
+    "download_signed",
     "dump_flow",
     "dump_to_flow",
+    "dump_to_target",
     "get_flow",
     "list_flow",
     "release_flow",
+    "reset_flow",
     "retry_acquire",
-    "simple_call",
-    "upload_flow",
+    "seed_flow",
+    "signed_transfer",
+    "upload_signed",
 ]
 
 log = logging.getLogger("workflows")
 T = TypeVar("T")
 
 
+class Operation(Protocol):
+    """A generated endpoint module (``klavis_sandbox_client.api.local_sandbox.<name>``): what
+    every one of them has, so a :class:`Call` can carry the module itself."""
+
+    @property
+    def __name__(self) -> str: ...
+
+    @property
+    def sync_detailed(self) -> Callable[..., Response[Any]]: ...
+
+    @property
+    def asyncio_detailed(self) -> Callable[..., Awaitable[Response[Any]]]: ...
+
+
 @dataclass(frozen=True)
 class Call:
-    """Call the generated operation ``op`` (a module of ``klavis_sandbox_client.api``)."""
+    """Call the generated operation ``op`` (its ``sync_detailed`` or ``asyncio_detailed``) with
+    ``kwargs``; retried after an ambiguous failure only when ``retry``."""
 
-    op: str
+    op: Operation
     retry: bool
     kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The operation's name, e.g. ``release_local_sandbox`` (its operationId)."""
+        return self.op.__name__.rpartition(".")[2]
 
 
 @dataclass(frozen=True)
@@ -89,24 +124,24 @@ class Upload:
     url: str
     fileobj: IO[bytes]
     size: int
-    progress: Callable[[int], None]
+    progress: Progress
 
 
 @dataclass(frozen=True)
 class Download:
-    """GET a signed URL (a tar.gz) into ``sink``.
+    """GET a signed URL (a tar.gz) into ``sink``; returns the bytes written.
 
     The driver refuses a body that does not start like gzip and stops at ``max_bytes`` (None:
     no cap). With ``timeout`` (seconds) the whole transfer, retries included, ends after it;
     with None there is no deadline for the whole transfer, but a download that receives fewer
     than 64 KiB within any window of the settings' timeout (60 s by default) is ended as too
     slow, and each read waits at most the settings' timeout. Both end with
-    :class:`~workflows.TransferTimeoutError` (see ``workflows._api._DownloadGuard``).
+    :class:`~workflows.TransferTimeoutError` (see ``workflows._drivers._DownloadGuard``).
     """
 
     url: str
     sink: IO[bytes]
-    progress: Callable[[int], None]
+    progress: Progress
     max_bytes: int | None = None
     timeout: float | None = None
 
@@ -120,26 +155,90 @@ class Blocking:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-Step = Call | Upload | Download | Blocking
+@dataclass(frozen=True)
+class Sleep:
+    """Wait ``seconds`` (``time.sleep``, or ``asyncio.sleep`` in the async driver)."""
+
+    seconds: float
+
+
+Step = Call | Upload | Download | Blocking | Sleep
 Flow = Generator[Step, Any, T]
 
 
-def simple_call(op: str, *, retry: bool = True, **kwargs: Any) -> Flow[Response[Any]]:
-    """A flow of one call."""
-    response: Response[Any] = yield Call(op, retry, kwargs)
-    return response
+# --- signed transfers ---------------------------------------------------------------------------
+
+
+def signed_transfer(ask: Call, key: str, transfer: Callable[[str], Flow[T]]) -> Flow[T]:
+    """Ask the API for a signed URL (``ask``; the answer's ``key``: ``upload_url`` or
+    ``download_url``), then run the sub-flow ``transfer(url)``. A URL the store refuses with
+    403 (it expired, or was signed for another clock) is asked for again once; the transfer
+    itself is retried by the driver. Returns the transfer's result."""
+    for fresh in (False, True):
+        url = signed_url_from((yield ask), key)
+        try:
+            return (yield from transfer(url))
+        except TransferError as exc:
+            if fresh or exc.status_code != 403:
+                raise
+            log.info("the signed %s was refused (403); asking for a new one", key)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def upload_signed(ask: Call, entries: Sequence[SourceFile], progress: bool | None) -> Flow[int]:
+    """Pack ``entries`` into a temporary tar.gz and upload it to the signed URL ``ask`` gets
+    (see :func:`signed_transfer`). Returns the bytes uploaded."""
+    total = sum(e.size for e in entries)
+    with progress_bar(total=total, desc="packing", progress=progress) as update:
+        packed: tuple[IO[bytes], int] = yield Blocking(
+            pack_to_tempfile, (entries,), {"progress": update}
+        )
+    archive, size = packed
+    with archive, progress_bar(total=size, desc="uploading", progress=progress) as sent:
+
+        def upload(url: str) -> Flow[None]:
+            yield Upload(url, archive, size, sent)
+
+        yield from signed_transfer(ask, "upload_url", upload)
+    return size
+
+
+def download_signed(
+    ask: Call,
+    sink: IO[bytes],
+    progress: bool | None,
+    *,
+    max_bytes: int | None = None,
+    timeout: float | None = None,
+) -> Flow[int]:
+    """Download the tar.gz at the signed URL ``ask`` gets into ``sink`` (see
+    :func:`signed_transfer`); ``max_bytes`` and ``timeout`` are the :class:`Download`'s.
+    Returns the bytes written."""
+
+    def download(url: str) -> Flow[int]:
+        with progress_bar(total=None, desc="downloading", progress=progress) as update:
+            written: int = yield Download(url, sink, update, max_bytes, timeout)
+        return written
+
+    return (yield from signed_transfer(ask, "download_url", download))
+
+
+# --- sandboxes ----------------------------------------------------------------------------------
 
 
 def list_flow() -> Flow[list[SandboxInfo]]:
     """Every active sandbox of the key."""
-    response = yield Call("list_local_sandboxes", True)
+    from klavis_sandbox_client.api.local_sandbox import list_local_sandboxes
+
+    response = yield Call(list_local_sandboxes, True)
     return [sandbox_info_from_dict(item) for item in body_dict(response)["local_sandboxes"]]
 
 
 def get_flow(sandbox_id: str) -> Flow[SandboxInfo]:
     """The details of one sandbox."""
-    response = yield Call("get_local_sandbox", True, {"local_sandbox_id": sandbox_id})
-    return info_from(response)
+    from klavis_sandbox_client.api.local_sandbox import get_local_sandbox
+
+    return info_from((yield Call(get_local_sandbox, True, {"local_sandbox_id": sandbox_id})))
 
 
 def acquire_attempt(
@@ -156,6 +255,7 @@ def acquire_attempt(
     have happened, which the driver retries (see :func:`retry_acquire`). Sandboxes that the
     ledger says other processes hold are never adopted.
     """
+    from klavis_sandbox_client.api.local_sandbox import acquire_local_sandbox
     from klavis_sandbox_client.models import AcquireLocalSandboxRequest
 
     base_url, key = settings.base_url, settings.api_key.fingerprint
@@ -163,7 +263,7 @@ def acquire_attempt(
     body = AcquireLocalSandboxRequest.from_dict(request.to_body())
     attempt: str | None = None
     if ledger is not None:
-        attempt = _reconcile.new_attempt()
+        attempt = _ownership.new_attempt()
         yield Blocking(
             ledger.record_attempt,
             (attempt,),
@@ -178,7 +278,7 @@ def acquire_attempt(
     try:
         failure: Exception
         try:
-            info = info_from((yield Call("acquire_local_sandbox", False, {"body": body})))
+            info = info_from((yield Call(acquire_local_sandbox, False, {"body": body})))
         except Exception as exc:
             if not _reconcile.is_ambiguous(exc):
                 if retry_backoff(exc) is not False:  # refused before it happened (429, refused)
@@ -186,7 +286,7 @@ def acquire_attempt(
                 raise
             failure = exc
         else:
-            if _reconcile.claim(base_url, info.id):
+            if _ownership.claim(base_url, info.id):
                 return info, attempt
             failure = ApiError("acquire answered a sandbox already adopted", status_code=500)
         try:
@@ -205,7 +305,7 @@ def acquire_attempt(
             held: list[LedgerEntry] = yield Blocking(ledger.held, (), {"base_url": base_url})
             before |= {entry.sandbox_id for entry in held}
         for candidate in _reconcile.adoptable(request, before, after):
-            if _reconcile.claim(base_url, candidate.id):
+            if _ownership.claim(base_url, candidate.id):
                 log.warning(
                     "acquire failed (%s) but created sandbox %s: adopted it", failure, candidate.id
                 )
@@ -219,7 +319,7 @@ def acquire_attempt(
         raise
     finally:
         if attempt is not None:
-            _reconcile.attempt_ended(attempt)
+            _ownership.attempt_ended(attempt)
 
 
 def retry_acquire(exc: Exception) -> bool | float:
@@ -229,54 +329,39 @@ def retry_acquire(exc: Exception) -> bool | float:
     return False
 
 
-def upload_flow(sandbox_id: str, entries: Sequence[SourceFile], progress: bool | None) -> Flow[int]:
-    """Pack, upload (asking for a fresh URL once if the signed one is refused), initialize."""
-    total = sum(e.size for e in entries)
-    with progress_bar(total=total, desc="packing", progress=progress) as update:
-        packed: tuple[IO[bytes], int] = yield Blocking(
-            pack_to_tempfile, (entries,), {"progress": update}
-        )
-        archive, size = packed
-    with archive, progress_bar(total=size, desc="uploading", progress=progress) as update:
-        for fresh in (False, True):
-            response = yield Call("get_upload_url", True, {"local_sandbox_id": sandbox_id})
-            url = signed_url_from(response, "upload_url")
-            try:
-                yield Upload(url, archive, size, update)
-                break
-            except TransferError as exc:
-                if fresh or exc.status_code != 403:
-                    raise
-                log.info("the signed upload URL was refused (403); asking for a new one")
-    yield Call("initialize_workspace", True, {"local_sandbox_id": sandbox_id})
+def seed_flow(sandbox_id: str, entries: Sequence[SourceFile], progress: bool | None) -> Flow[int]:
+    """Pack and upload the entries (:func:`upload_signed`), then have the sandbox extract them
+    into its workspace. Returns the bytes uploaded."""
+    from klavis_sandbox_client.api.local_sandbox import get_upload_url, initialize_workspace
+
+    which = {"local_sandbox_id": sandbox_id}
+    size = yield from upload_signed(Call(get_upload_url, True, which), entries, progress)
+    yield Call(initialize_workspace, True, which)
     log.info("seeded sandbox %s: %d entries, %d bytes packed", sandbox_id, len(entries), size)
     return size
 
 
-def download_flow(
+def _download_dump(
     sandbox_id: str,
     sink: IO[bytes],
     progress: bool | None,
     *,
-    max_bytes: int | None = None,
-    timeout: float | None = None,
+    max_bytes: int | None,
+    timeout: float | None,
 ) -> Flow[int]:
-    """Ask for a dump and download it into ``sink`` (a fresh URL once if the first is refused).
+    """Ask for a dump of the workspace and download it into ``sink``."""
+    from klavis_sandbox_client.api.local_sandbox import dump_workspace
 
-    ``max_bytes`` and ``timeout`` are the :class:`Download`'s.
-    """
-    for fresh in (False, True):
-        response = yield Call("dump_workspace", True, {"local_sandbox_id": sandbox_id})
-        url = signed_url_from(response, "download_url")
-        try:
-            with progress_bar(total=None, desc="downloading", progress=progress) as update:
-                written: int = yield Download(url, sink, update, max_bytes, timeout)
-            return written
-        except TransferError as exc:
-            if fresh or exc.status_code != 403:
-                raise
-            log.info("the signed download URL was refused (403); asking for a new one")
-    raise AssertionError("unreachable")  # pragma: no cover
+    ask = Call(dump_workspace, True, {"local_sandbox_id": sandbox_id})
+    return (yield from download_signed(ask, sink, progress, max_bytes=max_bytes, timeout=timeout))
+
+
+@dataclass(frozen=True)
+class ArchiveTarget:
+    """Where ``dump_to`` writes: a folder to extract into, or a ``.tar.gz`` file to keep as is."""
+
+    path: Path
+    keep_archive: bool
 
 
 def dump_to_target(path: object) -> ArchiveTarget:
@@ -311,7 +396,7 @@ def dump_flow(
     warning (``Snapshot.skipped_links``): one such link never fails a dump.
     """
     with tempfile.TemporaryFile() as tmp:
-        yield from download_flow(
+        yield from _download_dump(
             sandbox_id, tmp, progress, max_bytes=limits.archive_bytes_cap(), timeout=timeout
         )
         snapshot: Snapshot = yield Blocking(
@@ -341,11 +426,13 @@ def dump_to_flow(
         if target.keep_archive:
             sink: IO[bytes] = yield Blocking(destination.open_archive)
             with sink:
-                yield from download_flow(sandbox_id, sink, progress, max_bytes=cap, timeout=timeout)
+                yield from _download_dump(
+                    sandbox_id, sink, progress, max_bytes=cap, timeout=timeout
+                )
             yield Blocking(destination.commit_archive)
         else:
             with tempfile.TemporaryFile() as tmp:
-                yield from download_flow(sandbox_id, tmp, progress, max_bytes=cap, timeout=timeout)
+                yield from _download_dump(sandbox_id, tmp, progress, max_bytes=cap, timeout=timeout)
                 yield Blocking(
                     destination.extract, (tmp,), {"limits": limits, "workspace_links": True}
                 )
@@ -356,10 +443,19 @@ def dump_to_flow(
     return target.path
 
 
+def reset_flow(sandbox_id: str) -> Flow[None]:
+    """Reset the sandbox and its servers to their initial state."""
+    from klavis_sandbox_client.api.local_sandbox import reset_local_sandbox
+
+    yield Call(reset_local_sandbox, True, {"local_sandbox_id": sandbox_id})
+
+
 def release_flow(sandbox_id: str) -> Flow[bool]:
     """Release; True if this call released it, False if it was already gone (404)."""
+    from klavis_sandbox_client.api.local_sandbox import release_local_sandbox
+
     try:
-        yield Call("release_local_sandbox", True, {"local_sandbox_id": sandbox_id})
+        yield Call(release_local_sandbox, True, {"local_sandbox_id": sandbox_id})
     except NotFoundError:
         return False
     return True

@@ -43,6 +43,7 @@ from ._errors import (
     ApiTimeoutError,
     ConfigurationError,
     KlavisError,
+    McpError,
     error_from_status,
 )
 
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MCP_TIMEOUT",
-    "McpError",
     "ToolInfo",
     "ToolResult",
     "async_call_tool",
@@ -66,29 +66,6 @@ DEFAULT_MCP_TIMEOUT = 60.0
 """Seconds to wait for the server: to connect, and for each answer (a tool may run long)."""
 
 T = TypeVar("T")
-
-
-class McpError(KlavisError):
-    """An MCP server answered a request with an error, or a tool reported a failure.
-
-    Attributes:
-        code: the JSON-RPC error code (None for a tool's own failure, see ``result``).
-        tool: the tool called, when there was one.
-        result: the failed :class:`ToolResult` (from :meth:`ToolResult.raise_for_error`).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: int | None = None,
-        tool: str | None = None,
-        result: ToolResult | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.tool = tool
-        self.result = result
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,17 @@
-"""Small value types the library returns, and the checks of acquire's arguments (no I/O)."""
+"""Small value types the library returns, the checks of acquire's arguments, and the parsing of
+the API's answers into them (no I/O)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._errors import InvalidInputError
+from ._errors import ApiError, InvalidInputError
+
+if TYPE_CHECKING:
+    from klavis_sandbox_client.types import Response
 
 __all__ = [
     "BENCHMARKS",
@@ -17,10 +21,13 @@ __all__ = [
     "AcquireRequest",
     "SandboxInfo",
     "ServerInfo",
+    "body_dict",
     "check_acquire",
     "check_sandbox_id",
     "check_server_name",
+    "info_from",
     "sandbox_info_from_dict",
+    "signed_url_from",
 ]
 
 SERVER_NAMES: tuple[str, ...] = (
@@ -240,3 +247,35 @@ def check_acquire(
     if test_account_email is not None and not isinstance(test_account_email, str):
         raise InvalidInputError("test_account_email must be a string or None")
     return AcquireRequest(names, benchmark, ttl_seconds, test_account_email)
+
+
+# --- the API's answers -------------------------------------------------------------------------
+
+
+def body_dict(response: Response[Any]) -> dict[str, Any]:
+    """The parsed body of a 2xx response as a JSON-like dict."""
+    parsed = response.parsed
+    to_dict = getattr(parsed, "to_dict", None)
+    if callable(to_dict):
+        data = to_dict()
+        if isinstance(data, dict):
+            return data
+    raise ApiError(
+        "the API answered a body the contract does not describe",
+        status_code=int(response.status_code),
+        body=response.content[:500],
+    )
+
+
+def info_from(response: Response[Any]) -> SandboxInfo:
+    """A :class:`SandboxInfo` from an acquire or get response."""
+    return sandbox_info_from_dict(body_dict(response))
+
+
+def signed_url_from(response: Response[Any], key: str) -> str:
+    """The signed URL (``upload_url`` or ``download_url``) of a response."""
+    data = body_dict(response)
+    url = data.get(key)
+    if not isinstance(url, str) or not url:
+        raise ApiError(f"the API answered no {key}", status_code=int(response.status_code))
+    return url

@@ -12,9 +12,9 @@ import logging
 import os
 from dataclasses import dataclass
 
-from . import _reconcile
-from ._api import AsyncApi, sync_api_for
+from . import _ownership, _reconcile
 from ._config import ApiKey, Settings, resolve_settings
+from ._drivers import AsyncDriver, sync_driver_for
 from ._flows import list_flow
 from ._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger
 from ._models import SandboxInfo
@@ -79,7 +79,7 @@ def _plan(
     attempts: list[AcquireAttempt] = []
     running: list[AcquireAttempt] = []
     for attempt in book.open_attempts(base_url=settings.base_url, key=settings.api_key.fingerprint):
-        if _reconcile.in_flight(attempt.attempt) or (not include_live and _alive(attempt.pid)):
+        if _ownership.in_flight(attempt.attempt) or (not include_live and _alive(attempt.pid)):
             running.append(attempt)
         else:
             attempts.append(attempt)
@@ -136,7 +136,7 @@ def reap(
     settings, book, held = plan.settings, plan.book, plan.held
     orphans: list[str] = []
     if plan.attempts:
-        orphans = _match_orphans(plan, sync_api_for(settings).run(list_flow()), dry_run)
+        orphans = _match_orphans(plan, sync_driver_for(settings).run(list_flow()), dry_run)
     if dry_run:
         return [ReleaseResult(sid, False) for sid in [e.sandbox_id for e in held] + orphans]
     return bulk_release(
@@ -164,7 +164,7 @@ async def async_reap(
     settings, book, held = plan.settings, plan.book, plan.held
     orphans: list[str] = []
     if plan.attempts:
-        api = AsyncApi(settings)
+        api = AsyncDriver(settings)
         try:
             listed = await api.run(list_flow())
         finally:

@@ -10,21 +10,22 @@ import asyncio
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar, cast, overload
 
-from ._api import AsyncApi, sync_api_for
 from ._async_sandbox import AsyncLocalSandbox
 from ._collect import SourceFile, plan_mapping
-from ._common import RoundTripReport, compare_round_trip, disown, ledger_of
 from ._config import ApiKey, Settings, resolve_settings
+from ._drivers import AsyncDriver, sync_driver_for
 from ._errors import InvalidInputError
 from ._flows import list_flow, release_flow
 from ._ledger import Ledger
 from ._models import check_acquire, check_sandbox_id
+from ._ownership import disown, ledger_of
 from ._progress import progress_bar
 from ._sandbox import LocalSandbox
+from ._snapshot import Snapshot
 
 __all__ = [
     "AcquireResult",
@@ -77,6 +78,52 @@ class AcquireResult(Generic[S]):
     def sandbox_id(self) -> str | None:
         """The id of the acquired sandbox, None when the acquire failed."""
         return self.sandbox.id if self.sandbox is not None else None
+
+
+@dataclass(frozen=True)
+class RoundTripReport:
+    """What came back after seeding files and dumping the workspace.
+
+    ``ok`` is true when every seeded file came back byte for byte; files the workspace held
+    before (``extra``) do not make it false.
+    """
+
+    missing: tuple[str, ...]
+    changed: tuple[str, ...]
+    extra: tuple[str, ...]
+    snapshot: Snapshot = field(repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing seeded is missing or different."""
+        return not self.missing and not self.changed
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __repr__(self) -> str:
+        return (
+            f"RoundTripReport(ok={self.ok}, missing={self.missing!r}, changed={self.changed!r}, "
+            f"extra={self.extra!r})"
+        )
+
+    def summary(self) -> str:
+        """One line, e.g. ``ok: 3 files came back`` or ``1 missing, 0 changed, 2 extra``."""
+        if self.ok:
+            came_back = len(self.snapshot) - len(self.extra)
+            extra = f", {len(self.extra)} extra" if self.extra else ""
+            noun = "file" if came_back == 1 else "files"
+            return f"ok: {came_back} {noun} came back{extra}"
+        return f"{len(self.missing)} missing, {len(self.changed)} changed, {len(self.extra)} extra"
+
+
+def compare_round_trip(seeded: Mapping[str, bytes], snapshot: Snapshot) -> RoundTripReport:
+    """Compare what was seeded with what the dump holds."""
+    expected = Snapshot.from_mapping(seeded)
+    diff = expected.diff(snapshot)
+    return RoundTripReport(
+        missing=diff.removed, changed=diff.modified, extra=diff.added, snapshot=snapshot
+    )
 
 
 def seed_from_dict(sandbox: LocalSandbox, files: Mapping[str, str | bytes]) -> int:
@@ -195,12 +242,12 @@ class AsyncSandboxBatch(_Batch[AsyncLocalSandbox]):
         self,
         results: Sequence[AcquireResult[AsyncLocalSandbox]],
         *,
-        api: AsyncApi | None = None,
+        api: AsyncDriver | None = None,
         concurrency: int = 16,
         progress: bool | None = None,
     ) -> None:
         super().__init__(results, concurrency=concurrency, progress=progress)
-        self._api = api
+        self._driver = api
 
     async def release(
         self, *, concurrency: int | None = None, progress: bool | None = None
@@ -216,8 +263,8 @@ class AsyncSandboxBatch(_Batch[AsyncLocalSandbox]):
                 progress=self.progress if progress is None else progress,
             )
         finally:
-            if self._api is not None:
-                await self._api.aclose()
+            if self._driver is not None:
+                await self._driver.aclose()
 
     async def __aenter__(self) -> AsyncSandboxBatch:
         return self
@@ -317,7 +364,7 @@ async def async_bulk_acquire(
     settings = resolve_settings(api_key, base_url, timeout=timeout)
     book = ledger_of(ledger)
     gate = asyncio.Semaphore(concurrency)
-    api = AsyncApi(settings)  # one connection pool for the whole batch
+    api = AsyncDriver(settings)  # one connection pool for the whole batch
 
     with progress_bar(total=count, desc="acquiring", unit="sandbox", progress=progress) as update:
 
@@ -405,7 +452,7 @@ def bulk_release(
     _check_count(1, concurrency)
     given = None if sandbox_ids is None else _target_ids(sandbox_ids, LocalSandbox)
     settings = _release_settings(given, api_key, base_url, timeout)
-    api = sync_api_for(settings) if settings is not None else None
+    api = sync_driver_for(settings) if settings is not None else None
     book = ledger_of(ledger)
     if given is None:
         assert api is not None
@@ -459,7 +506,7 @@ async def async_bulk_release(
     targets = None if sandbox_ids is None else _target_ids(sandbox_ids, AsyncLocalSandbox)
     settings = _release_settings(targets, api_key, base_url, timeout)
     book = ledger_of(ledger)
-    api = AsyncApi(settings) if settings is not None else None
+    api = AsyncDriver(settings) if settings is not None else None
     gate = asyncio.Semaphore(concurrency)
     try:
         if targets is None:

@@ -5,15 +5,13 @@ connection), the sandbox may exist although we never saw its id. We list the key
 before each attempt and again after such a failure: a sandbox that appeared in between, holds the
 servers we asked for and is not claimed by another acquire of this process is ours to adopt.
 
-Claims are process-wide: an acquire that adopts a sandbox claims it, and an acquire whose
-answer names a sandbox that another acquire already adopted goes back to reconciling (it will
-find the one the other acquire created), so two callers never share one sandbox.
+An acquire that adopts a sandbox claims it (:func:`workflows._ownership.claim`, process-wide),
+and an acquire whose answer names a sandbox that another acquire already adopted goes back to
+reconciling (it will find the one the other acquire created), so two callers never share one.
 """
 
 from __future__ import annotations
 
-import threading
-import uuid
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
@@ -24,18 +22,10 @@ from ._models import AcquireRequest, SandboxInfo
 __all__ = [
     "AcquireDidNotHappen",
     "adoptable",
-    "attempt_ended",
-    "claim",
-    "in_flight",
     "is_ambiguous",
-    "new_attempt",
     "orphans",
-    "release_claim",
 ]
 
-_claims: set[tuple[str, str]] = set()
-_in_flight: set[str] = set()
-_lock = threading.Lock()
 # When a sandbox must have been created, relative to the time its attempt was recorded (this
 # machine's clock), to be taken for the attempt's orphan: not before it, give or take the
 # difference between this machine's clock and the service's; and not after the request could
@@ -90,42 +80,6 @@ def adoptable(
             continue
         out.append(info)
     return sorted(out, key=lambda s: (s.created_at or "", s.id))
-
-
-def claim(base_url: str, sandbox_id: str) -> bool:
-    """Claim a sandbox for one acquire of this process; False if another acquire has it."""
-    with _lock:
-        key = (base_url, sandbox_id)
-        if key in _claims:
-            return False
-        _claims.add(key)
-        return True
-
-
-def release_claim(base_url: str, sandbox_id: str) -> None:
-    """Forget a claim once the sandbox is released (ids are never reused; this saves memory)."""
-    with _lock:
-        _claims.discard((base_url, sandbox_id))
-
-
-def new_attempt() -> str:
-    """A fresh attempt id, marked in flight until :func:`attempt_ended`."""
-    attempt = uuid.uuid4().hex
-    with _lock:
-        _in_flight.add(attempt)
-    return attempt
-
-
-def attempt_ended(attempt: str) -> None:
-    """The acquire of ``attempt`` returned or raised (settled or not)."""
-    with _lock:
-        _in_flight.discard(attempt)
-
-
-def in_flight(attempt: str) -> bool:
-    """Whether an acquire of this process is still waiting on ``attempt``."""
-    with _lock:
-        return attempt in _in_flight
 
 
 def _seconds(text: str | None) -> float | None:

@@ -10,12 +10,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ._api import SyncApi, sync_api_for
 from ._archive import ArchiveLimits
-from ._base import SandboxBase
 from ._collect import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
-from ._common import disown, ledger_of, own
 from ._config import ApiKey, resolve_settings
+from ._drivers import SyncDriver, sync_driver_for
 from ._execution import Execution, check_execution_name, execution_files, start_flow
 from ._flows import (
     acquire_attempt,
@@ -26,13 +24,15 @@ from ._flows import (
     get_flow,
     list_flow,
     release_flow,
+    reset_flow,
     retry_acquire,
-    simple_call,
-    upload_flow,
+    seed_flow,
 )
 from ._ledger import Ledger
 from ._mcp import DEFAULT_MCP_TIMEOUT, ToolInfo, ToolResult, call_tool, list_tools, open_session
 from ._models import SandboxInfo, check_acquire, check_sandbox_id
+from ._ownership import disown, ledger_of, own
+from ._sandbox_base import SandboxBase
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
 
@@ -52,7 +52,7 @@ def list_sandboxes(
     >>> for info in list_sandboxes():  # doctest: +SKIP
     ...     print(info.id, info.status, [s.name for s in info.servers])
     """
-    return sync_api_for(resolve_settings(api_key, base_url, timeout=timeout)).run(list_flow())
+    return sync_driver_for(resolve_settings(api_key, base_url, timeout=timeout)).run(list_flow())
 
 
 class LocalSandbox(SandboxBase):
@@ -69,7 +69,7 @@ class LocalSandbox(SandboxBase):
 
     def __init__(
         self,
-        api: SyncApi,
+        api: SyncDriver,
         info: SandboxInfo,
         *,
         owned: bool,
@@ -80,7 +80,7 @@ class LocalSandbox(SandboxBase):
         super().__init__(
             api.settings, info, owned=owned, ledger=ledger, progress=progress, limits=limits
         )
-        self._api = api
+        self._driver = api
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -115,7 +115,7 @@ class LocalSandbox(SandboxBase):
         )
         settings = resolve_settings(api_key, base_url, timeout=timeout)
         book = ledger_of(ledger)
-        api = sync_api_for(settings)
+        api = sync_driver_for(settings)
         info, attempt = api.run_retrying(
             lambda: acquire_attempt(request, settings, book), on=retry_acquire
         )
@@ -139,13 +139,13 @@ class LocalSandbox(SandboxBase):
         Raises NotFoundError if it does not exist, was released, or belongs to another key.
         """
         check_sandbox_id(local_sandbox_id)
-        api = sync_api_for(resolve_settings(api_key, base_url, timeout=timeout))
+        api = sync_driver_for(resolve_settings(api_key, base_url, timeout=timeout))
         info = api.run(get_flow(local_sandbox_id))
         return cls(api, info, owned=False, ledger=None, progress=progress, limits=limits)
 
     def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current details."""
-        self._info = self._api.run(get_flow(self.id))
+        self._info = self._driver.run(get_flow(self.id))
         return self._info
 
     # ----------------------------------------------------------------- workspace
@@ -189,7 +189,7 @@ class LocalSandbox(SandboxBase):
     def _upload(self, entries: Sequence[SourceFile], progress: bool | None) -> None:
         self._check_live()
         show = self._show(progress)
-        self._api.run(upload_flow(self.id, entries, show))
+        self._driver.run(seed_flow(self.id, entries, show))
 
     def dump(self, *, progress: bool | None = None, timeout: float | None = None) -> Snapshot:
         """Download the workspace as a read-only :class:`Snapshot` (path -> bytes).
@@ -212,7 +212,7 @@ class LocalSandbox(SandboxBase):
         seconds = check_timeout(timeout)
         self._check_live()
         show = self._show(progress)
-        return self._api.run(dump_flow(self.id, self.limits, show, seconds))
+        return self._driver.run(dump_flow(self.id, self.limits, show, seconds))
 
     def dump_to(
         self,
@@ -240,12 +240,12 @@ class LocalSandbox(SandboxBase):
         seconds = check_timeout(timeout)
         self._check_live()
         show = self._show(progress)
-        return self._api.run(dump_to_flow(self.id, target, self.limits, show, seconds))
+        return self._driver.run(dump_to_flow(self.id, target, self.limits, show, seconds))
 
     def reset(self) -> None:
         """Reset the sandbox and its servers to their initial state (the workspace is emptied)."""
         self._check_live()
-        self._api.run(simple_call("reset_local_sandbox", local_sandbox_id=self.id))
+        self._driver.run(reset_flow(self.id))
 
     # ----------------------------------------------------------------- MCP servers
     def mcp(
@@ -310,8 +310,8 @@ class LocalSandbox(SandboxBase):
         run_name = check_execution_name(name)
         self._check_live()
         show = self._show(progress)
-        self._api.run(start_flow(self.id, run_name, entries, show))
-        return Execution(self._api, self.id, run_name, limits=self.limits, progress=show)
+        self._driver.run(start_flow(self.id, run_name, entries, show))
+        return Execution(self._driver, self.id, run_name, limits=self.limits, progress=show)
 
     def initialize_server_data(
         self, server: str, data: Mapping[str, Any] | None = None, *, default: bool = False
@@ -320,12 +320,12 @@ class LocalSandbox(SandboxBase):
         (``default=True`` loads the service's built-in document). Returns the service's message.
         """
         body = self._data_request(server, data)
-        return self._api.run(initialize_data_flow(self.id, server, body, default=default))
+        return self._driver.run(initialize_data_flow(self.id, server, body, default=default))
 
     def dump_server_data(self, server: str) -> ServerData:
         """The current data document of google_cloud, poste_email_toolathlon or canvas."""
         self._data_request(server, None)
-        return self._api.run(dump_data_flow(self.id, server))
+        return self._driver.run(dump_data_flow(self.id, server))
 
     # ----------------------------------------------------------------- release
     def release(self) -> bool:
@@ -333,7 +333,7 @@ class LocalSandbox(SandboxBase):
         already released (by this object, its TTL, or anyone else)."""
         if self._released:
             return False
-        result = self._api.run(release_flow(self.id))
+        result = self._driver.run(release_flow(self.id))
         self._released = True
         disown(self.id, self.settings, self._ledger)
         log.info("released sandbox %s", self.id)

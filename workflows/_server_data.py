@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._common import body_dict
 from ._errors import InvalidInputError
-from ._flows import Call, Flow
+from ._flows import Call, Flow, Operation
+from ._models import body_dict
 
 __all__ = [
     "DATA_SERVERS",
@@ -24,11 +24,6 @@ _MODELS: dict[str, str] = {
     "canvas": "CanvasDataInput",
 }
 """The generated request model of each server's document, imported when first needed."""
-_OPS = {
-    "google_cloud": ("initialize_google_cloud_data", "dump_google_cloud_data"),
-    "poste_email_toolathlon": ("initialize_poste_email_data", "dump_poste_email_data"),
-    "canvas": ("initialize_canvas_data", "dump_canvas_data"),
-}
 DATA_SERVERS: tuple[str, ...] = tuple(_MODELS)
 """The servers whose data can be initialized and dumped as documents."""
 
@@ -70,18 +65,36 @@ def server_data_body(server: str, data: Mapping[str, Any] | None) -> Any:
         ) from exc
 
 
+def _operations(server: str) -> tuple[Operation, Operation]:
+    """The generated (initialize, dump) operations of a server's data document."""
+    from klavis_sandbox_client.api.local_sandbox import (
+        dump_canvas_data,
+        dump_google_cloud_data,
+        dump_poste_email_data,
+        initialize_canvas_data,
+        initialize_google_cloud_data,
+        initialize_poste_email_data,
+    )
+
+    return {
+        "google_cloud": (initialize_google_cloud_data, dump_google_cloud_data),
+        "poste_email_toolathlon": (initialize_poste_email_data, dump_poste_email_data),
+        "canvas": (initialize_canvas_data, dump_canvas_data),
+    }[server]
+
+
 def initialize_data_flow(sandbox_id: str, server: str, body: Any, *, default: bool) -> Flow[str]:
     """Initialize a server's data; returns the service's message."""
     kwargs: dict[str, Any] = {"sandbox_id": sandbox_id, "init_default_data": default}
     if body is not None:
         kwargs["body"] = body
-    response = yield Call(_OPS[server][0], True, kwargs)
+    response = yield Call(_operations(server)[0], True, kwargs)
     return str(body_dict(response).get("message", ""))
 
 
 def dump_data_flow(sandbox_id: str, server: str) -> Flow[ServerData]:
     """Dump a server's data document."""
-    response = yield Call(_OPS[server][1], True, {"sandbox_id": sandbox_id})
+    response = yield Call(_operations(server)[1], True, {"sandbox_id": sandbox_id})
     data = body_dict(response)
     return ServerData(
         sandbox_id=str(data.get("sandbox_id", sandbox_id)),

@@ -21,7 +21,7 @@ from workflows import (
     ServerError,
 )
 from workflows._config import resolve_settings
-from workflows._http import api_hooks, parse_retry_after, retry_backoff
+from workflows._transport import api_hooks, parse_retry_after, retry_backoff
 
 
 def test_argument_beats_environment_beats_dotenv(

@@ -94,7 +94,7 @@ def test_unknown_execution_is_not_found(face: Face, conn: dict[str, str]) -> Non
         run = sb.execute("print('x')", name="known")
         run.wait(timeout=60)
         raw = getattr(run, "_target", run)  # the async face wraps its handles
-        ghost = type(raw)(raw._api, sb.id, "never-started", limits=sb.limits, progress=False)
+        ghost = type(raw)(raw._driver, sb.id, "never-started", limits=sb.limits, progress=False)
         with pytest.raises(NotFoundError):
             face.call(ghost.status)
 

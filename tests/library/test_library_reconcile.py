@@ -73,7 +73,7 @@ def test_ambiguous_failure_adopts_the_new_sandbox() -> None:
         ],
     )
     assert info.id == "new"
-    assert [s.op for s in steps if isinstance(s, Call)] == [
+    assert [s.name for s in steps if isinstance(s, Call)] == [
         "list_local_sandboxes",
         "acquire_local_sandbox",
         "list_local_sandboxes",
@@ -125,7 +125,7 @@ def test_an_ambiguous_end_leaves_an_open_attempt_for_reap(tmp_path: Path) -> Non
     assert isinstance(step, Blocking)
     step = flow.send(step.fn(*step.args, **step.kwargs))  # recorded before the POST
     assert isinstance(step, Call)
-    assert step.op == "acquire_local_sandbox"
+    assert step.name == "acquire_local_sandbox"
     (attempt,) = book.open_attempts(base_url=base)
     assert attempt.servers == ("git", "terminal")
     assert attempt.known == {"old"}
@@ -142,7 +142,7 @@ def test_client_errors_are_final() -> None:
 
 
 def test_refused_connections_are_not_ambiguous() -> None:
-    from workflows._http import connection_error
+    from workflows._transport import connection_error
 
     request = httpx.Request("POST", "http://x/local-sandbox")
     try:
@@ -159,30 +159,30 @@ def test_a_refused_signed_url_is_requested_again() -> None:
 
     from workflows import TransferError
     from workflows._collect import plan_mapping
-    from workflows._flows import Blocking, Upload, upload_flow
+    from workflows._flows import Blocking, Upload, seed_flow
 
     def url_response(n: int) -> Response[Any]:
         body = UploadUrlResponse(upload_url=f"http://storage.test/o?sig={n}", expires_in_minutes=30)
         return Response(HTTPStatus.OK, b"", {}, body)
 
-    flow = upload_flow("sb-1", plan_mapping({"a.txt": "A"}), False)
+    flow = seed_flow("sb-1", plan_mapping({"a.txt": "A"}), False)
     step = next(flow)
     assert isinstance(step, Blocking)
     step = flow.send(step.fn(*step.args, **step.kwargs))  # pack for real
     assert isinstance(step, Call)
-    assert step.op == "get_upload_url"
+    assert step.name == "get_upload_url"
     step = flow.send(url_response(1))
     assert isinstance(step, Upload)
     assert step.url.endswith("sig=1")
     step = flow.throw(TransferError("expired", status_code=403))
     assert isinstance(step, Call)
-    assert step.op == "get_upload_url"  # a fresh URL, not a blind retry of the stale one
+    assert step.name == "get_upload_url"  # a fresh URL, not a blind retry of the stale one
     step = flow.send(url_response(2))
     assert isinstance(step, Upload)
     assert step.url.endswith("sig=2")
     step = flow.send(None)
     assert isinstance(step, Call)
-    assert step.op == "initialize_workspace"
+    assert step.name == "initialize_workspace"
     done = InitializeSandboxResponse.from_dict(
         {"sandbox_id": "sb-1", "status": "occupied", "message": "ok"}
     )
@@ -195,10 +195,10 @@ def test_a_second_refusal_is_final() -> None:
 
     from workflows import TransferError
     from workflows._collect import plan_mapping
-    from workflows._flows import Blocking, upload_flow
+    from workflows._flows import Blocking, seed_flow
 
     body = UploadUrlResponse(upload_url="http://storage.test/o?sig=x", expires_in_minutes=30)
-    flow = upload_flow("sb-1", plan_mapping({"a.txt": "A"}), False)
+    flow = seed_flow("sb-1", plan_mapping({"a.txt": "A"}), False)
     step = next(flow)
     assert isinstance(step, Blocking)
     flow.send(step.fn(*step.args, **step.kwargs))

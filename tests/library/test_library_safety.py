@@ -51,7 +51,7 @@ def test_ledger_records_and_reap_releases(face: Face, conn: dict[str, str], toke
     assert [(r.sandbox_id, r.ok) for r in results] == [(kept.id, True)]
     assert workflows.default_ledger().held(base_url=conn["base_url"]) == []
     assert _listed(conn["base_url"], token) == []
-    workflows._registry.forget(kept.id, kept.settings)
+    workflows._ownership.forget(kept.id, kept.settings)
 
 
 def test_key_never_in_repr_logs_or_errors(

@@ -1,9 +1,13 @@
-"""Connections to the API: one sync and one async twin over the generated client.
+"""The drivers that carry out flows (:mod:`workflows._flows`): one sync, one async twin.
 
-Both twins do the same three things around a generated ``*_detailed`` function: translate
-transport failures, retry safe operations with stamina (honouring ``Retry-After``, within an
-overall deadline), and check the parsed body. Status codes >= 400 are turned into our errors by
-the httpx event hooks of :mod:`workflows._http`, before the generated code sees them.
+A driver owns the connections (the generated client over a pooled httpx client, and an
+unauthenticated client for signed URLs) and performs each step a flow yields: a :class:`Call`
+of a generated ``*_detailed`` function (transport failures translated, safe operations retried
+with stamina, honouring ``Retry-After`` within an overall deadline), a signed-URL upload or
+download (streamed, bounded, retried), blocking work (in a thread for the async driver), a
+pause. :meth:`SyncDriver.run` feeds each result, or exception, back into the flow and closes the
+flow however it ends. Status codes >= 400 are turned into our errors by the httpx event hooks of
+:mod:`workflows._transport`, before the generated code sees them.
 """
 
 from __future__ import annotations
@@ -21,35 +25,22 @@ from klavis_sandbox_client import AuthenticatedClient
 from klavis_sandbox_client.types import Response
 
 from ._config import Settings
-from ._endpoints import OPERATIONS
-from ._errors import ApiError, TransferError, TransferTimeoutError, UnsafeArchiveError
-from ._flows import Call, Download, Flow, Step, Upload
-from ._http import (
+from ._errors import TransferError, TransferTimeoutError, UnsafeArchiveError
+from ._flows import Call, Download, Flow, Sleep, Step, Upload
+from ._progress import Progress
+from ._transport import (
     connection_error,
     make_async_client,
     make_sync_client,
     redact_url,
     retry_backoff,
 )
-from ._progress import Progress
 
-__all__ = ["AsyncApi", "SyncApi", "expect", "sync_api_for"]
+__all__ = ["AsyncDriver", "SyncDriver", "sync_driver_for"]
 
 T = TypeVar("T")
 CHUNK = 1024 * 1024
 _PLACEHOLDER_TOKEN = "unused: workflows adds the Authorization header itself"  # noqa: S105
-
-
-def expect(response: Response[Any], model: type[T]) -> T:
-    """The parsed body of a 2xx response, or an ApiError if it is not what the contract says."""
-    parsed = response.parsed
-    if isinstance(parsed, model):
-        return parsed
-    raise ApiError(
-        f"unexpected response body (wanted {model.__name__})",
-        status_code=int(response.status_code),
-        body=response.content[:500],
-    )
 
 
 def _request_of(exc: httpx.TransportError) -> httpx.Request | None:
@@ -251,7 +242,7 @@ def _read_chunks(fileobj: IO[bytes], progress: Progress) -> Iterator[bytes]:
         yield chunk
 
 
-class _ApiBase:
+class _DriverBase:
     """What the sync and async connections share: settings, the generated client, retries."""
 
     def __init__(self, settings: Settings) -> None:
@@ -281,7 +272,7 @@ def _advance(flow: Flow[Any], value: Any, error: Exception | None) -> tuple[bool
         return True, stop.value
 
 
-class SyncApi(_ApiBase):
+class SyncDriver(_DriverBase):
     """A pooled sync connection: the generated client, an API httpx client, a transfer client."""
 
     def __init__(self, settings: Settings) -> None:
@@ -330,29 +321,40 @@ class SyncApi(_ApiBase):
     def perform(self, step: Step) -> Any:
         """Carry out one step of a flow."""
         if isinstance(step, Call):
-            fn = OPERATIONS[step.op].sync_detailed
-            return self.call(fn, retry=step.retry, **step.kwargs)
+            return self.call(step.op.sync_detailed, retry=step.retry, **step.kwargs)
         if isinstance(step, Upload):
             return self.upload(step.url, step.fileobj, step.size, step.progress)
         if isinstance(step, Download):
             return self.download(
                 step.url, step.sink, step.progress, max_bytes=step.max_bytes, timeout=step.timeout
             )
+        if isinstance(step, Sleep):
+            time.sleep(step.seconds)
+            return None
         return step.fn(*step.args, **step.kwargs)
 
     def run(self, flow: Flow[T]) -> T:
-        """Drive a flow to its end, feeding each step's result or exception back into it."""
+        """Drive a flow to its end, feeding each step's result or exception back into it.
+
+        The flow is closed however this ends: a step interrupted by a ``BaseException``
+        (KeyboardInterrupt, SystemExit from SIGTERM) is not handed to the flow, which instead
+        gets ``GeneratorExit`` at that step, so its temporary files and progress bars end now,
+        not when the garbage collector finds it.
+        """
         value: Any = None
         error: Exception | None = None
-        while True:
-            done, item = _advance(flow, value, error)
-            if done:
-                return item  # type: ignore[no-any-return]
-            value, error = None, None
-            try:
-                value = self.perform(item)
-            except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
-                error = exc
+        try:
+            while True:
+                done, item = _advance(flow, value, error)
+                if done:
+                    return item  # type: ignore[no-any-return]
+                value, error = None, None
+                try:
+                    value = self.perform(item)
+                except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
+                    error = exc
+        finally:
+            flow.close()
 
     def run_retrying(
         self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
@@ -427,8 +429,8 @@ class SyncApi(_ApiBase):
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-class AsyncApi(_ApiBase):
-    """The async twin of :class:`SyncApi`; owned by one sandbox or one batch, closed with it."""
+class AsyncDriver(_DriverBase):
+    """The async twin of :class:`SyncDriver`; owned by one sandbox or one batch, closed with it."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
@@ -478,29 +480,35 @@ class AsyncApi(_ApiBase):
     async def perform(self, step: Step) -> Any:
         """Carry out one step of a flow; blocking work goes to a thread."""
         if isinstance(step, Call):
-            fn = OPERATIONS[step.op].asyncio_detailed
-            return await self.call(fn, retry=step.retry, **step.kwargs)
+            return await self.call(step.op.asyncio_detailed, retry=step.retry, **step.kwargs)
         if isinstance(step, Upload):
             return await self.upload(step.url, step.fileobj, step.size, step.progress)
         if isinstance(step, Download):
             return await self.download(
                 step.url, step.sink, step.progress, max_bytes=step.max_bytes, timeout=step.timeout
             )
+        if isinstance(step, Sleep):
+            await asyncio.sleep(step.seconds)
+            return None
         return await asyncio.to_thread(step.fn, *step.args, **step.kwargs)
 
     async def run(self, flow: Flow[T]) -> T:
-        """Drive a flow to its end, feeding each step's result or exception back into it."""
+        """Drive a flow to its end, feeding each step's result or exception back into it; the
+        flow is closed however this ends (cancellation included: see :meth:`SyncDriver.run`)."""
         value: Any = None
         error: Exception | None = None
-        while True:
-            done, item = _advance(flow, value, error)
-            if done:
-                return item  # type: ignore[no-any-return]
-            value, error = None, None
-            try:
-                value = await self.perform(item)
-            except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
-                error = exc
+        try:
+            while True:
+                done, item = _advance(flow, value, error)
+                if done:
+                    return item  # type: ignore[no-any-return]
+                value, error = None, None
+                try:
+                    value = await self.perform(item)
+                except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
+                    error = exc
+        finally:
+            flow.close()
 
     async def run_retrying(
         self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
@@ -591,16 +599,16 @@ class AsyncApi(_ApiBase):
                 progress(len(chunk))
 
 
-_pool: dict[Settings, SyncApi] = {}
+_pool: dict[Settings, SyncDriver] = {}
 _pool_lock = threading.Lock()
 
 
-def sync_api_for(settings: Settings) -> SyncApi:
-    """The process-wide pooled :class:`SyncApi` for these settings (thread-safe, reused)."""
+def sync_driver_for(settings: Settings) -> SyncDriver:
+    """The process-wide pooled :class:`SyncDriver` for these settings (thread-safe, reused)."""
     with _pool_lock:
         api = _pool.get(settings)
         if api is None:
-            api = _pool[settings] = SyncApi(settings)
+            api = _pool[settings] = SyncDriver(settings)
         return api
 
 

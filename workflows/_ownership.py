@@ -1,0 +1,207 @@
+"""What this process owns, and what it is about to own: all of the process-wide bookkeeping.
+
+* **Owned sandboxes**: :func:`own` records a sandbox when it is acquired (in the ledger, and
+  in a registry) and :func:`disown` when it is released. At exit, a short synchronous DELETE is
+  sent for every sandbox still registered (async sandboxes included: their event loop may be
+  gone by then). On the first registration a SIGTERM handler is installed, if the process has
+  none of its own, that turns SIGTERM into ``SystemExit`` so ``with`` blocks unwind and release
+  as on Ctrl-C.
+* **Claims**: an acquire that takes a sandbox (answered, or adopted by reconciling, see
+  :mod:`workflows._reconcile`) claims it, so two acquires of this process never share one.
+* **Attempts in flight**: the ledger's ``attempt`` records of acquires still running here, which
+  ``reap`` must not take for orphans.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import signal
+import threading
+import uuid
+from dataclasses import dataclass
+from types import FrameType
+
+import httpx
+
+from ._config import Settings
+from ._ledger import Ledger, default_ledger
+from ._transport import BearerAuth
+
+__all__ = [
+    "Owned",
+    "attempt_ended",
+    "claim",
+    "clear",
+    "disown",
+    "forget",
+    "in_flight",
+    "ledger_of",
+    "new_attempt",
+    "own",
+    "owned",
+    "release_all_owned",
+    "release_claim",
+]
+
+log = logging.getLogger("workflows")
+_lock = threading.Lock()
+_owned: dict[tuple[str, str], Owned] = {}
+_claims: set[tuple[str, str]] = set()
+_in_flight: set[str] = set()
+_installed = False
+
+
+@dataclass(frozen=True)
+class Owned:
+    """A sandbox this process must release."""
+
+    sandbox_id: str
+    settings: Settings
+    ledger: Ledger | None
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _install() -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    atexit.register(release_all_owned)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # pragma: no cover - embedded interpreters
+        pass
+
+
+def ledger_of(ledger: Ledger | bool) -> Ledger | None:
+    """The ledger a ``ledger=`` argument names: True the default one, False none."""
+    if ledger is True:
+        return default_ledger()
+    if ledger is False:
+        return None
+    return ledger
+
+
+def own(
+    sandbox_id: str, settings: Settings, ledger: Ledger | None, *, attempt: str | None = None
+) -> None:
+    """Record that this process must release ``sandbox_id``: in the ledger (settling the
+    ``attempt`` record that announced it) and for interpreter exit and SIGTERM."""
+    if ledger is not None:
+        ledger.record(
+            "acquired",
+            sandbox_id,
+            base_url=settings.base_url,
+            key=settings.api_key.fingerprint,
+            attempt=attempt,
+        )
+    with _lock:
+        _owned[(settings.base_url, sandbox_id)] = Owned(sandbox_id, settings, ledger)
+        _install()
+
+
+def disown(sandbox_id: str, settings: Settings, ledger: Ledger | None) -> None:
+    """The sandbox was released: forget it everywhere, and say so in the ledger."""
+    forget(sandbox_id, settings)
+    release_claim(settings.base_url, sandbox_id)
+    if ledger is not None:
+        ledger.record(
+            "released", sandbox_id, base_url=settings.base_url, key=settings.api_key.fingerprint
+        )
+
+
+def forget(sandbox_id: str, settings: Settings) -> None:
+    """The sandbox was released (or handed over): nothing left to do at exit."""
+    with _lock:
+        _owned.pop((settings.base_url, sandbox_id), None)
+
+
+def owned() -> list[Owned]:
+    """The sandboxes this process still owns."""
+    with _lock:
+        return list(_owned.values())
+
+
+def release_all_owned(timeout: float = 10.0) -> int:
+    """Release every sandbox still owned; returns how many were released. Runs at exit."""
+    with _lock:
+        pending = list(_owned.values())
+        _owned.clear()
+    released = 0
+    for item in pending:
+        try:
+            with httpx.Client(
+                base_url=item.settings.base_url,
+                auth=BearerAuth(item.settings.api_key),
+                timeout=timeout,
+            ) as client:
+                response = client.delete(f"/local-sandbox/{item.sandbox_id}")
+            if response.status_code < 300 or response.status_code == 404:
+                released += 1
+                if item.ledger is not None:
+                    item.ledger.record(
+                        "released",
+                        item.sandbox_id,
+                        base_url=item.settings.base_url,
+                        key=item.settings.api_key.fingerprint,
+                    )
+            else:
+                log.warning(
+                    "could not release sandbox %s at exit: HTTP %d",
+                    item.sandbox_id,
+                    response.status_code,
+                )
+        except Exception as exc:  # noqa: BLE001 - best effort at exit; the ledger keeps it
+            log.warning("could not release sandbox %s at exit: %s", item.sandbox_id, exc)
+    return released
+
+
+def claim(base_url: str, sandbox_id: str) -> bool:
+    """Claim a sandbox for one acquire of this process; False if another acquire has it."""
+    with _lock:
+        key = (base_url, sandbox_id)
+        if key in _claims:
+            return False
+        _claims.add(key)
+        return True
+
+
+def release_claim(base_url: str, sandbox_id: str) -> None:
+    """Forget a claim once the sandbox is released (ids are never reused; this saves memory)."""
+    with _lock:
+        _claims.discard((base_url, sandbox_id))
+
+
+def new_attempt() -> str:
+    """A fresh attempt id, marked in flight until :func:`attempt_ended`."""
+    attempt = uuid.uuid4().hex
+    with _lock:
+        _in_flight.add(attempt)
+    return attempt
+
+
+def attempt_ended(attempt: str) -> None:
+    """The acquire of ``attempt`` returned or raised (settled or not)."""
+    with _lock:
+        _in_flight.discard(attempt)
+
+
+def in_flight(attempt: str) -> bool:
+    """Whether an acquire of this process is still waiting on ``attempt``."""
+    with _lock:
+        return attempt in _in_flight
+
+
+def clear() -> None:
+    """Forget everything above, without releasing anything (for tests: each starts afresh)."""
+    with _lock:
+        _owned.clear()
+        _claims.clear()
+        _in_flight.clear()
