@@ -4,6 +4,7 @@ conftest."""
 from __future__ import annotations
 
 import asyncio
+import builtins
 import inspect
 import os
 import socket
@@ -193,6 +194,12 @@ class Face:
 
         return Blocking(self._loop, self._run(go()))
 
+    def list(self, **kwargs: Any) -> Any:
+        """The face's ``LocalSandbox.list`` / ``AsyncLocalSandbox.list``."""
+        if self._loop is None:
+            return workflows.LocalSandbox.list(**kwargs)
+        return self._run(workflows.AsyncLocalSandbox.list(**kwargs))
+
     def _twin(self, name: str) -> Callable[..., Any]:
         if self._loop is None:
             fn: Callable[..., Any] = getattr(workflows, name)
@@ -214,7 +221,7 @@ class Face:
 
         return call
 
-    def collect(self, iterable: Any) -> list[Any]:
+    def collect(self, iterable: Any) -> builtins.list[Any]:
         """Drain an iterator, or an async iterator on the face's loop."""
         if self._loop is None:
             return list(iterable)

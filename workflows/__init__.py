@@ -12,10 +12,12 @@ Configuration comes from arguments, then ``KLAVIS_API_KEY`` / ``KLAVIS_BASE_URL`
 
 from __future__ import annotations
 
+import importlib.metadata as _metadata
+
 from ._archive import ArchiveLimits
-from ._async_sandbox import AsyncLocalSandbox, async_list_sandboxes
+from ._async_sandbox import AsyncLocalSandbox, PendingSandbox, async_list_sandboxes
 from ._collect import DEFAULT_MAX_FILE_SIZE
-from ._config import API_KEY_ENV, BASE_URL_ENV, DEFAULT_BASE_URL, ApiKey
+from ._config import API_KEY_ENV, BASE_URL_ENV, DEFAULT_BASE_URL, ApiKey, Settings
 from ._errors import (
     AcquireAmbiguousError,
     ApiConnectionError,
@@ -40,7 +42,7 @@ from ._errors import (
     UnsafeArchiveError,
 )
 from ._execution import AsyncExecution, Execution
-from ._ledger import Ledger, LedgerEntry, default_ledger
+from ._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger
 from ._mcp import ToolInfo, ToolResult
 from ._models import BENCHMARKS, SERVER_NAMES, SandboxInfo, ServerInfo
 from ._reap import async_reap, held_sandboxes, reap
@@ -65,71 +67,84 @@ from ._snapshot import ManifestEntry, Snapshot, SnapshotDiff
 from ._transport import install_log_redaction as _install_log_redaction
 
 __all__ = [
+    # the sandboxes, and what acquiring one returns
+    "AsyncLocalSandbox",
+    "LocalSandbox",
+    "PendingSandbox",
+    "SandboxInfo",
+    "ServerInfo",
+    "async_list_sandboxes",
+    "list_sandboxes",
+    # configuration
     "API_KEY_ENV",
     "BASE_URL_ENV",
+    "DEFAULT_BASE_URL",
+    "ApiKey",
+    "Settings",
+    # workspaces: seeding, dumping, their limits
+    "DEFAULT_MAX_FILE_SIZE",
+    "ArchiveLimits",
+    "ManifestEntry",
+    "Snapshot",
+    "SnapshotDiff",
+    # MCP servers, executions and server data
     "BENCHMARKS",
     "DATA_SERVERS",
-    "DEFAULT_BASE_URL",
-    "DEFAULT_MAX_FILE_SIZE",
     "SERVER_NAMES",
-    "AcquireAmbiguousError",
+    "AsyncExecution",
+    "Execution",
+    "ServerData",
+    "ToolInfo",
+    "ToolResult",
+    # recipes: bulk operations, round trips
     "AcquireResult",
+    "AsyncSandboxBatch",
+    "ReleaseResult",
+    "RoundTripReport",
+    "SandboxBatch",
+    "async_bulk_acquire",
+    "async_bulk_release",
+    "async_round_trip_dump",
+    "async_seed_from_dict",
+    "bulk_acquire",
+    "bulk_release",
+    "round_trip_dump",
+    "seed_from_dict",
+    # what this user holds: the ledger and reaping
+    "AcquireAttempt",
+    "Ledger",
+    "LedgerEntry",
+    "async_reap",
+    "default_ledger",
+    "held_sandboxes",
+    "reap",
+    # errors (the tree is drawn in workflows._errors)
+    "AcquireAmbiguousError",
     "ApiConnectionError",
     "ApiError",
-    "ApiKey",
     "ApiTimeoutError",
-    "ArchiveLimits",
-    "AsyncExecution",
-    "AsyncLocalSandbox",
-    "AsyncSandboxBatch",
     "AuthenticationError",
     "BadRequestError",
     "ConfigurationError",
     "ConflictError",
-    "Execution",
     "ExecutionTimeoutError",
     "FileTooLargeError",
     "InvalidInputError",
     "InvalidSeedPathError",
     "KlavisError",
-    "Ledger",
-    "LedgerEntry",
-    "LocalSandbox",
-    "ManifestEntry",
     "McpError",
     "NotFoundError",
     "RateLimitError",
-    "ReleaseResult",
     "RequestValidationError",
-    "RoundTripReport",
-    "SandboxBatch",
-    "SandboxInfo",
-    "ServerData",
     "ServerError",
-    "ServerInfo",
-    "Snapshot",
-    "SnapshotDiff",
-    "ToolInfo",
-    "ToolResult",
     "TransferError",
     "TransferTimeoutError",
     "UnsafeArchiveError",
-    "async_bulk_acquire",
-    "async_bulk_release",
-    "async_list_sandboxes",
-    "async_reap",
-    "async_round_trip_dump",
-    "async_seed_from_dict",
-    "bulk_acquire",
-    "bulk_release",
-    "default_ledger",
-    "held_sandboxes",
-    "list_sandboxes",
-    "reap",
-    "round_trip_dump",
-    "seed_from_dict",
 ]
 
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("klavis-sandbox")
+except _metadata.PackageNotFoundError:  # pragma: no cover - imported from a folder, not installed
+    __version__ = "0+unknown"
 
 _install_log_redaction()

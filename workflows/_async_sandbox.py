@@ -7,6 +7,7 @@ Same names, same checks (shared from the I/O-free modules), awaited. CPU and dis
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import os
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
@@ -51,24 +52,33 @@ from ._snapshot import Snapshot
 if TYPE_CHECKING:
     from mcp import ClientSession
 
-__all__ = ["AsyncLocalSandbox", "async_list_sandboxes"]
+__all__ = ["AsyncLocalSandbox", "PendingSandbox", "async_list_sandboxes"]
 
 log = logging.getLogger("workflows")
 
 
 async def async_list_sandboxes(
-    *, api_key: str | None = None, base_url: str | None = None, timeout: float | None = None
+    *,
+    api_key: str | ApiKey | None = None,
+    base_url: str | None = None,
+    timeout: float | None = None,
 ) -> list[SandboxInfo]:
-    """Every active sandbox of this API key (async)."""
-    api = AsyncDriver(resolve_settings(api_key, base_url, timeout=timeout))
+    """Every active sandbox of this API key (async); the same as
+    :meth:`AsyncLocalSandbox.list`."""
+    driver = AsyncDriver(resolve_settings(api_key, base_url, timeout=timeout))
     try:
-        return await api.run(list_flow())
+        return await driver.run(list_flow())
     finally:
-        await api.aclose()
+        await driver.aclose()
 
 
-class _Acquiring:
-    """What ``AsyncLocalSandbox.acquire`` and ``attach`` return: await it, or ``async with`` it."""
+class PendingSandbox:
+    """What ``AsyncLocalSandbox.acquire`` and ``attach`` return: await it, or ``async with`` it.
+
+    >>> sb = await AsyncLocalSandbox.acquire(["git"])  # doctest: +SKIP
+    >>> async with AsyncLocalSandbox.acquire(["git"]) as sb:  # doctest: +SKIP
+    ...     await sb.seed({"a.txt": "A"})
+    """
 
     def __init__(self, make: Callable[[], Awaitable[AsyncLocalSandbox]]) -> None:
         self._make = make
@@ -132,11 +142,12 @@ class AsyncLocalSandbox(SandboxBase):
         progress: bool | None = None,
         ledger: Ledger | bool = True,
         limits: ArchiveLimits | None = None,
-        api: AsyncDriver | None = None,
-    ) -> _Acquiring:
+        _driver: AsyncDriver | None = None,
+    ) -> PendingSandbox:
         """Acquire a sandbox (await it, or ``async with`` it); arguments checked before sending.
 
-        ``api`` lets a batch share one connection pool; the sandbox then does not close it.
+        (``_driver``, private, lets a batch share one connection pool; the sandbox then does
+        not close it.)
         """
         request = check_acquire(
             server_names,
@@ -145,35 +156,50 @@ class AsyncLocalSandbox(SandboxBase):
             test_account_email=test_account_email,
         )
         settings = (
-            api.settings
-            if api is not None
+            _driver.settings
+            if _driver is not None
             else resolve_settings(api_key, base_url, timeout=timeout)
         )
         book = ledger_of(ledger)
 
         async def make() -> AsyncLocalSandbox:
-            conn = api or AsyncDriver(settings)
+            driver = _driver or AsyncDriver(settings)
             try:
-                info, attempt = await conn.run_retrying(
+                info, attempt = await driver.run_retrying(
                     lambda: acquire_attempt(request, settings, book), on=retry_acquire
                 )
             except BaseException:
-                if api is None:
-                    await conn.aclose()
+                if _driver is None:
+                    await driver.aclose()
                 raise
             own(info.id, settings, book, attempt=attempt)
             log.info("acquired sandbox %s", info.id)
             return cls(
-                conn,
+                driver,
                 info,
                 owned=True,
-                owns_driver=api is None,
+                owns_driver=_driver is None,
                 ledger=book,
                 progress=progress,
                 limits=limits,
             )
 
-        return _Acquiring(make)
+        return PendingSandbox(make)
+
+    @classmethod
+    async def list(
+        cls,
+        *,
+        api_key: str | ApiKey | None = None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+    ) -> builtins.list[SandboxInfo]:
+        """Every active sandbox of this API key (async).
+
+        >>> for info in await AsyncLocalSandbox.list():  # doctest: +SKIP
+        ...     print(info.id, info.status)
+        """
+        return await async_list_sandboxes(api_key=api_key, base_url=base_url, timeout=timeout)
 
     @classmethod
     def attach(
@@ -185,7 +211,7 @@ class AsyncLocalSandbox(SandboxBase):
         timeout: float | None = None,
         progress: bool | None = None,
         limits: ArchiveLimits | None = None,
-    ) -> _Acquiring:
+    ) -> PendingSandbox:
         """Wrap an existing sandbox without owning it; NotFoundError if it is not there.
 
         Await it, or use it in ``async with`` (which closes the connections but does not
@@ -198,15 +224,17 @@ class AsyncLocalSandbox(SandboxBase):
         settings = resolve_settings(api_key, base_url, timeout=timeout)
 
         async def make() -> AsyncLocalSandbox:
-            api = AsyncDriver(settings)
+            driver = AsyncDriver(settings)
             try:
-                info = await api.run(get_flow(local_sandbox_id))
+                info = await driver.run(get_flow(local_sandbox_id))
             except BaseException:
-                await api.aclose()
+                await driver.aclose()
                 raise
-            return cls(api, info, owned=False, owns_driver=True, progress=progress, limits=limits)
+            return cls(
+                driver, info, owned=False, owns_driver=True, progress=progress, limits=limits
+            )
 
-        return _Acquiring(make)
+        return PendingSandbox(make)
 
     async def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current details."""
@@ -280,7 +308,7 @@ class AsyncLocalSandbox(SandboxBase):
 
     async def list_tools(
         self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT
-    ) -> list[ToolInfo]:
+    ) -> builtins.list[ToolInfo]:
         """The tools one of the sandbox's MCP servers offers."""
         return await async_list_tools(self.mcp_url(server), timeout=timeout)
 

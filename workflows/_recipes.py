@@ -382,7 +382,7 @@ async def async_bulk_acquire(
                         timeout=settings.timeout,
                         progress=progress,
                         ledger=book if book is not None else False,
-                        api=api,
+                        _driver=api,
                     )
                 except Exception as exc:  # noqa: BLE001 - reported per item
                     result: AcquireResult[AsyncLocalSandbox] = AcquireResult(

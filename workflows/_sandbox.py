@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -45,9 +46,12 @@ log = logging.getLogger("workflows")
 
 
 def list_sandboxes(
-    *, api_key: str | None = None, base_url: str | None = None, timeout: float | None = None
+    *,
+    api_key: str | ApiKey | None = None,
+    base_url: str | None = None,
+    timeout: float | None = None,
 ) -> list[SandboxInfo]:
-    """Every active sandbox of this API key.
+    """Every active sandbox of this API key; the same as :meth:`LocalSandbox.list`.
 
     >>> for info in list_sandboxes():  # doctest: +SKIP
     ...     print(info.id, info.status, [s.name for s in info.servers])
@@ -122,6 +126,21 @@ class LocalSandbox(SandboxBase):
         own(info.id, settings, book, attempt=attempt)
         log.info("acquired sandbox %s (%s)", info.id, ", ".join(s.name for s in info.servers))
         return cls(api, info, owned=True, ledger=book, progress=progress, limits=limits)
+
+    @classmethod
+    def list(
+        cls,
+        *,
+        api_key: str | ApiKey | None = None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+    ) -> builtins.list[SandboxInfo]:
+        """Every active sandbox of this API key.
+
+        >>> for info in LocalSandbox.list():  # doctest: +SKIP
+        ...     print(info.id, info.status, [s.name for s in info.servers])
+        """
+        return list_sandboxes(api_key=api_key, base_url=base_url, timeout=timeout)
 
     @classmethod
     def attach(
@@ -260,7 +279,9 @@ class LocalSandbox(SandboxBase):
         """
         return open_session(self.mcp_url(server), timeout=timeout)
 
-    def list_tools(self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT) -> list[ToolInfo]:
+    def list_tools(
+        self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT
+    ) -> builtins.list[ToolInfo]:
         """The tools one of the sandbox's MCP servers offers (name, description, schema).
 
         >>> [t.name for t in sb.list_tools("git")][:2]  # doctest: +SKIP

@@ -212,3 +212,4 @@ def test_list_sandboxes(face: Face, conn: dict[str, str]) -> None:
         listed = face.list_sandboxes(**conn)
         assert [i.id for i in listed] == [sb.id]
         assert {s.name for s in listed[0].servers} == {"git", "terminal"}
+        assert face.list(**conn) == listed  # the classmethod and the function are one
