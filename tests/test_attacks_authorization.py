@@ -216,7 +216,7 @@ def test_a_run_with_the_network_reaches_the_control_routes_unless_a_token_is_set
 ) -> None:
     """``allow_network`` (and an unconfined emulator) is an opt-out: ``main.py`` can do what
     the emulator's user can, loopback control routes included; a control token closes them."""
-    from tests.conftest import Executions
+    from tests.helpers import Executions
 
     secret = f"control-{uuid.uuid4().hex}" if with_token else None
     with EmulatorServer(

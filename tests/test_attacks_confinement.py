@@ -38,8 +38,7 @@ from klavis_emulator._bwrap import (
     ConfinementError,
     decide_confinement,
 )
-from tests.conftest import Executions
-from tests.helpers import require_confinement, run_cli
+from tests.helpers import Executions, require_confinement, run_cli
 
 SECRET = "tenant-a-secret-7f3c"
 
@@ -439,7 +438,7 @@ UNDER_TMP_SCRIPT = """
 import json, sys
 import httpx
 from klavis_emulator import EmulatorServer
-from tests.conftest import Executions
+from tests.helpers import Executions
 
 main = "import os, sys; print('prefix', sys.prefix); print('ws', os.environ['AGENT_WORKSPACE'])"
 with EmulatorServer(data_dir=sys.argv[1]) as server, httpx.Client(

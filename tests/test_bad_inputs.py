@@ -39,7 +39,7 @@ from workflows import (
 )
 from workflows._archive import extract_archive
 
-from .conftest import build_tar_gz
+from .helpers import build_tar_gz
 
 # --------------------------------------------------------------------------- harness
 
@@ -619,13 +619,19 @@ def _other_object(ctx: Ctx) -> httpx.Response:
 
 
 def _expired(ctx: Ctx) -> httpx.Response:
-    url = ctx.upload_url(ctx.acquire())
-    minutes = 31  # the session emulator signs URLs for 30 minutes
-    moved = httpx.post(
-        f"{ctx.emulator.base_url}/_emulator/clock/advance", json={"seconds": minutes * 60}
-    )
-    assert moved.status_code == 200, moved.text
-    return _put(url)
+    # Moving the clock 31 minutes would age every other test's sandbox on the session emulator:
+    # this case has an emulator of its own (signing URLs for 30 minutes, as the session's does).
+    with (
+        EmulatorServer() as own,
+        httpx.Client(
+            base_url=own.base_url, headers={"Authorization": f"Bearer {ctx.token}"}
+        ) as client,
+    ):
+        own_ctx = Ctx(own, client, ctx.token, ctx.tmp)
+        url = own_ctx.upload_url(own_ctx.acquire())
+        moved = client.post("/_emulator/clock/advance", json={"seconds": 31 * 60})
+        assert moved.status_code == 200, moved.text
+        return _put(url)
 
 
 def _released_upload(ctx: Ctx) -> httpx.Response:

@@ -16,7 +16,7 @@ import pytest
 
 from klavis_emulator import ArchiveLimits, EmulatorServer, tenant_for_token
 from klavis_emulator._executions import RequirementsRefused, check_requirements
-from tests.conftest import Executions
+from tests.helpers import Executions
 
 from .helpers import require_confinement
 

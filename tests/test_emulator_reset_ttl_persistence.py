@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from starlette.types import Receive, Scope, Send
 
 from klavis_emulator import EmulatorServer, EmulatorState, ManualClock, create_app
-from tests.conftest import Executions, build_tar_gz
+from tests.helpers import Executions, build_tar_gz
 
 WAIT_FOR_GO = """
 import os, pathlib, time
