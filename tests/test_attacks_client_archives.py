@@ -742,14 +742,14 @@ def test_an_unreadable_file_is_named_before_sending(
     if os.geteuid() == 0:
         # root reads files whatever their permissions: the OS's refusal is simulated where the
         # file is opened, so the same refusal is checked as any other user would meet it
-        import workflows._archive as archive
+        import workflows._pack as pack
 
         def refusing_open(path: Any, *args: Any, **kwargs: Any) -> Any:
             if os.fspath(path).endswith("secret.txt"):
                 raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
             return open(path, *args, **kwargs)
 
-        monkeypatch.setattr(archive, "open", refusing_open, raising=False)
+        monkeypatch.setattr(pack, "open", refusing_open, raising=False)
     try:
         with real.acquire() as sandbox:
             _raised(lambda: sandbox.seed_directory(project), InvalidInputError, "secret.txt")

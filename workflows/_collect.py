@@ -1,7 +1,7 @@
 """Decide what goes into a seed archive (no network; reads only directory listings).
 
 Two planners turn user input into a sorted list of :class:`SourceFile`, which
-:func:`workflows._archive.write_archive` packs:
+:func:`workflows._pack.write_archive` packs:
 
 * :func:`plan_mapping` for ``sb.seed({"path": "text" | b"bytes"})``;
 * :func:`plan_directory` for ``sb.seed_directory("./project")``.

@@ -19,13 +19,7 @@ from typing import IO, Any, TypeVar
 from klavis_sandbox_client.types import Response
 
 from . import _reconcile
-from ._archive import (
-    ArchiveLimits,
-    Destination,
-    pack_to_tempfile,
-    prepare_destination,
-    read_snapshot,
-)
+from ._archive import ArchiveLimits, read_snapshot
 from ._collect import SourceFile
 from ._common import (
     ArchiveTarget,
@@ -41,9 +35,11 @@ from ._errors import (
     NotFoundError,
     TransferError,
 )
+from ._extract import Destination, prepare_destination
 from ._http import retry_backoff
 from ._ledger import Ledger, LedgerEntry
 from ._models import AcquireRequest, SandboxInfo, sandbox_info_from_dict
+from ._pack import pack_to_tempfile
 from ._paths import check_destination
 from ._progress import progress_bar
 from ._snapshot import Snapshot
