@@ -715,9 +715,9 @@ def test_a_file_that_vanishes_before_packing_is_named(
     project.mkdir()
     (project / "a.txt").write_text("a")
     (project / "gone.txt").write_text("soon gone")
-    import workflows._collect as collect
+    import workflows._seed_plan as seed_plan
 
-    planned = collect.plan_directory
+    planned = seed_plan.plan_directory
 
     def plan_then_delete(*args: Any, **kwargs: Any) -> Any:
         entries = planned(*args, **kwargs)

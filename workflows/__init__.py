@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from ._archive import ArchiveLimits
 from ._async_sandbox import AsyncLocalSandbox, async_list_sandboxes
-from ._collect import DEFAULT_MAX_FILE_SIZE
 from ._config import API_KEY_ENV, BASE_URL_ENV, DEFAULT_BASE_URL, ApiKey
 from ._errors import (
     AcquireAmbiguousError,
@@ -59,6 +58,7 @@ from ._recipes import (
     seed_from_dict,
 )
 from ._sandbox import LocalSandbox, list_sandboxes
+from ._seed_plan import DEFAULT_MAX_FILE_SIZE
 from ._server_data import DATA_SERVERS, ServerData
 from ._snapshot import ManifestEntry, Snapshot, SnapshotDiff
 

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from ._api import AsyncApi
 from ._archive import ArchiveLimits
 from ._base import SandboxBase
-from ._collect import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._common import disown, ledger_of, own
 from ._config import ApiKey, resolve_settings
 from ._execution import AsyncExecution, check_execution_name, execution_files, start_flow
@@ -45,6 +44,7 @@ from ._mcp import (
     open_session,
 )
 from ._models import SandboxInfo, check_acquire, check_sandbox_id
+from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
 

@@ -20,13 +20,13 @@ from typing import IO, Any
 
 from ._api import AsyncApi, SyncApi
 from ._archive import ArchiveLimits, read_snapshot
-from ._collect import SourceFile, plan_mapping
 from ._common import body_dict, signed_url_from
 from ._errors import ApiError, InvalidInputError, KlavisError, NotFoundError, TransferError
 from ._flows import Blocking, Call, Download, Flow, Upload
 from ._pack import pack_to_tempfile
 from ._progress import progress_bar
 from ._reconcile import is_ambiguous
+from ._seed_plan import SourceFile, plan_mapping
 from ._snapshot import Snapshot
 
 __all__ = [

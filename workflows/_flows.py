@@ -20,7 +20,6 @@ from klavis_sandbox_client.types import Response
 
 from . import _reconcile
 from ._archive import ArchiveLimits, read_snapshot
-from ._collect import SourceFile
 from ._common import (
     ArchiveTarget,
     body_dict,
@@ -42,6 +41,7 @@ from ._models import AcquireRequest, SandboxInfo, sandbox_info_from_dict
 from ._pack import pack_to_tempfile
 from ._paths import check_destination
 from ._progress import progress_bar
+from ._seed_plan import SourceFile
 from ._snapshot import Snapshot
 
 __all__ = [

@@ -16,7 +16,6 @@ from typing import Any, Generic, TypeVar, cast, overload
 
 from ._api import AsyncApi, sync_api_for
 from ._async_sandbox import AsyncLocalSandbox
-from ._collect import SourceFile, plan_mapping
 from ._common import RoundTripReport, compare_round_trip, disown, ledger_of
 from ._config import ApiKey, Settings, resolve_settings
 from ._errors import InvalidInputError
@@ -25,6 +24,7 @@ from ._ledger import Ledger
 from ._models import check_acquire, check_sandbox_id
 from ._progress import progress_bar
 from ._sandbox import LocalSandbox
+from ._seed_plan import SourceFile, plan_mapping
 
 __all__ = [
     "AcquireResult",

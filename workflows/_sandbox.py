@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from ._api import SyncApi, sync_api_for
 from ._archive import ArchiveLimits
 from ._base import SandboxBase
-from ._collect import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._common import disown, ledger_of, own
 from ._config import ApiKey, resolve_settings
 from ._execution import Execution, check_execution_name, execution_files, start_flow
@@ -33,6 +32,7 @@ from ._flows import (
 from ._ledger import Ledger
 from ._mcp import DEFAULT_MCP_TIMEOUT, ToolInfo, ToolResult, call_tool, list_tools, open_session
 from ._models import SandboxInfo, check_acquire, check_sandbox_id
+from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
 
