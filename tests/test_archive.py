@@ -22,16 +22,14 @@ from workflows._archive import (
     ARCHIVE_MTIME,
     CHUNK_SIZE,
     ArchiveLimits,
-    extract_archive,
     iter_archive_files,
-    pack_to_tempfile,
-    prepare_destination,
     read_snapshot,
-    write_archive,
 )
-from workflows._collect import SourceFile, plan_directory, plan_mapping
 from workflows._errors import InvalidInputError, UnsafeArchiveError
+from workflows._extract import extract_archive, prepare_destination
+from workflows._pack import pack_to_tempfile, write_archive
 from workflows._paths import normalize_member_name
+from workflows._seed_plan import SourceFile, plan_directory, plan_mapping
 
 from . import crafted
 
@@ -1035,7 +1033,7 @@ def test_a_file_gone_before_packing_is_named(tmp_path: Path) -> None:
 def test_a_file_that_cannot_be_read_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import workflows._archive as archive
+    import workflows._pack as pack
 
     (tmp_path / "secret.txt").write_text("x")
     entries = plan_directory(tmp_path)
@@ -1043,6 +1041,6 @@ def test_a_file_that_cannot_be_read_is_named(
     def refuse(path: object, *args: object, **kwargs: object) -> object:
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(archive, "open", refuse, raising=False)
+    monkeypatch.setattr(pack, "open", refuse, raising=False)
     with pytest.raises(InvalidInputError, match=r"cannot read .*secret\.txt.*Permission denied"):
         pack_to_tempfile(entries)

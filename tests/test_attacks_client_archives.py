@@ -715,9 +715,9 @@ def test_a_file_that_vanishes_before_packing_is_named(
     project.mkdir()
     (project / "a.txt").write_text("a")
     (project / "gone.txt").write_text("soon gone")
-    import workflows._collect as collect
+    import workflows._seed_plan as seed_plan
 
-    planned = collect.plan_directory
+    planned = seed_plan.plan_directory
 
     def plan_then_delete(*args: Any, **kwargs: Any) -> Any:
         entries = planned(*args, **kwargs)
@@ -742,14 +742,14 @@ def test_an_unreadable_file_is_named_before_sending(
     if os.geteuid() == 0:
         # root reads files whatever their permissions: the OS's refusal is simulated where the
         # file is opened, so the same refusal is checked as any other user would meet it
-        import workflows._archive as archive
+        import workflows._pack as pack
 
         def refusing_open(path: Any, *args: Any, **kwargs: Any) -> Any:
             if os.fspath(path).endswith("secret.txt"):
                 raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
             return open(path, *args, **kwargs)
 
-        monkeypatch.setattr(archive, "open", refusing_open, raising=False)
+        monkeypatch.setattr(pack, "open", refusing_open, raising=False)
     try:
         with real.acquire() as sandbox:
             _raised(lambda: sandbox.seed_directory(project), InvalidInputError, "secret.txt")

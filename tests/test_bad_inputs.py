@@ -37,7 +37,7 @@ from workflows import (
     Snapshot,
     UnsafeArchiveError,
 )
-from workflows._archive import extract_archive
+from workflows._extract import extract_archive
 
 from .helpers import build_tar_gz
 

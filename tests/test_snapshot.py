@@ -13,9 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workflows._archive import pack_to_tempfile, read_snapshot
-from workflows._collect import plan_mapping
+from workflows._archive import read_snapshot
 from workflows._errors import InvalidInputError, InvalidSeedPathError
+from workflows._pack import pack_to_tempfile
+from workflows._seed_plan import plan_mapping
 from workflows._snapshot import ManifestEntry, Snapshot, SnapshotDiff
 
 FILES: dict[str, str | bytes] = {"a.txt": "alpha", "d/b.bin": b"\x00\x01\x02", "d/e/c.md": "# c"}

@@ -16,7 +16,6 @@ import importlib.metadata as _metadata
 
 from ._archive import ArchiveLimits
 from ._async_sandbox import AsyncLocalSandbox, PendingSandbox, async_list_sandboxes
-from ._collect import DEFAULT_MAX_FILE_SIZE
 from ._config import API_KEY_ENV, BASE_URL_ENV, DEFAULT_BASE_URL, ApiKey, Settings
 from ._errors import (
     AcquireAmbiguousError,
@@ -62,6 +61,7 @@ from ._recipes import (
     seed_from_dict,
 )
 from ._sandbox import LocalSandbox, list_sandboxes
+from ._seed_plan import DEFAULT_MAX_FILE_SIZE
 from ._server_data import DATA_SERVERS, ServerData
 from ._snapshot import ManifestEntry, Snapshot, SnapshotDiff
 from ._transport import install_log_redaction as _install_log_redaction

@@ -17,7 +17,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ._archive import ArchiveLimits
-from ._collect import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._config import ApiKey, resolve_settings
 from ._drivers import AsyncDriver
 from ._execution import AsyncExecution, check_execution_name, execution_files, start_flow
@@ -46,6 +45,7 @@ from ._mcp import (
 from ._models import SandboxInfo, check_acquire, check_sandbox_id
 from ._ownership import disown, ledger_of, own
 from ._sandbox_base import SandboxBase
+from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
 

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ._archive import ArchiveLimits, read_snapshot
-from ._collect import SourceFile, plan_mapping
 from ._drivers import AsyncDriver, SyncDriver
 from ._errors import ApiError, ExecutionTimeoutError, InvalidInputError, NotFoundError
 from ._flows import Blocking, Call, Flow, Sleep, download_signed, upload_signed
 from ._models import body_dict
 from ._reconcile import is_ambiguous
+from ._seed_plan import SourceFile, plan_mapping
 from ._snapshot import Snapshot
 
 __all__ = [

@@ -28,14 +28,7 @@ from typing import IO, Any, Protocol, TypeVar
 from klavis_sandbox_client.types import Response
 
 from . import _ownership, _reconcile
-from ._archive import (
-    ArchiveLimits,
-    Destination,
-    pack_to_tempfile,
-    prepare_destination,
-    read_snapshot,
-)
-from ._collect import SourceFile
+from ._archive import ArchiveLimits, read_snapshot
 from ._config import Settings
 from ._errors import (
     AcquireAmbiguousError,
@@ -44,6 +37,7 @@ from ._errors import (
     NotFoundError,
     TransferError,
 )
+from ._extract import Destination, prepare_destination
 from ._ledger import Ledger, LedgerEntry
 from ._models import (
     AcquireRequest,
@@ -53,8 +47,10 @@ from ._models import (
     sandbox_info_from_dict,
     signed_url_from,
 )
+from ._pack import pack_to_tempfile
 from ._paths import check_destination
 from ._progress import Progress, progress_bar
+from ._seed_plan import SourceFile
 from ._snapshot import Snapshot
 from ._transport import retry_backoff
 

@@ -15,7 +15,6 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar, cast, overload
 
 from ._async_sandbox import AsyncLocalSandbox
-from ._collect import SourceFile, plan_mapping
 from ._config import ApiKey, Settings, resolve_settings
 from ._drivers import AsyncDriver, sync_driver_for
 from ._errors import InvalidInputError
@@ -25,6 +24,7 @@ from ._models import check_acquire, check_sandbox_id
 from ._ownership import disown, ledger_of
 from ._progress import progress_bar
 from ._sandbox import LocalSandbox
+from ._seed_plan import SourceFile, plan_mapping
 from ._snapshot import Snapshot
 
 __all__ = [

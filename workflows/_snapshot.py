@@ -13,9 +13,9 @@ from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import IO, NamedTuple
 
-from workflows._collect import SeedContent, plan_mapping
 from workflows._errors import InvalidInputError
 from workflows._paths import link_target_in_tree
+from workflows._seed_plan import SeedContent, plan_mapping
 
 __all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
 

@@ -1,25 +1,26 @@
 """Decide what goes into a seed archive (no network; reads only directory listings).
 
 Two planners turn user input into a sorted list of :class:`SourceFile`, which
-:func:`workflows._archive.write_archive` packs:
+:func:`workflows._pack.write_archive` packs:
 
 * :func:`plan_mapping` for ``sb.seed({"path": "text" | b"bytes"})``;
 * :func:`plan_directory` for ``sb.seed_directory("./project")``.
 
 Both check everything that can be checked before a byte is packed, so a mistake is reported
-before any request is sent.
+before any request is sent. The ignore rules :func:`plan_directory` applies (git's own) are in
+:mod:`workflows._gitignore`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from workflows._errors import FileTooLargeError, InvalidInputError, InvalidSeedPathError
+from workflows._gitignore import IgnoreRules, is_ignored, parse_patterns, read_rules
 from workflows._paths import (
     PATH_MAX,
     SANDBOX_WORKSPACE,
@@ -213,188 +214,6 @@ def plan_links(links: Mapping[str, str], taken: dict[str, str]) -> list[SourceFi
 # --- directories -------------------------------------------------------------------------------
 
 
-# Ignore rules are git's own algorithm, applied folder by folder while walking: for a path
-# (relative to the folder of the ignore file), the last pattern that matches decides; an
-# excluded folder is not entered. Patterns are translated to full-match regular expressions.
-# (pathspec's GitIgnoreSpec was tried first: its regexes match a path *or anything below it*
-# and rank file patterns over folder patterns, which is right for checking whole file paths but
-# wrong for checking folders one level at a time: `*` + `!*.txt` + `!*/` lost nested .txt files,
-# and `!logs/` re-included `logs/a.log`. tests/test_collect.py compares with git itself.)
-
-_POSIX_CLASSES = {
-    "alnum": "a-zA-Z0-9",
-    "alpha": "a-zA-Z",
-    "blank": " \\t",
-    "digit": "0-9",
-    "lower": "a-z",
-    "space": "\\s",
-    "upper": "A-Z",
-    "xdigit": "0-9a-fA-F",
-    "punct": re.escape("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"),
-}
-
-
-@dataclass(frozen=True)
-class _Pattern:
-    """One gitignore line: its regex, and how it applies."""
-
-    regex: re.Pattern[str]
-    negate: bool  # "!pattern": re-include
-    dir_only: bool  # "pattern/": folders only
-    basename: bool  # no "/" inside: matches the last part of the path, at any depth
-
-
-def _translate_bracket(seg: str, start: int) -> tuple[str, int] | None:
-    """Translate ``[...]`` starting at ``seg[start]``; None when it is not closed."""
-    i = start + 1
-    negate = i < len(seg) and seg[i] in "!^"
-    if negate:
-        i += 1
-    parts: list[str] = []
-    first = True
-    while i < len(seg):
-        c = seg[i]
-        if c == "]" and not first:
-            body = "".join(parts)
-            return ("[^/" + body + "]" if negate else "[" + body + "]"), i + 1
-        first = False
-        if c == "[" and seg.startswith("[:", i):
-            close = seg.find(":]", i + 2)
-            if close != -1 and seg[i + 2 : close] in _POSIX_CLASSES:
-                parts.append(_POSIX_CLASSES[seg[i + 2 : close]])
-                i = close + 2
-                continue
-        if c == "\\" and i + 1 < len(seg):
-            parts.append(re.escape(seg[i + 1]))
-            i += 2
-            continue
-        if c == "-" and parts and i + 1 < len(seg) and seg[i + 1] != "]":
-            parts.append("-")
-        else:
-            parts.append(re.escape(c))
-        i += 1
-    return None
-
-
-def _translate_segment(seg: str) -> str:
-    """Translate one path part of a wildmatch pattern (no ``/`` in it)."""
-    out: list[str] = []
-    i = 0
-    while i < len(seg):
-        c = seg[i]
-        if c == "\\" and i + 1 < len(seg):
-            out.append(re.escape(seg[i + 1]))
-            i += 2
-            continue
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            bracket = _translate_bracket(seg, i)
-            if bracket is not None:
-                out.append(bracket[0])
-                i = bracket[1]
-                continue
-            out.append(re.escape(c))
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return "".join(out)
-
-
-def _strip_trailing_spaces(line: str) -> str:
-    """Git drops trailing spaces unless the last one is escaped with a backslash."""
-    end = len(line)
-    while end > 0 and line[end - 1] == " ":
-        backslashes = 0
-        j = end - 2
-        while j >= 0 and line[j] == "\\":
-            backslashes += 1
-            j -= 1
-        if backslashes % 2:
-            break
-        end -= 1
-    return line[:end]
-
-
-def _parse_pattern(line: str) -> _Pattern | None:
-    """Parse one line of an ignore file; None for blanks and comments."""
-    line = _strip_trailing_spaces(line)
-    if not line or line.startswith("#"):
-        return None
-    negate = line.startswith("!")
-    if negate:
-        line = line[1:]
-    dir_only = line.endswith("/")
-    if dir_only:
-        line = line[:-1]
-    if not line or line == "/":
-        return None
-    basename = "/" not in line
-    parts = line.removeprefix("/").split("/")
-    regex: list[str] = []
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if part == "**" and not basename:
-            regex.append(".*" if last else "(?:.*/)?")
-            continue
-        regex.append(_translate_segment(part))
-        if not last:
-            regex.append("/")
-    return _Pattern(re.compile("".join(regex), re.DOTALL), negate, dir_only, basename)
-
-
-def _parse_patterns(lines: Sequence[str]) -> list[_Pattern]:
-    out: list[_Pattern] = []
-    for n, line in enumerate(lines):
-        if n == 0:
-            line = line.removeprefix("\ufeff")  # a UTF-8 byte-order mark, as git allows
-        pattern = _parse_pattern(line)
-        if pattern is not None:
-            out.append(pattern)
-    return out
-
-
-@dataclass(frozen=True)
-class _Rules:
-    """The patterns of one ignore file, applying to paths below ``base`` (``""`` = the root)."""
-
-    base: str
-    patterns: list[_Pattern]
-    from_gitignore: bool
-
-
-def _read_rules(path: str, base: str, from_gitignore: bool, shown: str) -> _Rules | None:
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-            lines = fh.read().splitlines()
-    except OSError as exc:
-        raise InvalidInputError(f"cannot read ignore file {shown!r}: {exc.strerror}") from exc
-    patterns = _parse_patterns(lines)
-    return _Rules(base, patterns, from_gitignore) if patterns else None
-
-
-def _decide(rel: str, is_dir: bool, patterns: Sequence[_Pattern], decision: bool) -> bool:
-    name = rel.rpartition("/")[2]
-    for p in patterns:
-        if p.dir_only and not is_dir:
-            continue
-        if p.regex.fullmatch(name if p.basename else rel):
-            decision = not p.negate
-    return decision
-
-
-def _is_ignored(rel: str, is_dir: bool, rules: Sequence[_Rules], user: Sequence[_Pattern]) -> bool:
-    """Whether ``rel`` is excluded: the last matching pattern decides; deeper files come later,
-    ``ignore=`` patterns last of all."""
-    decision = False
-    for r in rules:
-        sub = rel[len(r.base) + 1 :] if r.base else rel
-        decision = _decide(sub, is_dir, r.patterns, decision)
-    return _decide(rel, is_dir, user, decision)
-
-
 def _has_entries(path: str) -> bool:
     with os.scandir(path) as it:
         return any(True for _ in it)
@@ -467,7 +286,7 @@ def plan_directory(
     for pattern in ignore:
         if not isinstance(pattern, str):
             raise InvalidInputError(f"ignore patterns must be str, not {type(pattern).__name__}")
-    user = _parse_patterns(list(ignore))
+    user = parse_patterns(list(ignore))
     real_root = os.path.realpath(root)
 
     planned: list[SourceFile] = []
@@ -486,7 +305,7 @@ def plan_directory(
         rel_target = os.path.relpath(target, link_dir).replace(os.sep, "/")
         planned.append(SourceFile(name=rel, size=0, mode=_LINK_MODE, link_target=rel_target))
 
-    def walk(abs_dir: str, rel_dir: str, rules: list[_Rules], in_git: bool) -> int:
+    def walk(abs_dir: str, rel_dir: str, rules: list[IgnoreRules], in_git: bool) -> int:
         """Plan one folder; return how many entries it contributed."""
         try:
             with os.scandir(abs_dir) as it:
@@ -501,7 +320,7 @@ def plan_directory(
             if not rel_dir and gitignore:
                 exclude = os.path.join(abs_dir, ".git", "info", "exclude")
                 if os.path.isfile(exclude):
-                    found = _read_rules(exclude, "", True, ".git/info/exclude")
+                    found = read_rules(exclude, "", True, ".git/info/exclude")
                     if found is not None:
                         rules.append(found)
             for fname in IGNORE_FILE_NAMES:
@@ -510,7 +329,7 @@ def plan_directory(
                 if (is_git and not gitignore) or e is None or not e.is_file():
                     continue
                 rel_file = f"{rel_dir}/{fname}" if rel_dir else fname
-                found = _read_rules(e.path, rel_dir, is_git, rel_file)
+                found = read_rules(e.path, rel_dir, is_git, rel_file)
                 if found is not None:
                     rules.append(found)
         before = len(planned)
@@ -522,7 +341,7 @@ def plan_directory(
                 applying = [r for r in rules if not r.from_gitignore]
             else:
                 applying = rules
-            if _is_ignored(rel, is_dir, applying, user):
+            if is_ignored(rel, is_dir, applying, user):
                 continue
             try:
                 rel.encode("utf-8")
@@ -542,7 +361,7 @@ def plan_directory(
         return len(planned) - before
 
     def add_entry(
-        entry: os.DirEntry[str], rel: str, is_dir: bool, rules: list[_Rules], in_git: bool
+        entry: os.DirEntry[str], rel: str, is_dir: bool, rules: list[IgnoreRules], in_git: bool
     ) -> None:
         """Plan one entry that the rules keep (a folder is walked)."""
         if entry.is_symlink():

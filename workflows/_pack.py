@@ -1,0 +1,242 @@
+"""Pack the workspace archives (tar.gz): streaming and reproducible.
+
+:func:`write_archive` and :func:`pack_to_tempfile` turn planned
+:class:`~workflows._seed_plan.SourceFile` entries into a reproducible tar.gz compressed with ISA-L
+(``isal``), reading file contents in 1 MiB chunks so memory stays flat.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import tarfile
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import IO, Any, BinaryIO, cast
+
+from isal import igzip_threaded
+
+from workflows._archive import (
+    ARCHIVE_MTIME,
+    CHUNK_SIZE,
+    ProgressCallback,
+    forget_members,
+    igzip_file,
+)
+from workflows._errors import InvalidInputError
+from workflows._seed_plan import SourceFile
+
+__all__ = ["pack_to_tempfile", "write_archive"]
+
+# Blocks handed to the compression thread: 256 KiB keeps the writer's queues and buffers near
+# 3 MiB (1 MiB blocks cost ~9 MiB) with the same speed and a size within 0.2 %.
+_COMPRESS_BLOCK = 256 * 1024
+
+# isal's Python modules are untyped
+_threaded_open: Callable[..., Any] = igzip_threaded.open
+
+
+class _Sink:
+    """The file object tarfile writes to: forwards to the compressor and counts (for ``tell``)."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+        self.pos = 0
+
+    def write(self, data: bytes) -> int:
+        self._out.write(data)
+        n = len(data)
+        self.pos += n
+        return n
+
+    def tell(self) -> int:
+        return self.pos
+
+
+class _Counter(io.RawIOBase):
+    """Wraps the caller's output: counts the compressed bytes written, never closes it."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        super().__init__()
+        self._out = out
+        self.count = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        n = memoryview(data).nbytes
+        self._out.write(data)
+        self.count += n
+        return n
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
+class _SourceReader:
+    """Reads one planned file for tarfile, reporting progress; refuses a file that shrank."""
+
+    def __init__(
+        self, raw: IO[bytes], name: str, size: int, progress: ProgressCallback | None
+    ) -> None:
+        self._raw = raw
+        self._name = name
+        self._left = size
+        self._progress = progress
+
+    def read(self, n: int = -1) -> bytes:
+        want = self._left if n < 0 else min(n, self._left)
+        try:
+            data = self._raw.read(want)
+        except OSError as exc:
+            raise InvalidInputError(
+                f"cannot read {self._name!r} while packing it: {exc.strerror or exc}"
+            ) from exc
+        got = len(data)
+        if got < want:
+            raise InvalidInputError(
+                f"{self._name!r} got shorter while it was being packed; seed it again"
+            )
+        self._left -= got
+        if self._progress is not None and got:
+            self._progress(got)
+        return data
+
+
+def _tarinfo(entry: SourceFile) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(entry.name)
+    info.mtime = ARCHIVE_MTIME
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if entry.is_dir:
+        info.type = tarfile.DIRTYPE
+        info.mode = 0o755
+    elif entry.link_target is not None:
+        info.type = tarfile.SYMTYPE
+        info.linkname = entry.link_target
+        info.mode = 0o777
+    else:
+        info.type = tarfile.REGTYPE
+        info.size = entry.size
+        info.mode = 0o755 if entry.mode & 0o100 else 0o644
+    return info
+
+
+def _open_compressor(sink: _Counter, compresslevel: int, threads: int) -> IO[bytes]:
+    if threads > 0:
+        return cast(
+            "IO[bytes]",
+            _threaded_open(
+                sink,
+                "wb",
+                compresslevel=compresslevel,
+                threads=threads,
+                block_size=_COMPRESS_BLOCK,
+            ),
+        )
+    # filename="" and mtime=0: no name and no time in the gzip header
+    return cast(
+        "IO[bytes]",
+        igzip_file(filename="", mode="wb", compresslevel=compresslevel, fileobj=sink, mtime=0),
+    )
+
+
+def _open_source_file(entry: SourceFile) -> IO[bytes]:
+    """Open a planned file for packing; one that vanished or cannot be read is named."""
+    assert entry.path is not None
+    try:
+        return open(entry.path, "rb", buffering=0)
+    except FileNotFoundError as exc:
+        raise InvalidInputError(
+            f"{os.fspath(entry.path)!r} disappeared after it was planned; seed again"
+        ) from exc
+    except OSError as exc:
+        raise InvalidInputError(
+            f"cannot read {os.fspath(entry.path)!r}: {exc.strerror or exc}; fix its permissions "
+            "or add it to ignore="
+        ) from exc
+
+
+def write_archive(
+    entries: Sequence[SourceFile],
+    out: IO[bytes],
+    *,
+    compresslevel: int = 1,
+    progress: ProgressCallback | None = None,
+    threads: int = 1,
+) -> int:
+    """Write ``entries`` to ``out`` as a reproducible tar.gz; return the compressed size.
+
+    The archive is PAX format, sorted by name, with every mtime :data:`ARCHIVE_MTIME`, uid/gid 0,
+    empty owner names, modes 0o644/0o755 (links 0o777), and a gzip header without a time or a
+    file name: the same entries give the same bytes whatever the files' times or owners on disk.
+    Parent folders are implied (not written); empty folders (``is_dir``) are.
+
+    Compression is ISA-L at ``compresslevel`` (0-3; 1 is fast and close to zlib's 6 in size).
+    With ``threads >= 1`` it runs on that many background threads, overlapping with the reading
+    of files (``threads=0``: all in the calling thread). File contents are read in 1 MiB chunks;
+    ``progress(n)`` is called with the number of file bytes consumed since its last call.
+    ``out`` is written to and flushed, never closed.
+    """
+    if not 0 <= compresslevel <= 3:
+        raise InvalidInputError(f"compresslevel must be 0..3 (ISA-L levels), not {compresslevel!r}")
+    ordered = sorted(entries, key=lambda e: e.name)
+    for a, b in itertools.pairwise(ordered):
+        if a.name == b.name:
+            raise InvalidInputError(f"two archive entries are both named {a.name!r}")
+    counter = _Counter(out)
+    compressor = _open_compressor(counter, compresslevel, threads)
+    try:
+        sink = _Sink(compressor)
+        tar = tarfile.TarFile(
+            fileobj=cast("IO[bytes]", sink),
+            mode="w",
+            format=tarfile.PAX_FORMAT,
+            encoding="utf-8",
+            copybufsize=CHUNK_SIZE,
+        )
+        for entry in ordered:
+            info = _tarinfo(entry)
+            if info.type != tarfile.REGTYPE:
+                tar.addfile(info)
+            elif entry.data is not None:
+                with io.BytesIO(entry.data) as buf:
+                    tar.addfile(info, _SourceReader(buf, entry.name, entry.size, progress))
+            elif entry.path is not None:
+                with _open_source_file(entry) as fh:
+                    tar.addfile(info, _SourceReader(fh, entry.name, entry.size, progress))
+            else:
+                raise InvalidInputError(f"archive entry {entry.name!r} has no content")
+            forget_members(tar)
+        tar.close()
+    finally:
+        compressor.close()
+    out.flush()
+    return counter.count
+
+
+def pack_to_tempfile(
+    entries: Sequence[SourceFile],
+    *,
+    compresslevel: int = 1,
+    progress: ProgressCallback | None = None,
+    spool_bytes: int = 8 * 1024 * 1024,
+    threads: int = 1,
+) -> tuple[BinaryIO, int]:
+    """Pack ``entries`` (see :func:`write_archive`) into a temporary file; return it and its size.
+
+    The file is a :class:`tempfile.SpooledTemporaryFile`: in memory up to ``spool_bytes``, on disk
+    above, deleted when closed. It is rewound to 0, ready to upload. The caller closes it.
+    """
+    spool = tempfile.SpooledTemporaryFile(max_size=spool_bytes)  # noqa: SIM115 - returned
+    try:
+        size = write_archive(
+            entries, spool, compresslevel=compresslevel, progress=progress, threads=threads
+        )
+        spool.seek(0)
+    except BaseException:
+        spool.close()
+        raise
+    return cast("BinaryIO", spool), size
