@@ -4,10 +4,13 @@ The state (SQLite + one workspace folder per sandbox) lives in :class:`EmulatorS
 apart from the HTTP layer built by :func:`create_app`. :class:`EmulatorServer` serves it
 from a thread on a free port::
 
-    from klavis_emulator import EmulatorServer
+    from klavis_emulator import EmulatorConfig, EmulatorServer
 
-    with EmulatorServer() as server:
+    with EmulatorServer(EmulatorConfig(fault_rate=0.1)) as server:
         print(server.base_url)
+
+Every tunable (data folder, faults, signed URLs, API keys, confinement, MCP hosting, ...)
+is a field of :class:`EmulatorConfig`, which :func:`create_app` takes too.
 
 From a shell: ``python -m klavis_emulator --port 0`` (or ``klavis-emulator``).
 
@@ -21,10 +24,11 @@ across restarts. Other modules follow sandboxes through
 
 from __future__ import annotations
 
-from ._app import create_app, default_data_dir
+from ._app import create_app
 from ._archive import ArchiveLimits, ArchiveRejected, ArchiveTooLarge
 from ._bwrap import ConfinementError
 from ._clock import Clock, ManualClock, OffsetClock, SystemClock
+from ._config import EmulatorConfig, default_data_dir
 from ._executions import EXECUTION_STATUSES, Confinement, detect_confinement
 from ._faults import FaultSettings
 from ._middleware import CONTROL_TOKEN_HEADER
@@ -52,6 +56,7 @@ __all__ = [
     "Clock",
     "Confinement",
     "ConfinementError",
+    "EmulatorConfig",
     "EmulatorError",
     "EmulatorServer",
     "EmulatorState",

@@ -3,29 +3,26 @@
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Annotated, Any, BinaryIO, Final, Literal
 
 import anyio.to_thread
-import platformdirs
 from fastapi import Body, Depends, FastAPI, Query, Request, Security
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from starlette.routing import Match, Route
 
-from ._archive import ArchiveLimits, ArchiveRejected, ArchiveTooLarge
-from ._clock import Clock, isoformat
-from ._faults import FAULT_MODES, FaultInjectionMiddleware, FaultSettings
+from ._archive import ArchiveRejected, ArchiveTooLarge
+from ._clock import isoformat
+from ._config import EmulatorConfig
+from ._faults import FaultInjectionMiddleware, FaultSettings
 from ._middleware import (
     API_PREFIX,
     BearerAuthMiddleware,
     ControlAccessMiddleware,
     StrictJsonMiddleware,
-    check_control_token,
 )
 from ._models import (
     AcquireLocalSandboxRequest,
@@ -61,7 +58,7 @@ from ._state import (
     tenant_for_token,
 )
 
-__all__ = ["create_app", "default_data_dir"]
+__all__ = ["create_app"]
 
 logger = logging.getLogger("klavis_emulator")
 
@@ -77,11 +74,6 @@ RegionQuery = Annotated[
 ]
 
 
-def default_data_dir() -> Path:
-    """The per-user folder the emulator keeps its state in when no data dir is given."""
-    return Path(platformdirs.user_data_dir("klavis-emulator", appauthor=False))
-
-
 def _tenant(request: Request) -> str:
     tenant: str = request.state.tenant
     return tenant
@@ -94,82 +86,26 @@ def _error(status: int, detail: str, headers: dict[str, str] | None = None) -> J
     return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
 
-def create_app(
-    *,
-    data_dir: str | os.PathLike[str] | None = None,
-    latency_ms: int = 0,
-    fault_rate: float = 0.0,
-    fault_mode: str = "mixed",
-    fault_seed: int | None = None,
-    signed_url_minutes: int = 30,
-    max_upload_mb: float = 1024,
-    api_keys: Iterable[str] | None = None,
-    clock: Clock | None = None,
-    public_url: str | None = None,
-    archive_limits: ArchiveLimits | None = None,
-    execution_timeout: float = 3600.0,
-    allow_network: bool = False,
-    confine_executions: bool = True,
-    host_mcp: bool = True,
-    control_token: str | None = None,
-) -> FastAPI:
-    """Build the emulator's FastAPI application.
-
-    Args:
-        data_dir: folder for the SQLite file, workspaces and stored objects (created if
-            needed); default: a per-user data folder (see :func:`default_data_dir`).
-        latency_ms: delay added before every API and storage request.
-        fault_rate: fraction (0..1) of API and storage requests that answer 429/5xx.
-        fault_mode: ``before`` (nothing happens), ``after`` (the operation takes effect,
-            the answer is lost) or ``mixed`` (half each).
-        fault_seed: seed of the fault generator, for deterministic tests.
-        signed_url_minutes: validity of signed upload/download URLs.
-        max_upload_mb: size cap of an upload to a signed URL (413 above).
-        api_keys: if given, only these bearer tokens are accepted (401 for others).
-        clock: the clock for timestamps, TTLs and URL expiry (default: an
-            :class:`~klavis_emulator.OffsetClock` that ``/_emulator/clock/advance`` moves,
-            its offset kept in the data dir across restarts).
-        public_url: base URL written into signed and MCP URLs (default: the request's).
-        archive_limits: caps on the members, unpacked bytes and expansion ratio of an uploaded
-            archive (:class:`~klavis_emulator.ArchiveLimits`).
-        execution_timeout: seconds an execution may take (installing requirements
-            included) before it is killed and fails.
-        allow_network: give confined executions network access (unconfined ones always
-            have it).
-        confine_executions: run executions under bubblewrap where it works (``False``:
-            never, as with ``--no-bwrap``).
-        host_mcp: serve the real filesystem, git and terminal MCP servers at each sandbox's
-            ``mcp_server_url`` (see :mod:`klavis_emulator._mcp`).
-        control_token: the secret that the control routes (everything under
-            ``/_emulator/`` but ``GET /_emulator/health``: clock, faults) require in the header
-            ``X-Emulator-Control-Token: <token>`` (401 without it, 403 with another; any
-            client address). ``None`` (the default): they answer loopback clients only
-            (127.0.0.0/8, ::1) and refuse others with 403. The CLI's ``--control-token``.
+def create_app(config: EmulatorConfig | None = None) -> FastAPI:
+    """Build the emulator's FastAPI application from ``config`` (default: every default;
+    see :class:`~klavis_emulator.EmulatorConfig` for what each tunable does).
 
     The state is reachable as ``app.state.emulator`` (an :class:`EmulatorState`), so other
     modules can subscribe to it (:meth:`EmulatorState.add_listener`) and mount their own
     ASGI apps on the returned app.
     """
-    if fault_mode not in FAULT_MODES:
-        raise ValueError(f"fault_mode must be one of {', '.join(FAULT_MODES)}")
-    check_control_token(control_token)
-    if max_upload_mb <= 0:
-        raise ValueError("max_upload_mb must be positive")
-    state = EmulatorState(
-        data_dir if data_dir is not None else default_data_dir(),
-        clock=clock,
-        signed_url_minutes=signed_url_minutes,
-        max_upload_bytes=int(max_upload_mb * 1024 * 1024),
-        archive_limits=archive_limits,
-        execution_timeout=execution_timeout,
-        allow_network=allow_network,
-        confine_executions=confine_executions,
-    )
+    config = config if config is not None else EmulatorConfig()
+    state = EmulatorState(config)
     faults = FaultSettings()
-    faults.configure(rate=fault_rate, mode=fault_mode, latency_ms=latency_ms, seed=fault_seed)
+    faults.configure(
+        rate=config.fault_rate,
+        mode=config.fault_mode,
+        latency_ms=config.latency_ms,
+        seed=config.fault_seed,
+    )
+    api_keys = config.api_keys
     allowed = None if api_keys is None else frozenset(tenant_for_token(k) for k in api_keys)
-    if allowed is not None and not allowed:
-        raise ValueError("api_keys must name at least one key (or be None to accept any)")
+    public_url = config.public_url
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -186,7 +122,7 @@ def create_app(
     app.state.faults = faults
     app.add_middleware(StrictJsonMiddleware)
     app.add_middleware(BearerAuthMiddleware, allowed_tenants=allowed)
-    app.add_middleware(ControlAccessMiddleware, token=control_token)
+    app.add_middleware(ControlAccessMiddleware, token=config.control_token)
     app.add_middleware(FaultInjectionMiddleware, settings=faults)
     _install_error_handlers(app)
 
@@ -542,7 +478,7 @@ def create_app(
             return _error(409, "This emulator's clock cannot be moved.")
         return {"time": now, "now": isoformat(now)}
 
-    if host_mcp:
+    if config.host_mcp:
         from ._mcp import install_mcp  # fastmcp is heavy: only when MCP is served
 
         install_mcp(app, state)

@@ -89,7 +89,7 @@ _TURN_OFF_HINT: Final = (
     "To run unconfined on purpose (executions and MCP servers then run as the emulator's "
     "user, with its network and files, and can call the loopback control routes unless "
     "the emulator has a --control-token), start the emulator with --no-confine, pass "
-    f"confine_executions=False, or set {CONFINE_ENV}=0."
+    f"EmulatorConfig(confine_executions=False), or set {CONFINE_ENV}=0."
 )
 
 ConfineSetting = Literal["auto", "on", "off"]

@@ -44,9 +44,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal, get_args
 
-from ._archive import ArchiveLimits, copy_tree, extract_archive, make_archive
+from ._archive import copy_tree, extract_archive, make_archive
 from ._bwrap import decide_confinement
 from ._clock import Clock, OffsetClock, isoformat
+from ._config import EmulatorConfig
 from ._executions import (
     FINAL_STATUSES,
     ExecutionRun,
@@ -369,52 +370,27 @@ class ExecutionRecord:
 class EmulatorState:
     """Sandboxes, workspaces and stored objects of one emulator (see the module docs)."""
 
-    def __init__(
-        self,
-        data_dir: str | os.PathLike[str],
-        *,
-        clock: Clock | None = None,
-        signed_url_minutes: int = 30,
-        max_upload_bytes: int = 1024 * 1024 * 1024,
-        archive_limits: ArchiveLimits | None = None,
-        execution_timeout: float = 3600.0,
-        allow_network: bool = False,
-        confine_executions: bool = True,
-        reaper_interval: float | None = 2.0,
-    ) -> None:
-        """Open (or create) the state in ``data_dir``.
-
-        Without ``clock``, the state uses an :class:`~klavis_emulator.OffsetClock` whose
-        offset is stored in the data dir, so time moved forward by
-        ``/_emulator/clock/advance`` stays moved across a restart (timestamps and TTLs never
-        run backwards). ``execution_timeout`` (seconds) limits each execution;
-        ``allow_network`` gives confined executions network access. ``confine_executions``
-        confines executions and MCP servers with bubblewrap where it is installed (``False``,
-        or ``$KLAVIS_EMULATOR_CONFINE=0``: never; see :mod:`klavis_emulator._bwrap`).
-        ``reaper_interval`` (seconds, ``None``: off) is how often a background thread
-        releases sandboxes whose TTL ran out.
+    def __init__(self, config: EmulatorConfig) -> None:
+        """Open (or create) the state in ``config.data_dir`` (see :class:`EmulatorConfig`
+        for the tunables this reads: data dir, clock, signed URLs, uploads, archives,
+        executions, confinement and the TTL reaper).
 
         Raises:
             ConfinementError: bubblewrap is installed but cannot confine here (and
                 confinement was not turned off); nothing was created or locked yet.
         """
-        if signed_url_minutes < 1:
-            raise ValueError("signed_url_minutes must be at least 1")
-        if max_upload_bytes < 1:
-            raise ValueError("max_upload_bytes must be at least 1")
-        if execution_timeout <= 0:
-            raise ValueError("execution_timeout must be positive")
         # First, before the data dir is touched: a confinement that does not work stops the
         # emulator here, with the reason and the way out (never a line in every run's log).
-        confinement = decide_confinement(confine_executions)
+        confinement = decide_confinement(config.confine_executions)
         if confinement.enabled:
             logger.info("executions and MCP servers are %s", confinement.reason)
         else:
             logger.warning("executions and MCP servers are NOT confined: %s", confinement.reason)
-        self.data_dir = Path(data_dir).expanduser().resolve()
-        self.signed_url_minutes = signed_url_minutes
-        self.max_upload_bytes = max_upload_bytes
-        self.archive_limits = archive_limits or ArchiveLimits()
+        self.config = config
+        self.data_dir = config.resolved_data_dir().expanduser().resolve()
+        self.signed_url_minutes = config.signed_url_minutes
+        self.max_upload_bytes = config.max_upload_bytes
+        self.archive_limits = config.archive_limits
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_file = _lock_data_dir(self.data_dir)
@@ -440,6 +416,7 @@ class EmulatorState:
         self._db.execute("PRAGMA busy_timeout=5000")
         self._migrate()
 
+        clock = config.clock
         if clock is None:
             owned = OffsetClock(offset=self._load_clock_offset())
             owned.on_advance(self._save_clock_offset)
@@ -448,7 +425,9 @@ class EmulatorState:
         self.signer = UrlSigner(self._load_secret(), self.clock)
 
         self.run_settings = RunSettings(
-            timeout=execution_timeout, allow_network=allow_network, confinement=confinement
+            timeout=config.execution_timeout,
+            allow_network=config.allow_network,
+            confinement=confinement,
         )
         self._runs: dict[tuple[str, str], ExecutionRun] = {}
         self._runs_lock = threading.Lock()
@@ -459,11 +438,12 @@ class EmulatorState:
 
         self._stop_reaper = threading.Event()
         self._reaper: threading.Thread | None = None
-        if reaper_interval is not None:
-            if reaper_interval <= 0:
-                raise ValueError("reaper_interval must be positive (or None)")
+        if config.reaper_interval is not None:
             self._reaper = threading.Thread(
-                target=self._reap, args=(reaper_interval,), name="klavis-ttl-reaper", daemon=True
+                target=self._reap,
+                args=(config.reaper_interval,),
+                name="klavis-ttl-reaper",
+                daemon=True,
             )
             self._reaper.start()
 

@@ -58,8 +58,8 @@ def needs(*servers: str) -> pytest.MarkDecorator:
 def emulator_with_mcp() -> Iterator[EmulatorServer]:
     """An emulator whose app hosts the MCP servers (installing the host if create_app doesn't)."""
 
-    def create_app(**kwargs: Any) -> Any:
-        app = original_create_app(**kwargs)
+    def create_app(config: Any = None) -> Any:
+        app = original_create_app(config)
         if getattr(app.state, "mcp", None) is None:
             install_mcp(app)
         return app
