@@ -1,4 +1,9 @@
-"""Command line: ``python -m klavis_emulator`` / ``klavis-emulator``."""
+"""The one command line, ``klavis-emulator`` (or ``python -m klavis_emulator``).
+
+``klavis-emulator [options]`` serves the emulator in the foreground (its options are the
+fields of :class:`~klavis_emulator.EmulatorConfig`); ``klavis-emulator setup [--force] [-q]``
+installs the MCP servers it hosts and ``klavis-emulator check`` reports on them.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -16,9 +22,11 @@ from typing import Any, Final
 import uvicorn
 
 from ._app import create_app
-from ._bwrap import ConfinementError
+from ._bwrap import ConfinementError, decide_confinement
 from ._config import EmulatorConfig, default_data_dir, field_default, field_problem
 from ._faults import FAULT_MODES
+from ._mcp_launch import HOSTED_SERVERS
+from ._mcp_setup import McpSetupError, find_tools, setup_mcp_servers
 from ._middleware import CONTROL_TOKEN_HEADER
 from ._server import bind_socket, url_for_socket
 
@@ -190,6 +198,52 @@ def _exit_quietly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+def _tools_command(argv: Sequence[str]) -> int:
+    """``klavis-emulator setup|check``: install or report the MCP servers the emulator hosts."""
+    parser = argparse.ArgumentParser(
+        prog="klavis-emulator",
+        description="Install (setup) or report (check) the MCP servers the emulator hosts.",
+    )
+    parser.add_argument("command", choices=["setup", "check"])
+    parser.add_argument("--tools-dir", type=Path, default=None, help="where the venv goes")
+    parser.add_argument("--force", action="store_true", help="reinstall everything")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only problems")
+    args = parser.parse_args(argv)
+
+    def say(line: str) -> None:
+        if not args.quiet:
+            print(line, flush=True)
+
+    if args.command == "setup":
+        started = time.monotonic()
+        try:
+            tools = setup_mcp_servers(tools_dir=args.tools_dir, force=args.force, log=say)
+        except McpSetupError as exc:
+            print(f"setup failed: {exc}", file=sys.stderr)
+            return 1
+        say(f"MCP servers ready ({time.monotonic() - started:.1f} s).")
+    else:
+        tools = find_tools(args.tools_dir)
+    ok = True
+    for server in HOSTED_SERVERS:
+        problem = tools.missing(server)
+        ok = ok and problem is None
+        if problem is None:
+            say(f"  {server:<10} ok")
+        else:
+            print(f"  {server:<10} {problem}", file=sys.stderr)
+    try:
+        confinement = decide_confinement()
+    except ConfinementError as exc:
+        print(f"  confinement: {exc}", file=sys.stderr)
+        return 1
+    if confinement.enabled:
+        say(f"  servers run confined by {confinement.bwrap}, workspace at /data")
+    else:
+        say(f"  servers run unconfined ({confinement.reason})")
+    return 0 if ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the emulator in the foreground until interrupted.
 
@@ -198,9 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     rest = list(sys.argv[1:] if argv is None else argv)
     if rest and rest[0] in ("setup", "check"):
-        from ._mcp import main as mcp_main
-
-        return mcp_main(rest)
+        return _tools_command(rest)
     args = build_parser().parse_args(rest)
     try:
         config = config_from_args(args)

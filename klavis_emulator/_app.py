@@ -24,7 +24,7 @@ from ._middleware import (
     ControlAccessMiddleware,
     StrictJsonMiddleware,
 )
-from ._models import (
+from ._schemas import (
     AcquireLocalSandboxRequest,
     AcquireLocalSandboxResponse,
     ClockAdvanceRequest,
@@ -479,7 +479,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
         return {"time": now, "now": isoformat(now)}
 
     if config.host_mcp:
-        from ._mcp import install_mcp  # fastmcp is heavy: only when MCP is served
+        from ._mcp_host import install_mcp  # fastmcp is heavy: only when MCP is served
 
         install_mcp(app, state)
     return app

@@ -160,7 +160,7 @@ class ControlAccessMiddleware:
     "Loopback" means every process of this machine that can reach its loopback, which is
     why an execution's own code must not be one: a confined ``main.py`` has no network, and
     the networked requirements install runs none of the archive's code (wheels only, see
-    :mod:`klavis_emulator._executions`; pip's own ``GET``s of the control routes only read).
+    :mod:`klavis_emulator._runner`; pip's own ``GET``s of the control routes only read).
     Unconfined executions and ``--allow-network`` are opt-outs: their ``main.py`` can do
     whatever the emulator's user can, calling these routes included, unless a control token
     is set, which closes them to every client that does not send it.

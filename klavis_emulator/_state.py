@@ -6,7 +6,7 @@ directory::
     <data_dir>/emulator.sqlite3      sandboxes, servers, per-server data, executions, settings
     <data_dir>/signing.key           the per-emulator HMAC secret for signed URLs
     <data_dir>/workspaces/<id>/      one workspace folder per live sandbox
-    <data_dir>/executions/<id>/<name>/   one folder per execution (see ``_executions``)
+    <data_dir>/executions/<id>/<name>/   one folder per execution (see ``_runner``)
     <data_dir>/storage/<key>         objects behind signed URLs (uploads, dumps, artifacts)
     <data_dir>/tmp/                  staging folders, emptied on start
 
@@ -48,7 +48,7 @@ from ._archive import copy_tree, extract_archive, make_archive
 from ._bwrap import decide_confinement
 from ._clock import Clock, OffsetClock, isoformat
 from ._config import EmulatorConfig
-from ._executions import (
+from ._runner import (
     FINAL_STATUSES,
     ExecutionRun,
     RunSettings,

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer, tenant_for_token
-from klavis_emulator._executions import RequirementsRefused, check_requirements
+from klavis_emulator._runner import RequirementsRefused, check_requirements
 from tests.conftest import Executions
 
 from .helpers import require_confinement

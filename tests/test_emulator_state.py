@@ -18,7 +18,7 @@ from klavis_emulator import (
     tenant_for_token,
 )
 from klavis_emulator._archive import make_archive
-from klavis_emulator._executions import complete_utf8_prefix, execution_name_problem, read_log
+from klavis_emulator._runner import complete_utf8_prefix, execution_name_problem, read_log
 from klavis_emulator._state import SandboxNotFound
 
 
