@@ -501,19 +501,7 @@ def _live_record(state: EmulatorState, sandbox_id: str) -> SandboxRecord | None:
         return None
     if canonical != sandbox_id:
         return None
-    lookup = getattr(state, "find_live", None)
-    if lookup is not None:  # a public lookup, once the state has one
-        found: SandboxRecord | None = lookup(sandbox_id)
-        return found
-    try:
-        state._expire_due()
-        with state._transaction() as db:
-            row = db.execute(
-                "SELECT * FROM sandboxes WHERE id = ? AND released_ts IS NULL", (sandbox_id,)
-            ).fetchone()
-            return None if row is None else state._load(db, row)
-    except RuntimeError:  # the state is closed: the emulator is stopping
-        return None
+    return state.find_live(sandbox_id)
 
 
 async def _forward_once(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
