@@ -1,8 +1,9 @@
 """The one command line, ``klavis-emulator`` (or ``python -m klavis_emulator``).
 
-``klavis-emulator [options]`` serves the emulator in the foreground (its options are the
-fields of :class:`~klavis_emulator.EmulatorConfig`); ``klavis-emulator setup [--force] [-q]``
-installs the MCP servers it hosts and ``klavis-emulator check`` reports on them.
+``klavis-emulator [options]`` serves the emulator in the foreground (each option sets the
+:class:`~klavis_emulator.EmulatorConfig` field of its name); ``klavis-emulator setup
+[--force] [-q]`` installs the MCP servers it hosts and ``klavis-emulator check`` reports on
+them.
 """
 
 from __future__ import annotations
