@@ -34,7 +34,7 @@ from benchmarks._common import (
     new_token,
     run_child,
 )
-from klavis_emulator import EmulatorServer
+from klavis_emulator import EmulatorConfig, EmulatorServer
 from tests.crafted import (
     file,
     hardlink,
@@ -200,7 +200,9 @@ def _measure_client(ctx: BenchContext) -> tuple[float, int, int, dict[str, Any]]
     token = new_token()
     with (
         HostileStorage() as storage,
-        EmulatorServer(public_url=storage.url, data_dir=ctx.folder("hostile-emulator")) as emulator,
+        EmulatorServer(
+            EmulatorConfig(public_url=storage.url, data_dir=ctx.folder("hostile-emulator"))
+        ) as emulator,
     ):
         for case in CLIENT_CASES:
             _serve_client_case(storage, case)

@@ -4,15 +4,18 @@ The state (SQLite + one workspace folder per sandbox) lives in :class:`EmulatorS
 apart from the HTTP layer built by :func:`create_app`. :class:`EmulatorServer` serves it
 from a thread on a free port::
 
-    from klavis_emulator import EmulatorServer
+    from klavis_emulator import EmulatorConfig, EmulatorServer
 
-    with EmulatorServer() as server:
+    with EmulatorServer(EmulatorConfig(fault_rate=0.1)) as server:
         print(server.base_url)
+
+Every tunable (data folder, faults, signed URLs, API keys, confinement, MCP hosting, ...)
+is a field of :class:`EmulatorConfig`, which :func:`create_app` takes too.
 
 From a shell: ``python -m klavis_emulator --port 0`` (or ``klavis-emulator``).
 
 Besides the sandbox lifecycle it runs executions (``main.py`` of an uploaded archive, in the
-background, confined with bubblewrap where it works: see ``_executions``), keeps the typed
+background, confined with bubblewrap where it works: see ``_runner``), keeps the typed
 data documents of google_cloud, poste_email_toolathlon and canvas, expires sandboxes on a
 clock that ``POST /_emulator/clock/advance`` moves, and keeps everything in its data folder
 across restarts. Other modules follow sandboxes through
@@ -21,13 +24,14 @@ across restarts. Other modules follow sandboxes through
 
 from __future__ import annotations
 
-from ._app import create_app, default_data_dir
+from ._app import create_app
 from ._archive import ArchiveLimits, ArchiveRejected, ArchiveTooLarge
-from ._bwrap import ConfinementError
+from ._bwrap import Confinement, ConfinementError, detect_confinement
 from ._clock import Clock, ManualClock, OffsetClock, SystemClock
-from ._executions import EXECUTION_STATUSES, Confinement, detect_confinement
+from ._config import EmulatorConfig, default_data_dir
 from ._faults import FaultSettings
 from ._middleware import CONTROL_TOKEN_HEADER
+from ._runner import EXECUTION_STATUSES
 from ._server import EmulatorServer
 from ._server_data import DATA_SERVERS
 from ._signing import SignatureError, UrlSigner
@@ -52,6 +56,7 @@ __all__ = [
     "Clock",
     "Confinement",
     "ConfinementError",
+    "EmulatorConfig",
     "EmulatorError",
     "EmulatorServer",
     "EmulatorState",

@@ -1,126 +1,151 @@
-"""Command line: ``python -m klavis_emulator`` / ``klavis-emulator``."""
+"""The one command line, ``klavis-emulator`` (or ``python -m klavis_emulator``).
+
+``klavis-emulator [options]`` serves the emulator in the foreground (each option sets the
+:class:`~klavis_emulator.EmulatorConfig` field of its name); ``klavis-emulator setup
+[--force] [-q]`` installs the MCP servers it hosts and ``klavis-emulator check`` reports on
+them.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any, Final
 
 import uvicorn
 
-from ._app import create_app, default_data_dir
-from ._bwrap import ConfinementError
+from ._app import create_app
+from ._bwrap import ConfinementError, decide_confinement
+from ._config import EmulatorConfig, default_data_dir, field_default, field_problem
 from ._faults import FAULT_MODES
+from ._mcp_launch import HOSTED_SERVERS
+from ._mcp_setup import McpSetupError, find_tools, setup_mcp_servers
 from ._middleware import CONTROL_TOKEN_HEADER
 from ._server import bind_socket, url_for_socket
 
-__all__ = ["RedactSignedUrls", "build_parser", "main"]
+__all__ = ["RedactSignedUrls", "build_parser", "config_from_args", "main"]
 
 
 CONTROL_TOKEN_ENV = "KLAVIS_EMULATOR_CONTROL_TOKEN"  # noqa: S105 - a variable's name
 
 
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError("must be between 0.0 and 1.0")
-    return value
+SERVE_PORT: Final = 8000
+"""The command's port; :class:`EmulatorServer` (in a thread, for tests) takes any free one."""
+SERVE_LOG_LEVEL: Final = "info"
+"""The command's uvicorn log level; :class:`EmulatorServer` logs warnings only."""
+_LOG_LEVELS: Final = ("critical", "error", "warning", "info", "debug")
 
 
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return value
+def _checked(name: str, convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse ``type`` for the config field ``name``: ``convert``, then the config's
+    own check of that field (an error names the option, as for any bad value)."""
 
+    def parse(text: str) -> Any:
+        value = convert(text)
+        problem = field_problem(name, value)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return value
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be positive")
-    return value
+    parse.__name__ = convert.__name__  # argparse's "invalid float value: 'x'"
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``klavis-emulator`` command."""
+    """The argument parser of the ``klavis-emulator`` command (its defaults, but the port and
+    the log level, are :class:`EmulatorConfig`'s)."""
+    default = field_default
     parser = argparse.ArgumentParser(
         prog="klavis-emulator",
         description="Serve a local emulator of the Klavis /local-sandbox API.",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (127.0.0.1)")
     parser.add_argument(
-        "--port", type=_non_negative_int, default=8000, help="port (0: any free port)"
+        "--host", default=default("host"), help=f"interface to bind ({default('host')})"
+    )
+    parser.add_argument(
+        "--port", type=_checked("port", int), default=SERVE_PORT, help="port (0: any free port)"
     )
     parser.add_argument(
         "--data-dir",
         type=Path,
-        default=None,
+        default=default("data_dir"),
         help=f"folder for the emulator's state (default: {default_data_dir()})",
     )
     parser.add_argument(
-        "--latency-ms", type=_non_negative_int, default=0, help="delay added to each request"
+        "--latency-ms",
+        type=_checked("latency_ms", int),
+        default=default("latency_ms"),
+        help="delay added to each request",
     )
     parser.add_argument(
         "--fault-rate",
-        type=_fraction,
-        default=0.0,
+        type=_checked("fault_rate", float),
+        default=default("fault_rate"),
         help="fraction of API/storage requests answering 429/500/502/503",
     )
     parser.add_argument(
         "--fault-mode",
         choices=FAULT_MODES,
-        default="mixed",
+        default=default("fault_mode"),
         help="before: nothing happens; after: the operation happens, the answer is lost",
     )
-    parser.add_argument("--fault-seed", type=int, default=None, help="seed of fault injection")
     parser.add_argument(
-        "--signed-url-minutes",
-        type=_positive_int,
-        default=30,
-        help="validity of signed URLs (30)",
+        "--fault-seed", type=int, default=default("fault_seed"), help="seed of fault injection"
     )
     parser.add_argument(
-        "--max-upload-mb", type=_positive_float, default=1024, help="upload size cap (1024)"
+        "--signed-url-minutes",
+        type=_checked("signed_url_minutes", int),
+        default=default("signed_url_minutes"),
+        help=f"validity of signed URLs ({default('signed_url_minutes')})",
+    )
+    parser.add_argument(
+        "--max-upload-mb",
+        type=_checked("max_upload_mb", float),
+        default=default("max_upload_mb"),
+        help=f"upload size cap ({default('max_upload_mb'):g})",
     )
     parser.add_argument(
         "--api-key",
         action="append",
         dest="api_keys",
-        default=None,
+        default=default("api_keys"),
         metavar="KEY",
         help="accept only this API key (repeatable; default: accept any)",
     )
     parser.add_argument(
-        "--public-url", default=None, help="base URL to write into signed and MCP URLs"
+        "--public-url",
+        default=default("public_url"),
+        help="base URL to write into signed and MCP URLs",
     )
     parser.add_argument(
         "--execution-timeout",
-        type=_positive_float,
-        default=3600.0,
+        type=_checked("execution_timeout", float),
+        default=default("execution_timeout"),
         metavar="SECONDS",
-        help="time limit of one execution, requirements install included (3600)",
+        help=(
+            "time limit of one execution, requirements install included "
+            f"({default('execution_timeout'):g})"
+        ),
     )
     parser.add_argument(
         "--allow-network",
         action="store_true",
+        default=default("allow_network"),
         help="give confined executions network access (default: none under bubblewrap)",
     )
     parser.add_argument(
         "--no-confine",
         dest="confine_executions",
         action="store_false",
+        default=default("confine_executions"),
         help=(
             "run executions and MCP servers unconfined, as this user with its network and "
             "files (default: confined with bubblewrap where it is installed; if it is "
@@ -132,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--control-token",
-        default=os.environ.get(CONTROL_TOKEN_ENV) or None,
+        default=os.environ.get(CONTROL_TOKEN_ENV) or default("control_token"),
         metavar="TOKEN",
         help=(
             f"require this token (header {CONTROL_TOKEN_HEADER}) on the /_emulator control "
@@ -142,11 +167,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--log-level",
-        default="info",
-        choices=["critical", "error", "warning", "info", "debug"],
-        help="uvicorn log level (info)",
+        default=SERVE_LOG_LEVEL,
+        choices=_LOG_LEVELS,
+        help=f"uvicorn log level ({SERVE_LOG_LEVEL})",
     )
     return parser
+
+
+def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
+    """The :class:`EmulatorConfig` that parsed arguments describe (options are named after
+    its fields; fields without an option keep their defaults)."""
+    given = vars(args)
+    names = [item.name for item in dataclasses.fields(EmulatorConfig) if item.name in given]
+    return EmulatorConfig(**{name: given[name] for name in names})
 
 
 class RedactSignedUrls(logging.Filter):
@@ -166,6 +199,52 @@ def _exit_quietly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+def _tools_command(argv: Sequence[str]) -> int:
+    """``klavis-emulator setup|check``: install or report the MCP servers the emulator hosts."""
+    parser = argparse.ArgumentParser(
+        prog="klavis-emulator",
+        description="Install (setup) or report (check) the MCP servers the emulator hosts.",
+    )
+    parser.add_argument("command", choices=["setup", "check"])
+    parser.add_argument("--tools-dir", type=Path, default=None, help="where the venv goes")
+    parser.add_argument("--force", action="store_true", help="reinstall everything")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only problems")
+    args = parser.parse_args(argv)
+
+    def say(line: str) -> None:
+        if not args.quiet:
+            print(line, flush=True)
+
+    if args.command == "setup":
+        started = time.monotonic()
+        try:
+            tools = setup_mcp_servers(tools_dir=args.tools_dir, force=args.force, log=say)
+        except McpSetupError as exc:
+            print(f"setup failed: {exc}", file=sys.stderr)
+            return 1
+        say(f"MCP servers ready ({time.monotonic() - started:.1f} s).")
+    else:
+        tools = find_tools(args.tools_dir)
+    ok = True
+    for server in HOSTED_SERVERS:
+        problem = tools.missing(server)
+        ok = ok and problem is None
+        if problem is None:
+            say(f"  {server:<10} ok")
+        else:
+            print(f"  {server:<10} {problem}", file=sys.stderr)
+    try:
+        confinement = decide_confinement()
+    except ConfinementError as exc:
+        print(f"  confinement: {exc}", file=sys.stderr)
+        return 1
+    if confinement.enabled:
+        say(f"  servers run confined by {confinement.bwrap}, workspace at /data")
+    else:
+        say(f"  servers run unconfined ({confinement.reason})")
+    return 0 if ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the emulator in the foreground until interrupted.
 
@@ -174,30 +253,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     rest = list(sys.argv[1:] if argv is None else argv)
     if rest and rest[0] in ("setup", "check"):
-        from ._mcp import main as mcp_main
-
-        return mcp_main(rest)
+        return _tools_command(rest)
     args = build_parser().parse_args(rest)
     try:
-        app = create_app(
-            data_dir=args.data_dir,
-            latency_ms=args.latency_ms,
-            fault_rate=args.fault_rate,
-            fault_mode=args.fault_mode,
-            fault_seed=args.fault_seed,
-            signed_url_minutes=args.signed_url_minutes,
-            max_upload_mb=args.max_upload_mb,
-            api_keys=args.api_keys,
-            public_url=args.public_url,
-            execution_timeout=args.execution_timeout,
-            allow_network=args.allow_network,
-            confine_executions=args.confine_executions,
-            control_token=args.control_token,
-        )
+        config = config_from_args(args)
+        app = create_app(config)
     except (ConfinementError, ValueError) as exc:  # one line: the reason and the way out
         print(f"klavis-emulator: error: {exc}", file=sys.stderr, flush=True)
         return 1
-    sock = bind_socket(args.host, args.port)
+    sock = bind_socket(config.host, config.port)
     # SIGTERM before uvicorn takes over the signals (or re-raised by uvicorn after its
     # graceful shutdown) ends the process with status 0.
     signal.signal(signal.SIGTERM, _exit_quietly)
@@ -208,9 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Executions and MCP servers: {confinement.reason}", flush=True)
     else:
         print(f"Executions and MCP servers: NOT confined ({confinement.reason})", flush=True)
-    if args.control_token:
+    if config.control_token:
         print("Control routes (/_emulator/...): need the control token", flush=True)
-    elif not confinement.enabled or args.allow_network:
+    elif not confinement.enabled or config.allow_network:
         print(
             "Control routes (/_emulator/...): loopback clients only, which includes executions' "
             "main.py (unconfined or --allow-network): set --control-token to close them",
@@ -218,9 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     else:
         print("Control routes (/_emulator/...): loopback clients only", flush=True)
-    config = uvicorn.Config(app, log_level=args.log_level, lifespan="on")
+    serving = uvicorn.Config(app, log_level=config.log_level, lifespan="on")
     logging.getLogger("uvicorn.access").addFilter(RedactSignedUrls())
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(serving)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:

@@ -1,51 +1,30 @@
-"""The emulator's HTTP layer: a FastAPI app with thin routes over :class:`EmulatorState`."""
+"""The emulator's HTTP layer: :func:`create_app` builds a FastAPI app over :class:`EmulatorState`.
+
+The app is assembled here (lifespan, middleware, the routers of :mod:`._routes`, error
+handlers, the MCP host); the routes themselves are thin and live in ``_routes/``, the
+middleware in ``_middleware`` (and fault injection in ``_faults``).
+"""
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Annotated, Any, BinaryIO, Final, Literal
+from typing import Any
 
-import anyio.to_thread
-import platformdirs
-from fastapi import Body, Depends, FastAPI, Query, Request, Security
-from fastapi.responses import JSONResponse, StreamingResponse
+import fastapi.routing
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from fastapi.security import HTTPBearer
-from starlette.routing import Match, Route
+from starlette.routing import BaseRoute, Match, Route
+from starlette.types import Scope
 
-from ._archive import ArchiveLimits, ArchiveRejected, ArchiveTooLarge
-from ._clock import Clock, isoformat
-from ._faults import FAULT_MODES, FaultInjectionMiddleware, FaultSettings
-from ._middleware import (
-    API_PREFIX,
-    BearerAuthMiddleware,
-    ControlAccessMiddleware,
-    StrictJsonMiddleware,
-    check_control_token,
-)
-from ._models import (
-    AcquireLocalSandboxRequest,
-    AcquireLocalSandboxResponse,
-    ClockAdvanceRequest,
-    DumpUrlResponse,
-    ErrorResponse,
-    ExecuteResponse,
-    ExecutionLogsResponse,
-    ExecutionNameRequest,
-    ExecutionStatusResponse,
-    FaultSettingsRequest,
-    InitializeSandboxResponse,
-    ListLocalSandboxesResponse,
-    LocalSandboxInfo,
-    MessageResponse,
-    ServerDataDumpResponse,
-    UploadUrlResponse,
-)
-from ._server_data import DATA_MODELS, DATA_SERVERS, document_for, empty_document
+from ._archive import ArchiveRejected, ArchiveTooLarge
+from ._config import EmulatorConfig
+from ._faults import FaultInjectionMiddleware, FaultSettings
+from ._middleware import BearerAuthMiddleware, ControlAccessMiddleware, StrictJsonMiddleware
+from ._routes import ROUTERS
+from ._routes._shared import error_response
 from ._signing import SignatureError
 from ._state import (
     EmulatorError,
@@ -61,115 +40,35 @@ from ._state import (
     tenant_for_token,
 )
 
-__all__ = ["create_app", "default_data_dir"]
+__all__ = ["create_app"]
 
 logger = logging.getLogger("klavis_emulator")
 
-_API_PREFIX: Final = API_PREFIX
-_DOWNLOAD_CHUNK: Final = 256 * 1024
-_ERRORS: Final[dict[int | str, dict[str, Any]]] = {
-    401: {"model": ErrorResponse, "description": "Missing, empty or unknown bearer token"},
-    404: {"model": ErrorResponse, "description": "No such sandbox for this API key"},
-}
-
-RegionQuery = Annotated[
-    Literal["us", "asia"], Query(description="Storage region of the signed URL (us or asia).")
-]
+_iter_route_contexts: Callable[[Sequence[BaseRoute]], Iterator[Any]] | None = getattr(
+    fastapi.routing, "iter_route_contexts", None
+)  # FastAPI >= 0.137.2; see _allowed_methods
 
 
-def default_data_dir() -> Path:
-    """The per-user folder the emulator keeps its state in when no data dir is given."""
-    return Path(platformdirs.user_data_dir("klavis-emulator", appauthor=False))
-
-
-def _tenant(request: Request) -> str:
-    tenant: str = request.state.tenant
-    return tenant
-
-
-Tenant = Annotated[str, Depends(_tenant)]
-
-
-def _error(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
-
-
-def create_app(
-    *,
-    data_dir: str | os.PathLike[str] | None = None,
-    latency_ms: int = 0,
-    fault_rate: float = 0.0,
-    fault_mode: str = "mixed",
-    fault_seed: int | None = None,
-    signed_url_minutes: int = 30,
-    max_upload_mb: float = 1024,
-    api_keys: Iterable[str] | None = None,
-    clock: Clock | None = None,
-    public_url: str | None = None,
-    archive_limits: ArchiveLimits | None = None,
-    execution_timeout: float = 3600.0,
-    allow_network: bool = False,
-    confine_executions: bool = True,
-    host_mcp: bool = True,
-    control_token: str | None = None,
-) -> FastAPI:
-    """Build the emulator's FastAPI application.
-
-    Args:
-        data_dir: folder for the SQLite file, workspaces and stored objects (created if
-            needed); default: a per-user data folder (see :func:`default_data_dir`).
-        latency_ms: delay added before every API and storage request.
-        fault_rate: fraction (0..1) of API and storage requests that answer 429/5xx.
-        fault_mode: ``before`` (nothing happens), ``after`` (the operation takes effect,
-            the answer is lost) or ``mixed`` (half each).
-        fault_seed: seed of the fault generator, for deterministic tests.
-        signed_url_minutes: validity of signed upload/download URLs.
-        max_upload_mb: size cap of an upload to a signed URL (413 above).
-        api_keys: if given, only these bearer tokens are accepted (401 for others).
-        clock: the clock for timestamps, TTLs and URL expiry (default: an
-            :class:`~klavis_emulator.OffsetClock` that ``/_emulator/clock/advance`` moves,
-            its offset kept in the data dir across restarts).
-        public_url: base URL written into signed and MCP URLs (default: the request's).
-        archive_limits: caps on the members, unpacked bytes and expansion ratio of an uploaded
-            archive (:class:`~klavis_emulator.ArchiveLimits`).
-        execution_timeout: seconds an execution may take (installing requirements
-            included) before it is killed and fails.
-        allow_network: give confined executions network access (unconfined ones always
-            have it).
-        confine_executions: run executions under bubblewrap where it works (``False``:
-            never, as with ``--no-bwrap``).
-        host_mcp: serve the real filesystem, git and terminal MCP servers at each sandbox's
-            ``mcp_server_url`` (see :mod:`klavis_emulator._mcp`).
-        control_token: the secret that the control routes (everything under
-            ``/_emulator/`` but ``GET /_emulator/health``: clock, faults) require in the header
-            ``X-Emulator-Control-Token: <token>`` (401 without it, 403 with another; any
-            client address). ``None`` (the default): they answer loopback clients only
-            (127.0.0.0/8, ::1) and refuse others with 403. The CLI's ``--control-token``.
+def create_app(config: EmulatorConfig | None = None) -> FastAPI:
+    """Build the emulator's FastAPI application from ``config`` (default: every default;
+    see :class:`~klavis_emulator.EmulatorConfig` for what each tunable does).
 
     The state is reachable as ``app.state.emulator`` (an :class:`EmulatorState`), so other
     modules can subscribe to it (:meth:`EmulatorState.add_listener`) and mount their own
-    ASGI apps on the returned app.
+    ASGI apps on the returned app; ``app.state.faults`` holds the live fault settings and
+    ``app.state.config`` the config.
     """
-    if fault_mode not in FAULT_MODES:
-        raise ValueError(f"fault_mode must be one of {', '.join(FAULT_MODES)}")
-    check_control_token(control_token)
-    if max_upload_mb <= 0:
-        raise ValueError("max_upload_mb must be positive")
-    state = EmulatorState(
-        data_dir if data_dir is not None else default_data_dir(),
-        clock=clock,
-        signed_url_minutes=signed_url_minutes,
-        max_upload_bytes=int(max_upload_mb * 1024 * 1024),
-        archive_limits=archive_limits,
-        execution_timeout=execution_timeout,
-        allow_network=allow_network,
-        confine_executions=confine_executions,
-    )
+    config = config if config is not None else EmulatorConfig()
+    state = EmulatorState(config)
     faults = FaultSettings()
-    faults.configure(rate=fault_rate, mode=fault_mode, latency_ms=latency_ms, seed=fault_seed)
+    faults.configure(
+        rate=config.fault_rate,
+        mode=config.fault_mode,
+        latency_ms=config.latency_ms,
+        seed=config.fault_seed,
+    )
+    api_keys = config.api_keys
     allowed = None if api_keys is None else frozenset(tenant_for_token(k) for k in api_keys)
-    if allowed is not None and not allowed:
-        raise ValueError("api_keys must name at least one key (or be None to accept any)")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -184,434 +83,20 @@ def create_app(
     )
     app.state.emulator = state
     app.state.faults = faults
+    app.state.config = config
     app.add_middleware(StrictJsonMiddleware)
     app.add_middleware(BearerAuthMiddleware, allowed_tenants=allowed)
-    app.add_middleware(ControlAccessMiddleware, token=control_token)
+    app.add_middleware(ControlAccessMiddleware, token=config.control_token)
     app.add_middleware(FaultInjectionMiddleware, settings=faults)
     _install_error_handlers(app)
+    for router in ROUTERS:
+        app.include_router(router)
 
-    def base_url(request: Request) -> str:
-        return (public_url or str(request.base_url)).rstrip("/")
-
-    bearer = Security(HTTPBearer(auto_error=False, description="Your API key (any for tests)."))
-
-    # ------------------------------------------------------------------ lifecycle
-
-    @app.post(
-        _API_PREFIX,
-        status_code=201,
-        response_model=AcquireLocalSandboxResponse,
-        responses=_ERRORS,
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-    )
-    def acquire_local_sandbox(
-        body: AcquireLocalSandboxRequest, tenant: Tenant, request: Request
-    ) -> dict[str, Any]:
-        """Acquire a sandbox hosting the requested MCP servers."""
-        record = state.acquire(
-            tenant,
-            body.server_names,
-            benchmark=body.benchmark,
-            test_account_email=body.test_account_email,
-            ttl_seconds=body.ttl_seconds,
-        )
-        info = record.to_info(base_url(request))
-        del info["created_at"]
-        names = ", ".join(record.server_names)
-        info["message"] = f"Local sandbox acquired with {len(record.servers)} servers: {names}."
-        return info
-
-    @app.get(
-        _API_PREFIX,
-        response_model=ListLocalSandboxesResponse,
-        responses=_ERRORS,
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-    )
-    def list_local_sandboxes(tenant: Tenant, request: Request) -> dict[str, Any]:
-        """List the caller's live sandboxes."""
-        records = state.list_sandboxes(tenant)
-        url = base_url(request)
-        return {
-            "local_sandboxes": [record.to_info(url) for record in records],
-            "total_count": len(records),
-        }
-
-    @app.get(
-        _API_PREFIX + "/{local_sandbox_id}",
-        response_model=LocalSandboxInfo,
-        responses=_ERRORS,
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-    )
-    def get_local_sandbox(
-        local_sandbox_id: str, tenant: Tenant, request: Request
-    ) -> dict[str, Any]:
-        """One sandbox of the caller."""
-        return state.get(tenant, local_sandbox_id).to_info(base_url(request))
-
-    @app.delete(
-        _API_PREFIX + "/{local_sandbox_id}",
-        response_model=MessageResponse,
-        responses=_ERRORS,
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-    )
-    def release_local_sandbox(
-        local_sandbox_id: str, tenant: Tenant, is_ttl: bool = False
-    ) -> dict[str, str]:
-        """Release a sandbox (its workspace and stored objects are deleted)."""
-        return {"message": state.release(tenant, local_sandbox_id, is_ttl=is_ttl)}
-
-    @app.post(
-        _API_PREFIX + "/{local_sandbox_id}/reset",
-        response_model=MessageResponse,
-        responses=_ERRORS,
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-    )
-    def reset_local_sandbox(local_sandbox_id: str, tenant: Tenant) -> dict[str, str]:
-        """Empty the sandbox's workspace."""
-        return {"message": state.reset(tenant, local_sandbox_id)}
-
-    # ------------------------------------------------------------------ workspace archives
-
-    @app.post(
-        _API_PREFIX + "/{local_sandbox_id}/upload-url",
-        response_model=UploadUrlResponse,
-        responses=_ERRORS,
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-    )
-    def get_upload_url(
-        local_sandbox_id: str, tenant: Tenant, request: Request, region: RegionQuery = "us"
-    ) -> dict[str, Any]:
-        """A signed URL to PUT the workspace tar.gz to."""
-        signed = state.upload_url(tenant, local_sandbox_id, region, base_url(request))
-        return {"upload_url": signed.url, "expires_in_minutes": signed.expires_in_minutes}
-
-    @app.post(
-        _API_PREFIX + "/{local_sandbox_id}/initialize",
-        response_model=InitializeSandboxResponse,
-        responses={
-            **_ERRORS,
-            400: {"model": ErrorResponse, "description": "The archive is unsafe or unreadable"},
-            409: {"model": ErrorResponse, "description": "No archive was uploaded"},
-            413: {"model": ErrorResponse, "description": "The archive exceeds the caps"},
-        },
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-    )
-    def initialize_workspace(
-        local_sandbox_id: str, tenant: Tenant, region: RegionQuery = "us"
-    ) -> dict[str, Any]:
-        """Extract the uploaded tar.gz into the workspace."""
-        state.initialize(tenant, local_sandbox_id, region)
-        return {
-            "sandbox_id": local_sandbox_id,
-            "status": "occupied",
-            "message": "Extracted archive to workspace",
-        }
-
-    @app.get(
-        _API_PREFIX + "/{local_sandbox_id}/dump",
-        response_model=DumpUrlResponse,
-        responses=_ERRORS,
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-    )
-    def dump_workspace(
-        local_sandbox_id: str, tenant: Tenant, request: Request, region: RegionQuery = "us"
-    ) -> dict[str, Any]:
-        """Archive the workspace behind a signed download URL."""
-        signed = state.dump(tenant, local_sandbox_id, base_url(request))
-        return {"download_url": signed.url, "expires_in_minutes": signed.expires_in_minutes}
-
-    # ------------------------------------------------------------------ executions
-
-    bad_name: dict[int | str, dict[str, Any]] = {
-        400: {"model": ErrorResponse, "description": "The execution name is not acceptable"},
-    }
-    no_execution: dict[int | str, dict[str, Any]] = {
-        404: {"model": ErrorResponse, "description": "No such sandbox, or no such execution"},
-    }
-
-    @app.post(
-        _API_PREFIX + "/{local_sandbox_id}/execution-upload-url",
-        response_model=UploadUrlResponse,
-        responses={**_ERRORS, **bad_name},
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-    )
-    def get_execution_upload_url(
-        local_sandbox_id: str,
-        tenant: Tenant,
-        body: ExecutionNameRequest,
-        request: Request,
-        region: RegionQuery = "us",
-    ) -> dict[str, Any]:
-        """A signed URL to PUT an execution's tar.gz (main.py, requirements.txt, ...) to."""
-        signed = state.execution_upload_url(
-            tenant, local_sandbox_id, body.execution_name, region, base_url(request)
-        )
-        return {"upload_url": signed.url, "expires_in_minutes": signed.expires_in_minutes}
-
-    @app.post(
-        _API_PREFIX + "/{local_sandbox_id}/execute",
-        response_model=ExecuteResponse,
-        responses={
-            **_ERRORS,
-            400: {
-                "model": ErrorResponse,
-                "description": "Bad execution name, or the archive is unsafe or unreadable",
-            },
-            409: {
-                "model": ErrorResponse,
-                "description": "Nothing uploaded under that name, or it is still running",
-            },
-            413: {"model": ErrorResponse, "description": "The archive exceeds the caps"},
-        },
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-    )
-    def execute_script(
-        local_sandbox_id: str,
-        tenant: Tenant,
-        body: ExecutionNameRequest,
-        region: RegionQuery = "us",
-    ) -> dict[str, Any]:
-        """Unpack the uploaded execution archive and run its main.py in the background."""
-        name = body.execution_name
-        state.execute(tenant, local_sandbox_id, name, region)
-        return {
-            "message": (
-                f"Execution {name!r} started in local sandbox {local_sandbox_id}; "
-                "follow it with execution-logs or execution-status."
-            ),
-            "execution_name": name,
-        }
-
-    @app.get(
-        _API_PREFIX + "/{local_sandbox_id}/execution-status",
-        response_model=ExecutionStatusResponse,
-        responses={**_ERRORS, **bad_name, **no_execution},
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-    )
-    def get_execution_status(
-        local_sandbox_id: str, tenant: Tenant, execution_name: str
-    ) -> dict[str, Any]:
-        """pending, running, completed or failed."""
-        return {"status": state.execution_status(tenant, local_sandbox_id, execution_name)}
-
-    @app.get(
-        _API_PREFIX + "/{local_sandbox_id}/execution-logs",
-        response_model=ExecutionLogsResponse,
-        responses={**_ERRORS, **bad_name, **no_execution},
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-    )
-    def get_execution_logs(
-        local_sandbox_id: str,
-        tenant: Tenant,
-        execution_name: str,
-        cursor: Annotated[int, Query(ge=0, description="Byte offset in the log.")] = 0,
-    ) -> dict[str, Any]:
-        """The log text after the byte cursor (complete UTF-8 characters) and the next cursor."""
-        status, text, next_cursor = state.execution_logs(
-            tenant, local_sandbox_id, execution_name, cursor
-        )
-        return {"status": status, "logs": text, "cursor": next_cursor}
-
-    @app.post(
-        _API_PREFIX + "/{local_sandbox_id}/export-artifacts",
-        response_model=DumpUrlResponse,
-        responses={
-            **_ERRORS,
-            **bad_name,
-            **no_execution,
-            409: {"model": ErrorResponse, "description": "The execution has not finished yet"},
-        },
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-    )
-    def export_artifacts(
-        local_sandbox_id: str,
-        tenant: Tenant,
-        body: ExecutionNameRequest,
-        request: Request,
-        region: RegionQuery = "us",
-    ) -> dict[str, Any]:
-        """Archive a finished execution's working directory behind a signed download URL."""
-        signed = state.export_artifacts(
-            tenant, local_sandbox_id, body.execution_name, base_url(request)
-        )
-        return {"download_url": signed.url, "expires_in_minutes": signed.expires_in_minutes}
-
-    # ------------------------------------------------------------------ per-server data
-
-    for server_name in DATA_SERVERS:
-        _add_server_data_routes(app, state, server_name, bearer)
-
-    # ------------------------------------------------------------------ signed storage
-
-    @app.put("/_storage/upload/{key:path}", tags=["storage"])
-    async def storage_upload(
-        key: str,
-        request: Request,
-        expires: str | None = None,
-        signature: str | None = None,
-    ) -> JSONResponse:
-        """Receive an upload to a signed URL (streamed to disk)."""
-        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        length_header = request.headers.get("content-length")
-        content_length = int(length_header) if length_header and length_header.isdigit() else None
-        writer = await anyio.to_thread.run_sync(
-            lambda: state.begin_upload(
-                key, expires=expires, signature=signature, content_length=content_length
-            )
-        )
-        if content_type not in ("application/gzip", "application/x-gzip"):
-            writer.abort()
-            return _error(
-                400,
-                "Uploads must carry the header 'Content-Type: application/gzip' "
-                f"(got {content_type[:80] or 'none'!r}).",
-            )
-        try:
-            async for chunk in request.stream():
-                if chunk:
-                    writer.write(chunk)
-            await anyio.to_thread.run_sync(writer.commit)
-        except BaseException:
-            writer.abort()
-            raise
-        return JSONResponse({"message": "Upload stored", "size": writer.size})
-
-    @app.get("/_storage/download/{key:path}", tags=["storage"])
-    def storage_download(
-        key: str, expires: str | None = None, signature: str | None = None
-    ) -> StreamingResponse:
-        """Stream an object behind a signed download URL."""
-        stream, size = state.open_download(key, expires=expires, signature=signature)
-        return StreamingResponse(
-            _iter_file(stream),
-            media_type="application/gzip",
-            headers={"Content-Length": str(size)},
-        )
-
-    # ------------------------------------------------------------------ control routes
-
-    @app.get("/_emulator/health", tags=["emulator"])
-    def health() -> dict[str, str]:
-        """Liveness probe."""
-        return {"status": "ok"}
-
-    @app.get("/_emulator/faults", tags=["emulator"])
-    async def get_faults() -> dict[str, object]:
-        """The current fault-injection settings."""
-        return faults.as_dict()
-
-    @app.post("/_emulator/faults", tags=["emulator"])
-    async def set_faults(body: FaultSettingsRequest) -> dict[str, object]:
-        """Change fault injection at run time (omitted fields keep their value)."""
-        faults.configure(
-            rate=body.rate,
-            mode=body.mode,
-            latency_ms=body.latency_ms,
-            seed=body.seed,
-            statuses=body.statuses,
-        )
-        return faults.as_dict()
-
-    @app.get("/_emulator/clock", tags=["emulator"])
-    def get_clock() -> dict[str, object]:
-        """The emulator clock's current time."""
-        now = state.now()
-        return {"time": now, "now": isoformat(now)}
-
-    @app.post(
-        "/_emulator/clock/advance", tags=["emulator"], responses={409: {"model": ErrorResponse}}
-    )
-    def advance_clock(body: ClockAdvanceRequest) -> Any:
-        """Move the emulator clock forward (expires TTLs and signed URLs at once)."""
-        try:
-            now = state.advance_clock(body.seconds)
-        except TypeError:
-            return _error(409, "This emulator's clock cannot be moved.")
-        return {"time": now, "now": isoformat(now)}
-
-    if host_mcp:
-        from ._mcp import install_mcp  # fastmcp is heavy: only when MCP is served
+    if config.host_mcp:
+        from ._mcp_host import install_mcp  # fastmcp is heavy: only when MCP is served
 
         install_mcp(app, state)
     return app
-
-
-def _iter_file(stream: BinaryIO) -> Iterator[bytes]:
-    with stream:
-        while chunk := stream.read(_DOWNLOAD_CHUNK):
-            yield chunk
-
-
-def _add_server_data_routes(
-    app: FastAPI, state: EmulatorState, server_name: str, bearer: Any
-) -> None:
-    prefix = f"{_API_PREFIX}/{server_name}/{{sandbox_id}}"
-    model = DATA_MODELS[server_name]
-    not_held: dict[int | str, dict[str, Any]] = {
-        400: {"model": ErrorResponse, "description": f"The sandbox does not hold {server_name}"},
-    }
-
-    def initialize_server_data(
-        sandbox_id: str, tenant: Tenant, body: Any = None, init_default_data: bool = False
-    ) -> dict[str, Any]:
-        document = document_for(server_name, body, default=init_default_data)
-        state.initialize_server_data(tenant, sandbox_id, server_name, document)
-        what = "default data" if init_default_data and body is None else "data"
-        if init_default_data and body is not None:
-            what = "default data and the given data"
-        return {
-            "sandbox_id": sandbox_id,
-            "status": "occupied",
-            "message": f"Loaded {what} into the {server_name} server.",
-        }
-
-    # The body's model differs per server: give FastAPI the real type, not a string.
-    initialize_server_data.__annotations__["body"] = Annotated[model | None, Body()]
-
-    def dump_server_data(sandbox_id: str, tenant: Tenant) -> dict[str, Any]:
-        data = state.dump_server_data(tenant, sandbox_id, server_name)
-        return {
-            "sandbox_id": sandbox_id,
-            "server_name": server_name,
-            "dumped_at": isoformat(state.now()),
-            "data": data if data is not None else empty_document(server_name),
-        }
-
-    app.add_api_route(
-        prefix + "/initialize",
-        initialize_server_data,
-        methods=["POST"],
-        response_model=InitializeSandboxResponse,
-        responses={**_ERRORS, **not_held},
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-        name=f"initialize_{server_name}_data",
-        summary=f"Load {server_name} data (validated, replaces what the server held)",
-    )
-    app.add_api_route(
-        prefix + "/dump",
-        dump_server_data,
-        methods=["GET"],
-        response_model=ServerDataDumpResponse,
-        responses={**_ERRORS, **not_held},
-        dependencies=[bearer],
-        tags=["local-sandbox"],
-        name=f"dump_{server_name}_data",
-        summary=f"Export the {server_name} data",
-    )
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -634,28 +119,46 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error on %s %s", request.method, request.url.path)
-        return _error(500, f"Internal emulator error ({type(exc).__name__}).")
+        return error_response(500, f"Internal emulator error ({type(exc).__name__}).")
 
     app.add_exception_handler(Exception, unexpected)
 
     async def method_not_allowed(request: Request, exc: Exception) -> JSONResponse:
-        allowed: set[str] = set()
-        for route in app.router.routes:
-            match, _ = route.matches(request.scope)
-            if match is not Match.NONE and isinstance(route, APIRoute | Route):
-                allowed.update(route.methods or ())
-        return _error(
+        allowed = sorted(_allowed_methods(app.router.routes, request.scope))
+        return error_response(
             405,
             f"Method {request.method} is not allowed here; allowed: "
-            f"{', '.join(sorted(allowed)) or 'none'}.",
-            headers={"Allow": ", ".join(sorted(allowed))},
+            f"{', '.join(allowed) or 'none'}.",
+            headers={"Allow": ", ".join(allowed)},
         )
 
     app.add_exception_handler(405, method_not_allowed)
 
 
+def _allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> set[str]:
+    """The methods of every route, in every included router, whose path matches the request.
+
+    Since FastAPI 0.137, ``include_router`` keeps each router as one node of ``app.routes``
+    (no ``path``, no ``methods``; its routes carry their paths without the prefix), so the
+    walk goes through :func:`fastapi.routing.iter_route_contexts`, which yields every route
+    with its full path. Older FastAPI copied each route into ``app.routes``, and has no such
+    function. Mounts (the MCP host) answer their own methods and are left out.
+    """
+    walked: Iterable[tuple[Any, BaseRoute]]
+    if _iter_route_contexts is None:
+        walked = ((route, route) for route in routes)
+    else:
+        walked = ((context, context.original_route) for context in _iter_route_contexts(routes))
+    allowed: set[str] = set()
+    for route, original in walked:
+        match, _ = route.matches(scope)
+        if match is not Match.NONE and isinstance(original, APIRoute | Route):
+            allowed.update(route.methods or ())
+    return allowed
+
+
 def _handler_for(status: int) -> Any:
     async def handler(request: Request, exc: Exception) -> JSONResponse:
-        return _error(status, str(exc))
+        return error_response(status, str(exc))
 
     return handler

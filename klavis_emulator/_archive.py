@@ -36,7 +36,7 @@ from typing import IO, Any, Final, cast
 
 from isal import igzip, isal_zlib
 
-from ._executions import CONFINED_WORKSPACE
+from ._bwrap import CONFINED_WORKSPACE
 
 __all__ = [
     "MAX_HEADER_BYTES",

@@ -1,6 +1,6 @@
 """Bubblewrap (``bwrap``) confinement: the one command builder, the one probe, the one policy.
 
-Executions (:mod:`klavis_emulator._executions`) and hosted MCP servers
+Executions (:mod:`klavis_emulator._runner`) and hosted MCP servers
 (:mod:`klavis_emulator._mcp_launch`) are both confined by :func:`bwrap_args`, and whether
 they are confined at all is decided once per emulator by :func:`decide_confinement`.
 
@@ -89,7 +89,7 @@ _TURN_OFF_HINT: Final = (
     "To run unconfined on purpose (executions and MCP servers then run as the emulator's "
     "user, with its network and files, and can call the loopback control routes unless "
     "the emulator has a --control-token), start the emulator with --no-confine, pass "
-    f"confine_executions=False, or set {CONFINE_ENV}=0."
+    f"EmulatorConfig(confine_executions=False), or set {CONFINE_ENV}=0."
 )
 
 ConfineSetting = Literal["auto", "on", "off"]

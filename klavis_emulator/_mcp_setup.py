@@ -96,7 +96,7 @@ class McpToolPaths:
 
     def missing(self, server: str) -> str | None:
         """Why ``server`` cannot start (a sentence naming the fix), or None if it can."""
-        fix = "run `klavis-emulator setup` (or `python -m klavis_emulator._mcp setup`)"
+        fix = "run `klavis-emulator setup` (or `python -m klavis_emulator setup`)"
         if server == "filesystem":
             if self.node is None:
                 return "Node.js (`node`) is not on PATH; install Node.js 18 or newer."

@@ -27,7 +27,6 @@ __all__ = [
     "BearerAuthMiddleware",
     "ControlAccessMiddleware",
     "StrictJsonMiddleware",
-    "check_control_token",
     "is_api_path",
     "is_control_path",
 ]
@@ -35,7 +34,7 @@ __all__ = [
 API_PREFIX: Final = "/local-sandbox"
 CONTROL_PREFIX: Final = "/_emulator"
 CONTROL_TOKEN_HEADER: Final = "X-Emulator-Control-Token"  # noqa: S105 - a header name
-"""The header that carries the control token (``create_app(control_token=...)``).
+"""The header that carries the control token (``EmulatorConfig(control_token=...)``).
 
 A header of its own rather than ``Authorization``: one client can then hold both the API key
 (``Authorization: Bearer ...``) and the control token, as the tests and benchmarks do.
@@ -76,18 +75,6 @@ def is_api_path(path: str) -> bool:
 def is_control_path(path: str) -> bool:
     """Whether ``path`` is under the emulator's own ``/_emulator`` prefix."""
     return path == CONTROL_PREFIX or path.startswith(CONTROL_PREFIX + "/")
-
-
-def check_control_token(token: str | None) -> None:
-    """Refuse (``ValueError``) a control token that cannot travel in an HTTP header."""
-    if token is None:
-        return
-    if not token or any(ch.isspace() or not ch.isprintable() for ch in token):
-        raise ValueError(
-            "control_token must be a non-empty string without whitespace or control characters"
-        )
-    if not token.isascii():
-        raise ValueError("control_token must be ASCII (it travels in an HTTP header)")
 
 
 async def send_json(
@@ -173,14 +160,13 @@ class ControlAccessMiddleware:
     "Loopback" means every process of this machine that can reach its loopback, which is
     why an execution's own code must not be one: a confined ``main.py`` has no network, and
     the networked requirements install runs none of the archive's code (wheels only, see
-    :mod:`klavis_emulator._executions`; pip's own ``GET``s of the control routes only read).
+    :mod:`klavis_emulator._runner`; pip's own ``GET``s of the control routes only read).
     Unconfined executions and ``--allow-network`` are opt-outs: their ``main.py`` can do
     whatever the emulator's user can, calling these routes included, unless a control token
     is set, which closes them to every client that does not send it.
     """
 
     def __init__(self, app: ASGIApp, token: str | None) -> None:
-        check_control_token(token)
         self.app = app
         self.token = None if token is None else token.encode("ascii")
 

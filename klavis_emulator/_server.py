@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 
 from ._app import create_app
-from ._archive import ArchiveLimits
-from ._clock import Clock
+from ._config import EmulatorConfig
 from ._faults import FaultSettings
 from ._state import EmulatorState
 
@@ -74,64 +72,23 @@ class EmulatorServer:
 
     Use it as a context manager (or call :meth:`start` and :meth:`stop`)::
 
-        with EmulatorServer() as server:
+        with EmulatorServer(EmulatorConfig(fault_rate=0.2, fault_seed=1)) as server:
             httpx.get(f"{server.base_url}/_emulator/health")
 
-    Without ``data_dir`` the state lives in a temporary folder removed on exit. The
-    tunables are those of :func:`~klavis_emulator.create_app`; each :meth:`start` builds a
-    fresh app (and state) on the same data dir, so a server can be stopped and restarted.
+    Every tunable is a field of ``config`` (:class:`~klavis_emulator.EmulatorConfig`;
+    default: all defaults, port 0, loopback). Without ``config.data_dir`` the state lives
+    in a temporary folder removed on stop. Each :meth:`start` builds a fresh app (and
+    state) on the same data dir, so a server can be stopped and restarted.
 
-    ``control_token``: the control routes (``/_emulator/...`` but ``GET /_emulator/health``)
-    then require the header ``X-Emulator-Control-Token: <token>``; without it they answer
-    loopback clients only (the default host is loopback, so tests need no token).
+    With ``config.control_token`` the control routes (``/_emulator/...`` but ``GET
+    /_emulator/health``) require the header ``X-Emulator-Control-Token: <token>``; without
+    it they answer loopback clients only (the default host is loopback, so tests need no
+    token).
     """
 
-    def __init__(
-        self,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        data_dir: str | Path | None = None,
-        latency_ms: int = 0,
-        fault_rate: float = 0.0,
-        fault_mode: str = "mixed",
-        fault_seed: int | None = None,
-        signed_url_minutes: int = 30,
-        max_upload_mb: float = 1024,
-        api_keys: Iterable[str] | None = None,
-        clock: Clock | None = None,
-        public_url: str | None = None,
-        archive_limits: ArchiveLimits | None = None,
-        execution_timeout: float = 3600.0,
-        allow_network: bool = False,
-        confine_executions: bool = True,
-        control_token: str | None = None,
-        startup_timeout: float = 30.0,
-        log_level: str = "warning",
-    ) -> None:
-        app_options: dict[str, Any] = {
-            "latency_ms": latency_ms,
-            "fault_rate": fault_rate,
-            "fault_mode": fault_mode,
-            "fault_seed": fault_seed,
-            "signed_url_minutes": signed_url_minutes,
-            "max_upload_mb": max_upload_mb,
-            "api_keys": None if api_keys is None else tuple(api_keys),
-            "clock": clock,
-            "public_url": public_url,
-            "archive_limits": archive_limits,
-            "execution_timeout": execution_timeout,
-            "allow_network": allow_network,
-            "confine_executions": confine_executions,
-            "control_token": control_token,
-        }
-        self.host = host
-        self.port = port
-        self._given_data_dir = Path(data_dir) if data_dir is not None else None
+    def __init__(self, config: EmulatorConfig | None = None) -> None:
+        self.config = config if config is not None else EmulatorConfig()
         self._temp_dir: Path | None = None
-        self._startup_timeout = startup_timeout
-        self._log_level = log_level
-        self._app_options = app_options
         self._app: FastAPI | None = None
         self._server: _ThreadServer | None = None
         self._thread: threading.Thread | None = None
@@ -153,8 +110,8 @@ class EmulatorServer:
     @property
     def data_dir(self) -> Path:
         """The folder holding the emulator's state."""
-        if self._given_data_dir is not None:
-            return self._given_data_dir
+        if self.config.data_dir is not None:
+            return Path(self.config.data_dir)
         if self._temp_dir is None:
             raise RuntimeError("the emulator server is not running")
         return self._temp_dir
@@ -182,23 +139,25 @@ class EmulatorServer:
         """Bind a socket, start uvicorn in a thread, and wait until it serves."""
         if self._thread is not None:
             raise RuntimeError("the emulator server is already running")
-        if self._given_data_dir is None:
+        config = self.config
+        if config.data_dir is None:
             self._temp_dir = Path(tempfile.mkdtemp(prefix="klavis-emulator-"))
+            config = dataclasses.replace(config, data_dir=self._temp_dir)
         try:
-            self._app = create_app(data_dir=self.data_dir, **self._app_options)
-            self._socket = bind_socket(self.host, self.port)
-            config = uvicorn.Config(
+            self._app = create_app(config)
+            self._socket = bind_socket(config.host, config.port)
+            serving = uvicorn.Config(
                 self._app,
-                log_level=self._log_level,
+                log_level=config.log_level,
                 access_log=False,
                 lifespan="on",
                 timeout_graceful_shutdown=5,
             )
-            self._server = _ThreadServer(config)
+            self._server = _ThreadServer(serving)
             self._error = None
             self._thread = threading.Thread(target=self._run, name="klavis-emulator", daemon=True)
             self._thread.start()
-            if not self._server.ready.wait(self._startup_timeout):
+            if not self._server.ready.wait(config.startup_timeout):
                 raise RuntimeError("the emulator server did not start in time")
             if self._error is not None or not self._server.started:
                 raise RuntimeError("the emulator server failed to start") from self._error

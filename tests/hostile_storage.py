@@ -2,8 +2,8 @@
 
 The library downloads dumps from whatever URL the API hands out. To test how it copes with a
 hostile or broken store, point an emulator's ``public_url`` at this server
-(``EmulatorServer(public_url=storage.url)``): the signed URLs of ``GET /dump`` then lead here,
-and every ``GET`` gets the behaviour set last:
+(``EmulatorServer(EmulatorConfig(public_url=storage.url))``): the signed URLs of ``GET /dump``
+then lead here, and every ``GET`` gets the behaviour set last:
 
 * :meth:`HostileStorage.body`: given bytes (a crafted archive), with a ``Content-Length``;
 * :meth:`HostileStorage.stream`: a head, then a filler repeated up to a total (junk that is not

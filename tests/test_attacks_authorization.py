@@ -23,7 +23,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from klavis_emulator import EmulatorServer, create_app
+from klavis_emulator import EmulatorConfig, EmulatorServer, create_app
 
 from .crafted import file, tar_gz
 
@@ -64,7 +64,7 @@ def _release_all(http: httpx.Client | TestClient, key: str) -> None:
 @contextlib.contextmanager
 def _app_seen_from(tmp_path: Path, host: str, **options: Any) -> Iterator[TestClient]:
     """The real emulator app, its requests coming from the client address ``host``."""
-    app = create_app(data_dir=tmp_path / "data", host_mcp=False, **options)
+    app = create_app(EmulatorConfig(data_dir=tmp_path / "data", host_mcp=False, **options))
     try:
         yield TestClient(app, client=(host, 40000))
     finally:
@@ -126,7 +126,7 @@ def test_a_real_server_refuses_a_non_loopback_client(token: str) -> None:
     if address is None:
         pytest.skip("this host has no non-loopback IPv4 address")
     with (
-        EmulatorServer(host=address) as server,
+        EmulatorServer(EmulatorConfig(host=address)) as server,
         httpx.Client(base_url=server.base_url, timeout=30) as http,
     ):
         sandbox_id = _acquire(http, token, ttl=60)
@@ -152,7 +152,7 @@ def test_the_session_emulator_answers_its_loopback_tests(emulator: EmulatorServe
 def guarded(tmp_path: Path) -> Iterator[tuple[EmulatorServer, str]]:
     """An emulator (on loopback) started with a control token."""
     secret = f"control-{uuid.uuid4().hex}"
-    with EmulatorServer(data_dir=tmp_path / "data", control_token=secret) as server:
+    with EmulatorServer(EmulatorConfig(data_dir=tmp_path / "data", control_token=secret)) as server:
         yield server, secret
 
 
@@ -220,7 +220,7 @@ def test_a_run_with_the_network_reaches_the_control_routes_unless_a_token_is_set
 
     secret = f"control-{uuid.uuid4().hex}" if with_token else None
     with EmulatorServer(
-        data_dir=tmp_path / "data", allow_network=True, control_token=secret
+        EmulatorConfig(data_dir=tmp_path / "data", allow_network=True, control_token=secret)
     ) as server:
         key = f"net-{uuid.uuid4().hex}"
         with httpx.Client(
@@ -248,9 +248,9 @@ def test_a_control_token_that_cannot_be_sent_is_refused_at_start(
     tmp_path: Path, secret: str
 ) -> None:
     with pytest.raises(ValueError, match="control_token must be"):
-        create_app(data_dir=tmp_path / "app", host_mcp=False, control_token=secret)
+        create_app(EmulatorConfig(data_dir=tmp_path / "app", host_mcp=False, control_token=secret))
     with pytest.raises(ValueError, match="control_token must be"):
-        EmulatorServer(data_dir=tmp_path / "server", control_token=secret).start()
+        EmulatorServer(EmulatorConfig(data_dir=tmp_path / "server", control_token=secret)).start()
     assert not (tmp_path / "app").exists()
 
 

@@ -31,7 +31,7 @@ import pytest
 import stamina
 
 import workflows
-from klavis_emulator import EmulatorServer
+from klavis_emulator import EmulatorConfig, EmulatorServer
 from workflows import (
     ArchiveLimits,
     InvalidInputError,
@@ -74,7 +74,7 @@ def storage() -> Iterator[HostileStorage]:
 @pytest.fixture(scope="module")
 def hostile_emulator(storage: HostileStorage) -> Iterator[EmulatorServer]:
     """An emulator whose signed URLs lead to the hostile store."""
-    with EmulatorServer(public_url=storage.url) as server:
+    with EmulatorServer(EmulatorConfig(public_url=storage.url)) as server:
         yield server
 
 

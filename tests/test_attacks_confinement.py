@@ -31,7 +31,7 @@ import httpx
 import pytest
 
 import klavis_emulator
-from klavis_emulator import EmulatorServer
+from klavis_emulator import EmulatorConfig, EmulatorServer
 from klavis_emulator._bwrap import (
     CONFINE_ENV,
     LEGACY_CONFINE_ENV,
@@ -78,7 +78,9 @@ def confined_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulat
     """A confined emulator of this module's own. Skips only without bwrap or with
     confinement turned off on purpose; fails (ConfinementError) if bwrap cannot confine."""
     require_confinement()
-    with EmulatorServer(data_dir=tmp_path_factory.mktemp("confined") / "data") as server:
+    with EmulatorServer(
+        EmulatorConfig(data_dir=tmp_path_factory.mktemp("confined") / "data")
+    ) as server:
         assert server.state.run_settings.confinement.enabled
         yield server
 
@@ -329,7 +331,7 @@ def test_a_bwrap_that_fails_stops_the_emulator_at_startup(
     tmp_path: Path, failing_bwrap: Path
 ) -> None:
     data = tmp_path / "data"
-    server = EmulatorServer(data_dir=data)
+    server = EmulatorServer(EmulatorConfig(data_dir=data))
     with pytest.raises(ConfinementError) as raised:
         server.start()
     message = str(raised.value)
@@ -359,7 +361,9 @@ def test_the_opt_out_runs_unconfined_even_with_a_failing_bwrap(
     elif how == "legacy-env":
         monkeypatch.setenv(LEGACY_CONFINE_ENV, "0")
     with (
-        EmulatorServer(data_dir=tmp_path / "data", confine_executions=how != "argument") as server,
+        EmulatorServer(
+            EmulatorConfig(data_dir=tmp_path / "data", confine_executions=how != "argument")
+        ) as server,
         _tenant(server, "a") as victim,
         _tenant(server, "b") as attacker,
     ):
@@ -400,7 +404,7 @@ def test_without_bwrap_the_emulator_runs_unconfined_and_says_why(
     monkeypatch.setenv("PATH", str(empty))  # the emulator needs no program from PATH to start
     with (
         caplog.at_level("INFO", logger="klavis_emulator"),
-        EmulatorServer(data_dir=tmp_path / "data") as server,
+        EmulatorServer(EmulatorConfig(data_dir=tmp_path / "data")) as server,
     ):
         confinement = server.state.run_settings.confinement
     assert not confinement.enabled
@@ -437,11 +441,11 @@ def venv_under_tmp() -> Iterator[Path]:
 UNDER_TMP_SCRIPT = """
 import json, sys
 import httpx
-from klavis_emulator import EmulatorServer
+from klavis_emulator import EmulatorConfig, EmulatorServer
 from tests.helpers import Executions
 
 main = "import os, sys; print('prefix', sys.prefix); print('ws', os.environ['AGENT_WORKSPACE'])"
-with EmulatorServer(data_dir=sys.argv[1]) as server, httpx.Client(
+with EmulatorServer(EmulatorConfig(data_dir=sys.argv[1])) as server, httpx.Client(
     base_url=server.base_url, headers={"Authorization": "Bearer under-tmp"}, timeout=30
 ) as http:
     runs = Executions(server, http, "under-tmp")

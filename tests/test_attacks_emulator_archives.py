@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from klavis_emulator import ArchiveLimits, EmulatorServer
+from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer
 
 from .crafted import (
     Member,
@@ -523,7 +523,7 @@ def test_the_expansion_ratio_cap_answers_413(tmp_path: Path, token: str) -> None
     """The ratio cap itself (a real archive cannot reach the default 2000:1: lowered here)."""
     limits = ArchiveLimits(max_ratio=100, ratio_grace_bytes=MiB)
     with (
-        EmulatorServer(data_dir=tmp_path / "data", archive_limits=limits) as server,
+        EmulatorServer(EmulatorConfig(data_dir=tmp_path / "data", archive_limits=limits)) as server,
         httpx.Client(
             base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60
         ) as http,

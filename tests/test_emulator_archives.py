@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from klavis_emulator import ArchiveLimits, EmulatorServer
+from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer
 
 MakeTarGz = Callable[[Mapping[str, bytes | str]], bytes]
 Member = tuple[tarfile.TarInfo, bytes | None]
@@ -171,7 +171,7 @@ def test_file_permissions_are_kept_but_not_setuid(
 def test_archive_caps_answer_413(tmp_path: Path, token: str, make_tar_gz: MakeTarGz) -> None:
     limits = ArchiveLimits(max_members=5, max_bytes=1000)
     with (
-        EmulatorServer(data_dir=tmp_path, archive_limits=limits) as server,
+        EmulatorServer(EmulatorConfig(data_dir=tmp_path, archive_limits=limits)) as server,
         httpx.Client(
             base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}
         ) as http,

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from klavis_emulator import EmulatorServer
+from klavis_emulator import EmulatorConfig, EmulatorServer
 
 # Every operation of the contract: (method, path template, JSON body).
 OPERATIONS: list[tuple[str, str, object]] = [
@@ -107,7 +107,9 @@ def test_server_data_of_a_server_the_sandbox_lacks_is_400(client: httpx.Client) 
 
 
 def test_api_keys_restrict_access(tmp_path: Path) -> None:
-    with EmulatorServer(data_dir=tmp_path, api_keys=["key-one", "key-two"]) as server:
+    with EmulatorServer(
+        EmulatorConfig(data_dir=tmp_path, api_keys=["key-one", "key-two"])
+    ) as server:
         url = f"{server.base_url}/local-sandbox"
         for key in ("key-one", "key-two"):
             response = httpx.get(url, headers={"Authorization": f"Bearer {key}"})
@@ -120,7 +122,7 @@ def test_api_keys_restrict_access(tmp_path: Path) -> None:
 
 def test_tokens_are_never_stored(tmp_path: Path) -> None:
     secret = "sk-very-secret-token-4242"
-    with EmulatorServer(data_dir=tmp_path) as server:
+    with EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server:
         response = httpx.post(
             f"{server.base_url}/local-sandbox",
             json={"server_names": ["git"]},

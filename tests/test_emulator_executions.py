@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from klavis_emulator import ArchiveLimits, EmulatorServer, tenant_for_token
-from klavis_emulator._executions import RequirementsRefused, check_requirements
+from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer, tenant_for_token
+from klavis_emulator._runner import RequirementsRefused, check_requirements
 from tests.helpers import Executions
 
 from .helpers import require_confinement
@@ -454,10 +454,12 @@ def short_limits(tmp_path: Path, token: str) -> Iterator[Executions]:
     """An emulator of this test's own: 1 s per execution, 1 MB uploads, 3 archive members."""
     with (
         EmulatorServer(
-            data_dir=tmp_path / "data",
-            execution_timeout=1,
-            max_upload_mb=1,
-            archive_limits=ArchiveLimits(max_members=3),
+            EmulatorConfig(
+                data_dir=tmp_path / "data",
+                execution_timeout=1,
+                max_upload_mb=1,
+                archive_limits=ArchiveLimits(max_members=3),
+            )
         ) as server,
         httpx.Client(
             base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
@@ -495,7 +497,9 @@ def test_execution_uploads_are_capped(short_limits: Executions) -> None:
 def unconfined(tmp_path: Path, token: str) -> Iterator[Executions]:
     """An emulator of this test's own that never uses bubblewrap."""
     with (
-        EmulatorServer(data_dir=tmp_path / "data", confine_executions=False) as server,
+        EmulatorServer(
+            EmulatorConfig(data_dir=tmp_path / "data", confine_executions=False)
+        ) as server,
         httpx.Client(
             base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
         ) as http,
@@ -564,7 +568,9 @@ def needs_confinement() -> None:
 @pytest.mark.parametrize("allow_network", [False, True])
 def test_bubblewrap_confines_runs(tmp_path: Path, token: str, allow_network: bool) -> None:
     with (
-        EmulatorServer(data_dir=tmp_path / "data", allow_network=allow_network) as server,
+        EmulatorServer(
+            EmulatorConfig(data_dir=tmp_path / "data", allow_network=allow_network)
+        ) as server,
         httpx.Client(
             base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
         ) as http,

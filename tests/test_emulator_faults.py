@@ -9,13 +9,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from klavis_emulator import EmulatorServer, FaultSettings
+from klavis_emulator import EmulatorConfig, EmulatorServer, FaultSettings
 
 
 @pytest.fixture
 def faulty(tmp_path: Path) -> Iterator[EmulatorServer]:
     """An emulator of this test's own, faults off until the test turns them on."""
-    with EmulatorServer(data_dir=tmp_path, fault_seed=1234) as server:
+    with EmulatorServer(EmulatorConfig(data_dir=tmp_path, fault_seed=1234)) as server:
         yield server
 
 
@@ -113,7 +113,7 @@ def test_latency_delays_api_requests_only(http: httpx.Client) -> None:
 
 def test_fault_settings_from_the_constructor(tmp_path: Path, token: str) -> None:
     with EmulatorServer(
-        data_dir=tmp_path, fault_rate=1.0, fault_mode="before", fault_seed=3
+        EmulatorConfig(data_dir=tmp_path, fault_rate=1.0, fault_mode="before", fault_seed=3)
     ) as server:
         response = httpx.get(
             f"{server.base_url}/local-sandbox", headers={"Authorization": f"Bearer {token}"}
@@ -121,4 +121,4 @@ def test_fault_settings_from_the_constructor(tmp_path: Path, token: str) -> None
         assert response.status_code in (429, 500, 502, 503)
         assert httpx.get(f"{server.base_url}/_emulator/health").status_code == 200
     with pytest.raises(ValueError, match="fault_mode"):
-        EmulatorServer(data_dir=tmp_path, fault_mode="sometimes").start()
+        EmulatorServer(EmulatorConfig(data_dir=tmp_path, fault_mode="sometimes")).start()

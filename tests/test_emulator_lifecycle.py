@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from klavis_emulator import LOCAL_SERVER_NAMES, EmulatorServer, OffsetClock
+from klavis_emulator import LOCAL_SERVER_NAMES, EmulatorConfig, EmulatorServer, OffsetClock
 
 MakeTarGz = Callable[[Mapping[str, bytes | str]], bytes]
 
@@ -255,7 +255,7 @@ def test_health_needs_no_key(emulator: EmulatorServer) -> None:
 def test_ttl_expiry_follows_the_emulator_clock(tmp_path: Path, token: str) -> None:
     clock = OffsetClock()
     with (
-        EmulatorServer(data_dir=tmp_path, clock=clock) as server,
+        EmulatorServer(EmulatorConfig(data_dir=tmp_path, clock=clock)) as server,
         httpx.Client(
             base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}
         ) as http,
@@ -286,7 +286,7 @@ def test_ttl_expiry_follows_the_emulator_clock(tmp_path: Path, token: str) -> No
 def test_state_survives_a_restart(tmp_path: Path, token: str, make_tar_gz: MakeTarGz) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     with (
-        EmulatorServer(data_dir=tmp_path) as server,
+        EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
         httpx.Client(base_url=server.base_url, headers=headers) as http,
     ):
         acquired = acquire(http, server_names=["filesystem"], benchmark="MCP_Mark")
@@ -298,7 +298,7 @@ def test_state_survives_a_restart(tmp_path: Path, token: str, make_tar_gz: MakeT
 
     assert (tmp_path / "emulator.sqlite3").is_file()
     with (
-        EmulatorServer(data_dir=tmp_path) as server,
+        EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
         httpx.Client(base_url=server.base_url, headers=headers) as http,
     ):
         listing = http.get("/local-sandbox").json()
@@ -324,7 +324,7 @@ def test_emulator_server_removes_its_temporary_data_dir() -> None:
 
 
 def test_emulator_server_start_stop_and_restart(tmp_path: Path) -> None:
-    server = EmulatorServer(data_dir=tmp_path)
+    server = EmulatorServer(EmulatorConfig(data_dir=tmp_path))
     server.start()
     try:
         url = server.base_url

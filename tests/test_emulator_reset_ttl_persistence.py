@@ -12,7 +12,7 @@ from starlette.responses import PlainTextResponse
 from starlette.testclient import TestClient
 from starlette.types import Receive, Scope, Send
 
-from klavis_emulator import EmulatorServer, EmulatorState, ManualClock, create_app
+from klavis_emulator import EmulatorConfig, EmulatorServer, EmulatorState, ManualClock, create_app
 from tests.helpers import Executions, build_tar_gz
 
 WAIT_FOR_GO = """
@@ -67,7 +67,7 @@ def test_reset_empties_everything_but_keeps_id_servers_and_the_workspace_folder(
 
 def test_the_clock_route_expires_at_once_and_listeners_hear_it(tmp_path: Path, token: str) -> None:
     with (
-        EmulatorServer(data_dir=tmp_path) as server,
+        EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
         httpx.Client(
             base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}
         ) as http,
@@ -101,7 +101,7 @@ def test_the_clock_route_expires_at_once_and_listeners_hear_it(tmp_path: Path, t
 
 def test_the_reaper_releases_expired_sandboxes_without_any_request(tmp_path: Path) -> None:
     clock = ManualClock()
-    state = EmulatorState(tmp_path, clock=clock, reaper_interval=0.05)
+    state = EmulatorState(EmulatorConfig(data_dir=tmp_path, clock=clock, reaper_interval=0.05))
     try:
         released = threading.Event()
         state.add_listener(on_gone=lambda sandbox_id: released.set())
@@ -116,7 +116,7 @@ def test_the_reaper_releases_expired_sandboxes_without_any_request(tmp_path: Pat
 def test_the_clock_offset_survives_a_restart(tmp_path: Path, token: str) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     with (
-        EmulatorServer(data_dir=tmp_path) as server,
+        EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
         httpx.Client(base_url=server.base_url, headers=headers) as http,
     ):
         sandbox_id = http.post(
@@ -124,7 +124,7 @@ def test_the_clock_offset_survives_a_restart(tmp_path: Path, token: str) -> None
         ).json()["local_sandbox_id"]
         moved = http.post("/_emulator/clock/advance", json={"seconds": 3000}).json()["time"]
     with (
-        EmulatorServer(data_dir=tmp_path) as server,
+        EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
         httpx.Client(base_url=server.base_url, headers=headers) as http,
     ):
         # Time did not run backwards: the sandbox is 3000 s older, 600 s from its end.
@@ -135,7 +135,7 @@ def test_the_clock_offset_survives_a_restart(tmp_path: Path, token: str) -> None
 
 
 def test_create_app_exposes_the_state_and_accepts_mounted_apps(tmp_path: Path) -> None:
-    app = create_app(data_dir=tmp_path)
+    app = create_app(EmulatorConfig(data_dir=tmp_path))
     state = app.state.emulator
     assert isinstance(state, EmulatorState)
 
@@ -157,7 +157,7 @@ def test_everything_survives_a_restart_and_running_executions_fail(
     restartable = tmp_path / "data"
     headers = {"Authorization": f"Bearer {token}"}
     with (
-        EmulatorServer(data_dir=restartable) as server,
+        EmulatorServer(EmulatorConfig(data_dir=restartable)) as server,
         httpx.Client(base_url=server.base_url, headers=headers, timeout=30) as http,
     ):
         executions = Executions(server, http, token)
@@ -171,7 +171,7 @@ def test_everything_survives_a_restart_and_running_executions_fail(
         executions.start(sandbox_id, "interrupted", {"main.py": WAIT_FOR_GO})
         executions.wait(sandbox_id, "interrupted", {"running"})
     with (
-        EmulatorServer(data_dir=restartable) as server,
+        EmulatorServer(EmulatorConfig(data_dir=restartable)) as server,
         httpx.Client(base_url=server.base_url, headers=headers, timeout=30) as http,
     ):
         executions = Executions(server, http, token)

@@ -9,9 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from klavis_emulator import EmulatorState, ManualClock, SignatureError, UrlSigner, tenant_for_token
+from klavis_emulator import (
+    EmulatorConfig,
+    EmulatorState,
+    ManualClock,
+    SignatureError,
+    UrlSigner,
+    tenant_for_token,
+)
 from klavis_emulator._archive import make_archive
-from klavis_emulator._executions import complete_utf8_prefix, execution_name_problem, read_log
+from klavis_emulator._runner import complete_utf8_prefix, execution_name_problem, read_log
 from klavis_emulator._state import SandboxNotFound
 
 
@@ -22,7 +29,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def state(tmp_path: Path, clock: ManualClock) -> Iterator[EmulatorState]:
-    backend = EmulatorState(tmp_path, clock=clock)
+    backend = EmulatorState(EmulatorConfig(data_dir=tmp_path, clock=clock))
     yield backend
     backend.close()
 
@@ -133,11 +140,13 @@ def test_make_archive_order_and_members(tmp_path: Path) -> None:
 
 
 def test_one_emulator_per_data_dir(tmp_path: Path) -> None:
-    first = EmulatorState(tmp_path)
+    first = EmulatorState(EmulatorConfig(data_dir=tmp_path))
     with pytest.raises(RuntimeError, match="already using the data folder"):
-        EmulatorState(tmp_path)
+        EmulatorState(EmulatorConfig(data_dir=tmp_path))
     first.close()
-    second = EmulatorState(tmp_path)  # free again once the first one is closed
+    second = EmulatorState(
+        EmulatorConfig(data_dir=tmp_path)
+    )  # free again once the first one is closed
     second.close()
 
 

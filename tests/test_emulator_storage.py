@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 import httpx
 import pytest
 
-from klavis_emulator import EmulatorServer
+from klavis_emulator import EmulatorConfig, EmulatorServer
 
 MakeTarGz = Callable[[Mapping[str, bytes | str]], bytes]
 GZIP = {"Content-Type": "application/gzip"}
@@ -33,7 +33,9 @@ def _replace_query(url: str, **changes: str) -> str:
 @pytest.fixture
 def own_emulator(tmp_path: Path) -> Iterator[EmulatorServer]:
     """An emulator of this test's own (its clock is moved, its upload cap is 1 MB)."""
-    with EmulatorServer(data_dir=tmp_path, max_upload_mb=1, signed_url_minutes=5) as server:
+    with EmulatorServer(
+        EmulatorConfig(data_dir=tmp_path, max_upload_mb=1, signed_url_minutes=5)
+    ) as server:
         yield server
 
 
@@ -167,7 +169,7 @@ def test_upload_to_a_released_sandbox_is_404(client: httpx.Client, make_tar_gz: 
 def test_signed_urls_survive_a_restart(tmp_path: Path, token: str, make_tar_gz: MakeTarGz) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     with (
-        EmulatorServer(data_dir=tmp_path) as server,
+        EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
         httpx.Client(base_url=server.base_url, headers=headers) as http,
     ):
         sandbox_id = _acquire(http)
@@ -177,7 +179,7 @@ def test_signed_urls_survive_a_restart(tmp_path: Path, token: str, make_tar_gz: 
             .removeprefix(server.base_url)
         )
     with (
-        EmulatorServer(data_dir=tmp_path) as server,
+        EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
         httpx.Client(base_url=server.base_url, headers=headers) as http,
     ):
         put = http.put(path_and_query, content=make_tar_gz({"a": "a"}), headers=GZIP)

@@ -2,7 +2,7 @@
 
 Real servers (npm filesystem, mcp-server-git, cli-mcp-server), real HTTP on a loopback port
 chosen by the OS, the emulator in-process. Skipped with the reason when a server is not
-installed: ``python -m klavis_emulator._mcp setup`` installs them.
+installed: ``klavis-emulator setup`` installs them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ pytest.importorskip("mcp_server_git", reason="mcp-server-git is not installed (e
 import workflows
 from klavis_emulator import EmulatorServer, OffsetClock
 from klavis_emulator import create_app as original_create_app
-from klavis_emulator._mcp import CONFINE_ENV, McpHost, install_mcp
+from klavis_emulator._mcp_host import CONFINE_ENV, McpHost, install_mcp
 from klavis_emulator._mcp_launch import HOSTED_SERVERS
 from klavis_emulator._mcp_setup import find_tools
 from workflows import _mcp as client
@@ -58,8 +58,8 @@ def needs(*servers: str) -> pytest.MarkDecorator:
 def emulator_with_mcp() -> Iterator[EmulatorServer]:
     """An emulator whose app hosts the MCP servers (installing the host if create_app doesn't)."""
 
-    def create_app(**kwargs: Any) -> Any:
-        app = original_create_app(**kwargs)
+    def create_app(config: Any = None) -> Any:
+        app = original_create_app(config)
         if getattr(app.state, "mcp", None) is None:
             install_mcp(app)
         return app

@@ -184,7 +184,7 @@ def test_missing_tools_say_how_to_install_them() -> None:
 def test_setup_is_silent_when_everything_is_installed() -> None:
     tools = find_tools()
     if tools.filesystem_entry is None or tools.cli_server is None:
-        pytest.skip("the MCP servers are not installed: python -m klavis_emulator._mcp setup")
+        pytest.skip("the MCP servers are not installed: klavis-emulator setup")
     steps: list[str] = []
     again = setup_mcp_servers(log=steps.append)
     assert steps == []

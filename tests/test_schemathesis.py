@@ -23,7 +23,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
-from klavis_emulator import EmulatorServer
+from klavis_emulator import EmulatorConfig, EmulatorServer
 
 Case = schemathesis.Case[Any]
 
@@ -105,7 +105,9 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     """A seeded emulator: uploads for the workspace and executions, one finished execution."""
     data_dir = tmp_path_factory.mktemp("schemathesis")
     with (
-        EmulatorServer(data_dir=data_dir, confine_executions=False, execution_timeout=30) as server,
+        EmulatorServer(
+            EmulatorConfig(data_dir=data_dir, confine_executions=False, execution_timeout=30)
+        ) as server,
         httpx.Client(base_url=server.base_url, headers=HEADERS, timeout=30) as http,
     ):
         prepared = Target(server=server, http=http, shared="")

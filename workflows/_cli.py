@@ -176,7 +176,7 @@ def _demo_target(out: TextIO) -> Iterator[dict[str, Any]]:
         yield {}
         return
     try:
-        from klavis_emulator import ConfinementError, EmulatorServer
+        from klavis_emulator import ConfinementError, EmulatorConfig, EmulatorServer
     except ImportError:  # pragma: no cover - depends on the installed extras
         raise KlavisError(
             "no KLAVIS_API_KEY and the emulator is not installed: "
@@ -185,7 +185,7 @@ def _demo_target(out: TextIO) -> Iterator[dict[str, Any]]:
     with contextlib.ExitStack() as stack:
         data = stack.enter_context(tempfile.TemporaryDirectory(prefix="klavis-demo-"))
         try:
-            server = stack.enter_context(EmulatorServer(data_dir=data))
+            server = stack.enter_context(EmulatorServer(EmulatorConfig(data_dir=data)))
         except ConfinementError as exc:  # bwrap installed but unable to confine here
             raise ConfigurationError(f"the embedded emulator cannot start: {exc}") from None
         out.write(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import stamina
 
-from klavis_emulator import EmulatorServer
+from klavis_emulator import EmulatorConfig, EmulatorServer
 
 
 @pytest.fixture(autouse=True)
@@ -38,5 +38,5 @@ def conn(emulator: EmulatorServer, token: str) -> dict[str, str]:
 @pytest.fixture
 def faulty_emulator(tmp_path: Path) -> Iterator[EmulatorServer]:
     """A private emulator for fault-injection tests (so faults never hit other tests)."""
-    with EmulatorServer(data_dir=tmp_path / "faulty-emulator") as server:
+    with EmulatorServer(EmulatorConfig(data_dir=tmp_path / "faulty-emulator")) as server:
         yield server

@@ -18,13 +18,12 @@ folder is replaced (reset, initialize), and every server is stopped when the emu
 down. Server processes run in their own process group, killed as a group; with bubblewrap
 they also die with the emulator if it is killed.
 
-``python -m klavis_emulator._mcp setup`` installs the npm and venv parts
+``klavis-emulator setup`` installs the npm and venv parts
 (:func:`~klavis_emulator._mcp_setup.setup_mcp_servers`).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import contextlib
@@ -32,11 +31,10 @@ import logging
 import os
 import re
 import shutil
-import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,29 +47,15 @@ import anyio.to_thread
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ._bwrap import (
-    CONFINE_ENV,
-    CONFINED_WORKSPACE,
-    Confinement,
-    ConfinementError,
-    decide_confinement,
-)
+from ._bwrap import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
 from ._mcp_launch import DEFAULT_COMMAND_TIMEOUT, HOSTED_SERVERS, LaunchSpec, launch_spec
-from ._mcp_setup import McpSetupError, McpToolPaths, find_tools, setup_mcp_servers
+from ._mcp_setup import McpToolPaths, find_tools
 from ._state import LOCAL_SERVER_NAMES, EmulatorState, SandboxRecord
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-__all__ = [
-    "CONFINE_ENV",
-    "HOSTED_SERVERS",
-    "McpHost",
-    "McpSetupError",
-    "install_mcp",
-    "main",
-    "setup_mcp_servers",
-]
+__all__ = ["CONFINE_ENV", "HOSTED_SERVERS", "McpHost", "install_mcp"]
 
 logger = logging.getLogger("klavis_emulator.mcp")
 
@@ -517,19 +501,7 @@ def _live_record(state: EmulatorState, sandbox_id: str) -> SandboxRecord | None:
         return None
     if canonical != sandbox_id:
         return None
-    lookup = getattr(state, "find_live", None)
-    if lookup is not None:  # a public lookup, once the state has one
-        found: SandboxRecord | None = lookup(sandbox_id)
-        return found
-    try:
-        state._expire_due()
-        with state._transaction() as db:
-            row = db.execute(
-                "SELECT * FROM sandboxes WHERE id = ? AND released_ts IS NULL", (sandbox_id,)
-            ).fetchone()
-            return None if row is None else state._load(db, row)
-    except RuntimeError:  # the state is closed: the emulator is stopping
-        return None
+    return state.find_live(sandbox_id)
 
 
 async def _forward_once(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
@@ -615,56 +587,3 @@ def install_mcp(
     emulator.add_listener(on_gone=host.stop, on_reset=host.restart)
     app.state.mcp = host
     return host
-
-
-# ---------------------------------------------------------------------- command line
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m klavis_emulator._mcp setup|check``: install or report the MCP servers."""
-    parser = argparse.ArgumentParser(
-        prog="python -m klavis_emulator._mcp",
-        description="Install (setup) or report (check) the MCP servers the emulator hosts.",
-    )
-    parser.add_argument("command", choices=["setup", "check"])
-    parser.add_argument("--tools-dir", type=Path, default=None, help="where the venv goes")
-    parser.add_argument("--force", action="store_true", help="reinstall everything")
-    parser.add_argument("-q", "--quiet", action="store_true", help="print only problems")
-    args = parser.parse_args(argv)
-
-    def say(line: str) -> None:
-        if not args.quiet:
-            print(line, flush=True)
-
-    if args.command == "setup":
-        started = time.monotonic()
-        try:
-            tools = setup_mcp_servers(tools_dir=args.tools_dir, force=args.force, log=say)
-        except McpSetupError as exc:
-            print(f"setup failed: {exc}", file=sys.stderr)
-            return 1
-        say(f"MCP servers ready ({time.monotonic() - started:.1f} s).")
-    else:
-        tools = find_tools(args.tools_dir)
-    ok = True
-    for server in HOSTED_SERVERS:
-        problem = tools.missing(server)
-        ok = ok and problem is None
-        if problem is None:
-            say(f"  {server:<10} ok")
-        else:
-            print(f"  {server:<10} {problem}", file=sys.stderr)
-    try:
-        confinement = decide_confinement()
-    except ConfinementError as exc:
-        print(f"  confinement: {exc}", file=sys.stderr)
-        return 1
-    if confinement.enabled:
-        say(f"  servers run confined by {confinement.bwrap}, workspace at /data")
-    else:
-        say(f"  servers run unconfined ({confinement.reason})")
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -87,21 +87,17 @@ from pathlib import Path
 from typing import BinaryIO, Final
 
 from ._bwrap import CONFINED_WORKSPACE, PRIVATE_TMP, Bind, Confinement, bwrap_args
-from ._bwrap import detect_confinement as detect_confinement
 
 __all__ = [
     "CONFINED_WORKDIR",
-    "CONFINED_WORKSPACE",
     "EXECUTION_STATUSES",
     "FINAL_STATUSES",
     "LOG_CHUNK_BYTES",
-    "Confinement",
     "ExecutionRun",
     "RequirementsRefused",
     "RunSettings",
     "check_requirements",
     "complete_utf8_prefix",
-    "detect_confinement",
     "execution_name_problem",
     "read_log",
 ]

@@ -1,0 +1,72 @@
+"""The state's errors: one tree under :class:`EmulatorError`, each message meant for the caller.
+
+::
+
+    EmulatorError                  400 unless said otherwise (the HTTP layer maps each)
+    ├── SandboxNotFound            404: no such live sandbox for this tenant
+    ├── ServerNotInSandbox         400: the sandbox does not hold that MCP server
+    ├── NoUploadedArchive          409: initialize/execute before any upload
+    ├── ObjectNotFound             404: a signed URL's object is gone
+    ├── UploadTooLarge             413: over the upload cap
+    ├── InvalidExecutionName       400: not a safe folder/object name
+    ├── ExecutionNotFound          404: no execution of that name
+    └── ExecutionConflict          409: still running, or not finished yet
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EmulatorError",
+    "ExecutionConflict",
+    "ExecutionNotFound",
+    "InvalidExecutionName",
+    "NoUploadedArchive",
+    "ObjectNotFound",
+    "SandboxNotFound",
+    "ServerNotInSandbox",
+    "UploadTooLarge",
+]
+
+
+class EmulatorError(Exception):
+    """Base class of the state's errors; the message is meant for the API's caller."""
+
+
+class SandboxNotFound(EmulatorError):
+    """No live sandbox with that id belongs to the caller's tenant."""
+
+    def __init__(self, sandbox_id: str) -> None:
+        shown = sandbox_id if len(sandbox_id) <= 80 else sandbox_id[:80] + "..."
+        super().__init__(
+            f"Local sandbox {shown!r} not found: it does not exist, was released, "
+            "or belongs to another API key."
+        )
+        self.sandbox_id = sandbox_id
+
+
+class ServerNotInSandbox(EmulatorError):
+    """The sandbox exists but does not hold the requested MCP server."""
+
+
+class NoUploadedArchive(EmulatorError):
+    """``initialize`` was called before any archive was uploaded (for that region)."""
+
+
+class ObjectNotFound(EmulatorError):
+    """A signed URL names an object that does not exist (any more)."""
+
+
+class UploadTooLarge(EmulatorError):
+    """An upload exceeds the emulator's size cap."""
+
+
+class InvalidExecutionName(EmulatorError):
+    """An execution name that cannot name a folder or an object (path separators, ...)."""
+
+
+class ExecutionNotFound(EmulatorError):
+    """The sandbox has no execution of that name (none was started)."""
+
+
+class ExecutionConflict(EmulatorError):
+    """The execution is in the wrong state: still running, or not finished yet."""

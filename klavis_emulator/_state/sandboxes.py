@@ -1,0 +1,454 @@
+"""Sandboxes: their rows, their workspace folder, their tenant and TTL, and their end.
+
+A sandbox is a row of ``sandboxes`` with its ``servers``, owned by one tenant (a hash of its
+bearer token, never the token), plus one workspace folder that lives exactly as long as the
+sandbox and keeps its identity (its inode) the whole time: the contents change (see
+:mod:`.workspaces`), the folder does not, so processes that bind-mount it or hold it as
+their working directory (MCP servers, running executions) keep seeing the live workspace.
+
+Sandboxes whose TTL ran out are released before any operation looks at them
+(:meth:`Sandboxes.expire_due`). Releasing and resetting touch what the other parts hold of a
+sandbox (per-server data, executions, stored objects): each part is a :class:`SandboxPart`
+given to :meth:`Sandboxes.attach`, told when a sandbox is released or reset. Other modules
+follow sandboxes going away through :meth:`Sandboxes.add_listener`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import shutil
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal, get_args
+
+from .._clock import Clock, isoformat
+from .db import Database, Folders
+from .errors import SandboxNotFound, ServerNotInSandbox
+
+__all__ = [
+    "BENCHMARKS",
+    "LOCAL_SERVER_NAMES",
+    "SandboxPart",
+    "SandboxRecord",
+    "Sandboxes",
+    "ServerName",
+    "ServerRecord",
+    "tenant_for_token",
+]
+
+logger = logging.getLogger("klavis_emulator")
+
+ServerName = Literal[
+    "filesystem",
+    "git",
+    "terminal",
+    "desktop-commander",
+    "arxiv",
+    "excel",
+    "word",
+    "powerpoint",
+    "code-executor",
+    "code-runner",
+    "pdf-tools",
+    "google_cloud",
+    "poste_email_toolathlon",
+    "canvas",
+    "localmemory",
+    "playwright",
+]
+"""The contract's ``LocalSandboxMCPServer`` enum, as a type."""
+
+LOCAL_SERVER_NAMES: Final[tuple[str, ...]] = get_args(ServerName)
+BENCHMARKS: Final[tuple[str, ...]] = ("MCP_Atlas", "Toolathlon", "MCP_Mark")
+
+
+def tenant_for_token(token: str) -> str:
+    """Return the tenant id of a bearer token: a SHA-256 hash, never the token itself."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """One MCP server item of a sandbox."""
+
+    id: str
+    server_name: str
+    status: str
+    updated_ts: float
+
+
+@dataclass(frozen=True)
+class SandboxRecord:
+    """A live sandbox as stored."""
+
+    id: str
+    tenant: str
+    created_ts: float
+    updated_ts: float
+    status: str
+    benchmark: str | None
+    test_account_email: str | None
+    ttl_seconds: int | None
+    expires_ts: float | None
+    servers: tuple[ServerRecord, ...]
+
+    @property
+    def server_names(self) -> tuple[str, ...]:
+        """The names of the sandbox's servers, in acquisition order."""
+        return tuple(server.server_name for server in self.servers)
+
+    def to_info(self, base_url: str) -> dict[str, Any]:
+        """Render as the contract's ``LocalSandboxInfo`` (MCP URLs under ``base_url``)."""
+        return {
+            "local_sandbox_id": self.id,
+            "created_at": isoformat(self.created_ts),
+            "status": self.status,
+            "benchmark": self.benchmark,
+            "servers": [self._server_item(server, base_url) for server in self.servers],
+        }
+
+    def _server_item(self, server: ServerRecord, base_url: str) -> dict[str, Any]:
+        return {
+            "server_name": server.server_name,
+            "id": server.id,
+            "mcp_server_url": (
+                f"{base_url.rstrip('/')}/{server.server_name}/mcp/?local_sandbox_id={self.id}"
+            ),
+            "status": server.status,
+            "benchmark": self.benchmark,
+            "updated_at": isoformat(server.updated_ts),
+            "metadata": None,
+            "auth_data": None,
+            "tags": None,
+        }
+
+
+class SandboxPart:
+    """What one part of the state holds of each sandbox, and how it lets go of it.
+
+    :class:`Sandboxes` calls these, in the order the parts were attached, when a sandbox is
+    released (``stop``, ``forget``, ``remove``) or reset (``stop``, ``forget``, ``clear``).
+    Each does nothing unless a part overrides it.
+    """
+
+    def stop(self, sandbox_id: str) -> None:
+        """Stop the sandbox's activity (before its files go); no lock is held."""
+
+    def forget(self, db: sqlite3.Connection, sandbox_id: str) -> None:
+        """Delete the sandbox's rows, inside the releasing (or resetting) transaction."""
+
+    def remove(self, sandbox_id: str) -> None:
+        """Delete the files of a released sandbox (its lock is held)."""
+
+    def clear(self, sandbox_id: str, workspace: Path) -> None:
+        """Empty what a reset empties, after :meth:`forget` (the sandbox's lock is held)."""
+
+
+@dataclass(frozen=True)
+class _Listener:
+    on_gone: Callable[[str], None] | None
+    on_reset: Callable[[str], None] | None
+
+
+class Sandboxes:
+    """The sandboxes of one emulator: acquire, look up, release, reset, expire."""
+
+    def __init__(self, db: Database, folders: Folders, clock: Clock) -> None:
+        self._db = db
+        self._folders = folders
+        self._clock = clock
+        self._parts: list[SandboxPart] = []
+        self._listeners: list[_Listener] = []
+        self._listeners_lock = threading.Lock()
+
+    def attach(self, part: SandboxPart) -> None:
+        """Tell ``part`` about releases and resets from now on (after the parts before it)."""
+        self._parts.append(part)
+
+    # ------------------------------------------------------------------ folders
+
+    def workspace_path(self, sandbox_id: str) -> Path:
+        """The workspace folder of a sandbox (it exists while the sandbox is live)."""
+        return self._folders.workspaces / str(uuid.UUID(sandbox_id))
+
+    def workspace_locked(self, tenant: str, sandbox_id: str) -> Path:
+        """Re-check liveness once the sandbox lock is held; return the (existing) workspace.
+
+        A release that happened between the caller's first check and taking the lock
+        must not be undone by recreating the workspace folder.
+        """
+        with self._db.transaction() as db:
+            self._live_row(db, tenant, sandbox_id)
+        workspace = self.workspace_path(sandbox_id)
+        workspace.mkdir(exist_ok=True)
+        return workspace
+
+    # ------------------------------------------------------------------ listeners
+
+    def add_listener(
+        self,
+        on_gone: Callable[[str], None] | None = None,
+        on_reset: Callable[[str], None] | None = None,
+    ) -> Callable[[], None]:
+        """Subscribe to sandboxes going away or being reset; returns an unsubscribe function.
+
+        ``on_gone(sandbox_id)`` is called once a sandbox was released (through the API or
+        because its TTL ran out, whichever thread noticed it), after its workspace and
+        executions were removed. ``on_reset(sandbox_id)`` is called after a reset emptied
+        the workspace, per-server data and executions (same id and servers).
+
+        Callbacks run synchronously on the thread that made the change (a request worker
+        thread or the TTL reaper), outside the state's locks: keep them short and
+        thread-safe (hand work to an event loop with ``call_soon_threadsafe``). Their
+        exceptions are logged and otherwise ignored.
+        """
+        listener = _Listener(on_gone=on_gone, on_reset=on_reset)
+        with self._listeners_lock:
+            self._listeners.append(listener)
+
+        def remove() -> None:
+            with self._listeners_lock, contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return remove
+
+    def _notify(self, event: Literal["gone", "reset"], sandbox_id: str) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            callback = listener.on_gone if event == "gone" else listener.on_reset
+            if callback is None:
+                continue
+            try:
+                callback(sandbox_id)
+            except Exception:
+                logger.exception("a %s listener failed for sandbox %s", event, sandbox_id)
+
+    # ------------------------------------------------------------------ records
+
+    def _load(self, db: sqlite3.Connection, row: sqlite3.Row) -> SandboxRecord:
+        servers = tuple(
+            ServerRecord(
+                id=server["id"],
+                server_name=server["server_name"],
+                status=server["status"],
+                updated_ts=server["updated_ts"],
+            )
+            for server in db.execute(
+                "SELECT * FROM servers WHERE sandbox_id = ? ORDER BY position", (row["id"],)
+            )
+        )
+        return SandboxRecord(
+            id=row["id"],
+            tenant=row["tenant"],
+            created_ts=row["created_ts"],
+            updated_ts=row["updated_ts"],
+            status=row["status"],
+            benchmark=row["benchmark"],
+            test_account_email=row["test_account_email"],
+            ttl_seconds=row["ttl_seconds"],
+            expires_ts=row["expires_ts"],
+            servers=servers,
+        )
+
+    def _live_row(self, db: sqlite3.Connection, tenant: str, sandbox_id: str) -> sqlite3.Row:
+        row: sqlite3.Row | None = db.execute(
+            "SELECT * FROM sandboxes WHERE id = ? AND tenant = ? AND released_ts IS NULL",
+            (sandbox_id, tenant),
+        ).fetchone()
+        if row is None:
+            raise SandboxNotFound(sandbox_id)
+        return row
+
+    def live(self, tenant: str, sandbox_id: str) -> SandboxRecord:
+        """One live sandbox of the tenant (expired ones released first), or
+        :class:`SandboxNotFound`."""
+        self.expire_due()
+        with self._db.transaction() as db:
+            return self._load(db, self._live_row(db, tenant, sandbox_id))
+
+    def is_live(self, sandbox_id: str) -> bool:
+        """Whether a sandbox with this id is live, whatever its tenant (no expiry first)."""
+        with self._db.transaction() as db:
+            row = db.execute(
+                "SELECT 1 FROM sandboxes WHERE id = ? AND released_ts IS NULL", (sandbox_id,)
+            ).fetchone()
+        return row is not None
+
+    def touch(self, sandbox_id: str) -> None:
+        """Record that the sandbox (and its servers) changed now."""
+        now = self._clock.time()
+        with self._db.transaction() as db:
+            db.execute("UPDATE sandboxes SET updated_ts = ? WHERE id = ?", (now, sandbox_id))
+            db.execute("UPDATE servers SET updated_ts = ? WHERE sandbox_id = ?", (now, sandbox_id))
+
+    # ------------------------------------------------------------------ the end of sandboxes
+
+    def expire_due(self) -> None:
+        """Release every sandbox whose TTL has run out by the clock."""
+        now = self._clock.time()
+        with self._db.transaction() as db:
+            due = [
+                str(row["id"])
+                for row in db.execute(
+                    "SELECT id FROM sandboxes WHERE released_ts IS NULL AND expires_ts <= ?",
+                    (now,),
+                )
+            ]
+            for sandbox_id in due:
+                self._mark_released(db, sandbox_id, now, "ttl")
+        for sandbox_id in due:
+            self._delete_files(sandbox_id)
+        for sandbox_id in due:
+            self._notify("gone", sandbox_id)
+
+    def _mark_released(
+        self, db: sqlite3.Connection, sandbox_id: str, now: float, reason: str
+    ) -> None:
+        db.execute(
+            "UPDATE sandboxes SET released_ts = ?, release_reason = ?, updated_ts = ?, "
+            "status = 'idle' WHERE id = ?",
+            (now, reason, now, sandbox_id),
+        )
+        db.execute(
+            "UPDATE servers SET status = 'idle', updated_ts = ? WHERE sandbox_id = ?",
+            (now, sandbox_id),
+        )
+        for part in self._parts:
+            part.forget(db, sandbox_id)
+
+    def _delete_files(self, sandbox_id: str) -> None:
+        for part in self._parts:
+            part.stop(sandbox_id)
+        with self._db.sandbox_lock(sandbox_id):
+            shutil.rmtree(self.workspace_path(sandbox_id), ignore_errors=True)
+            for part in self._parts:
+                part.remove(sandbox_id)
+        self._db.forget_sandbox_lock(sandbox_id)
+
+    # ------------------------------------------------------------------ operations
+
+    def acquire(
+        self,
+        tenant: str,
+        server_names: Sequence[str] | Literal["ALL"],
+        *,
+        benchmark: str | None = None,
+        test_account_email: str | None = None,
+        ttl_seconds: int | None = 7200,
+    ) -> SandboxRecord:
+        """Create a sandbox holding ``server_names`` (``"ALL"``: every local server)."""
+        names = LOCAL_SERVER_NAMES if server_names == "ALL" else tuple(dict.fromkeys(server_names))
+        unknown = [name for name in names if name not in LOCAL_SERVER_NAMES]
+        if unknown or not names:
+            raise ValueError(f"invalid server names: {unknown or names!r}")
+        if benchmark is not None and benchmark not in BENCHMARKS:
+            raise ValueError(f"invalid benchmark: {benchmark!r}")
+        if ttl_seconds is not None and not 60 <= ttl_seconds <= 86400:
+            raise ValueError("ttl_seconds must be between 60 and 86400, or None")
+        self.expire_due()
+        now = self._clock.time()
+        sandbox_id = str(uuid.uuid4())
+        self.workspace_path(sandbox_id).mkdir()
+        with self._db.transaction() as db:
+            db.execute(
+                "INSERT INTO sandboxes (id, tenant, created_ts, updated_ts, status, benchmark, "
+                "test_account_email, ttl_seconds, expires_ts) "
+                "VALUES (?, ?, ?, ?, 'occupied', ?, ?, ?, ?)",
+                (
+                    sandbox_id,
+                    tenant,
+                    now,
+                    now,
+                    benchmark,
+                    test_account_email,
+                    ttl_seconds,
+                    None if ttl_seconds is None else now + ttl_seconds,
+                ),
+            )
+            db.executemany(
+                "INSERT INTO servers (id, sandbox_id, position, server_name, status, updated_ts) "
+                "VALUES (?, ?, ?, ?, 'occupied', ?)",
+                [(str(uuid.uuid4()), sandbox_id, i, name, now) for i, name in enumerate(names)],
+            )
+            return self._load(db, self._live_row(db, tenant, sandbox_id))
+
+    def list_sandboxes(self, tenant: str) -> list[SandboxRecord]:
+        """The tenant's live sandboxes, oldest first."""
+        self.expire_due()
+        with self._db.transaction() as db:
+            rows = db.execute(
+                "SELECT * FROM sandboxes WHERE tenant = ? AND released_ts IS NULL "
+                "ORDER BY created_ts, id",
+                (tenant,),
+            ).fetchall()
+            return [self._load(db, row) for row in rows]
+
+    def find_live(self, sandbox_id: str) -> SandboxRecord | None:
+        """The live sandbox with this id, whatever its tenant; ``None`` if there is none.
+
+        For URLs that carry only the sandbox id (MCP server URLs, as on the service).
+        Expired sandboxes are released first; a closed state answers ``None``.
+        """
+        try:
+            self.expire_due()
+            with self._db.transaction() as db:
+                row = db.execute(
+                    "SELECT * FROM sandboxes WHERE id = ? AND released_ts IS NULL", (sandbox_id,)
+                ).fetchone()
+                return None if row is None else self._load(db, row)
+        except RuntimeError:  # closed: the emulator is stopping
+            return None
+
+    def release(self, tenant: str, sandbox_id: str, *, is_ttl: bool = False) -> str:
+        """Release a sandbox: it is no longer listed; its workspace, data, executions
+        (running ones are killed) and objects are deleted."""
+        self.expire_due()
+        with self._db.transaction() as db:
+            self._live_row(db, tenant, sandbox_id)
+            self._mark_released(db, sandbox_id, self._clock.time(), "ttl" if is_ttl else "api")
+        self._delete_files(sandbox_id)
+        self._notify("gone", sandbox_id)
+        return (
+            f"Local sandbox release started for {sandbox_id}: "
+            "it will be released asynchronously in background."
+        )
+
+    def reset(self, tenant: str, sandbox_id: str) -> str:
+        """Empty the workspace, the per-server data and the executions (running ones are
+        killed); the id and the servers stay."""
+        self.live(tenant, sandbox_id)
+        for part in self._parts:
+            part.stop(sandbox_id)
+        with self._db.sandbox_lock(sandbox_id):
+            workspace = self.workspace_locked(tenant, sandbox_id)
+            for part in self._parts:
+                part.stop(sandbox_id)  # one may have started meanwhile
+            with self._db.transaction() as db:
+                for part in self._parts:
+                    part.forget(db, sandbox_id)
+            for part in self._parts:
+                part.clear(sandbox_id, workspace)
+        self.touch(sandbox_id)
+        self._notify("reset", sandbox_id)
+        return (
+            f"Local sandbox {sandbox_id} was reset to its initial state "
+            "(workspace, server data and executions emptied)."
+        )
+
+    def require_server(self, tenant: str, sandbox_id: str, server_name: str) -> SandboxRecord:
+        """The sandbox, if it holds ``server_name`` (else :class:`ServerNotInSandbox`)."""
+        record = self.live(tenant, sandbox_id)
+        if server_name not in record.server_names:
+            raise ServerNotInSandbox(
+                f"Local sandbox {sandbox_id} does not hold the {server_name!r} server "
+                f"(it holds: {', '.join(record.server_names)}); acquire a sandbox with "
+                f"{server_name!r} in server_names to use its data."
+            )
+        return record
