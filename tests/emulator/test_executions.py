@@ -16,9 +16,7 @@ import pytest
 
 from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer, tenant_for_token
 from klavis_emulator._runner import RequirementsRefused, check_requirements
-from tests.helpers import Executions
-
-from .helpers import require_confinement
+from tests.helpers import Executions, require_confinement
 
 WAIT_FOR_GO = """
 import os, pathlib, sys, time

@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 
 import workflows
+from tests.helpers import SilentService, isolate, run_cli
 from workflows import InvalidInputError, LocalSandbox
-
-from .helpers import SilentService, isolate, run_cli
 
 BAD_IDS = [".", "..", "", " ", "../x", "a/b", "%2e%2e", "?x=1", "#", "00000000-0000-0000-0000"]
 

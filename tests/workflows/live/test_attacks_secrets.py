@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 
 import workflows
+from tests.helpers import SilentService, isolate, run_cli
 from workflows import ConfigurationError, LocalSandbox
-
-from .helpers import SilentService, isolate, run_cli
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ import stamina
 
 import workflows
 from klavis_emulator import EmulatorServer
+from tests.helpers import build_tar_gz
 from workflows import (
     ConfigurationError,
     FileTooLargeError,
@@ -38,8 +39,6 @@ from workflows import (
     UnsafeArchiveError,
 )
 from workflows._extract import extract_archive
-
-from .helpers import build_tar_gz
 
 # --------------------------------------------------------------------------- harness
 

@@ -1,4 +1,5 @@
-"""Fixtures for the `workflows` tests: one suite, run for both the sync and the async face.
+"""Fixtures for the `workflows` tests: isolation from the real ledger and .env, and (for
+``live/``) the session emulator as this test's tenant: one suite, run for both faces.
 
 The ``face`` fixture (in ``tests/conftest.py``; its classes in ``tests/helpers.py``) is
 parametrized: ``sync`` is the library as is; ``async`` wraps ``AsyncLocalSandbox`` and the async

@@ -12,7 +12,7 @@ asserts the three outcomes:
   nothing.
 
 Where the behaviour lives in the sync and async drivers (downloads, deadlines) the case runs
-under both faces (the ``face`` fixture of ``tests/library``).
+under both faces (the ``face`` fixture of ``tests/conftest.py``).
 """
 
 from __future__ import annotations
@@ -32,18 +32,7 @@ import stamina
 
 import workflows
 from klavis_emulator import EmulatorConfig, EmulatorServer
-from workflows import (
-    ArchiveLimits,
-    InvalidInputError,
-    InvalidSeedPathError,
-    LocalSandbox,
-    Snapshot,
-    UnsafeArchiveError,
-)
-from workflows._archive import read_snapshot
-from workflows._errors import TransferError, TransferTimeoutError
-
-from .crafted import (
+from tests.crafted import (
     Member,
     file,
     hardlink,
@@ -55,8 +44,18 @@ from .crafted import (
     tar_gz,
     zeros_file,
 )
-from .helpers import Face
-from .hostile_storage import GZIP_HEAD, HostileStorage
+from tests.helpers import Face
+from tests.hostile_storage import GZIP_HEAD, HostileStorage
+from workflows import (
+    ArchiveLimits,
+    InvalidInputError,
+    InvalidSeedPathError,
+    LocalSandbox,
+    Snapshot,
+    UnsafeArchiveError,
+)
+from workflows._archive import read_snapshot
+from workflows._errors import TransferError, TransferTimeoutError
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB

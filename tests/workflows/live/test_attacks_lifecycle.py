@@ -19,10 +19,9 @@ import stamina
 
 import workflows
 from klavis_emulator import EmulatorServer
+from tests.faulty_proxy import Decision, faulty_proxy
+from tests.helpers import isolate
 from workflows import AcquireAmbiguousError, LocalSandbox
-
-from .faulty_proxy import Decision, faulty_proxy
-from .helpers import isolate
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import crafted
 from workflows._archive import (
     ARCHIVE_MTIME,
     CHUNK_SIZE,
@@ -30,8 +31,6 @@ from workflows._extract import extract_archive, prepare_destination
 from workflows._pack import pack_to_tempfile, write_archive
 from workflows._paths import normalize_member_name
 from workflows._seed_plan import SourceFile, plan_directory, plan_mapping
-
-from . import crafted
 
 # --- helpers -----------------------------------------------------------------------------------
 

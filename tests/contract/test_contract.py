@@ -28,7 +28,7 @@ from klavis_sandbox_client.api.local_sandbox import (
 from klavis_sandbox_client.types import UNSET
 from openapi_spec_validator import validate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPEC_PATH = ROOT / "openapi.yaml"
 REGENERATE = ROOT / "scripts" / "regenerate"
 PACKAGE_DIR = ROOT / "generated" / "klavis_sandbox_client"

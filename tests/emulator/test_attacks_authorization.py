@@ -24,8 +24,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from klavis_emulator import EmulatorConfig, EmulatorServer, create_app
-
-from .crafted import file, tar_gz
+from tests.crafted import file, tar_gz
 
 HEADER = "X-Emulator-Control-Token"
 GZIP = {"Content-Type": "application/gzip"}

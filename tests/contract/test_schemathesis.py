@@ -27,7 +27,7 @@ from klavis_emulator import EmulatorConfig, EmulatorServer
 
 Case = schemathesis.Case[Any]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "schemathesis-contract-key"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -54,7 +54,7 @@ schema = schemathesis.openapi.from_path(ROOT / "openapi.yaml", config=CONFIG)
 # Checks left out, and why:
 # - ignored_auth: every bearer token is its own tenant by design (like a fresh account on the
 #   real service), so a made-up token is accepted and answers 200/404 rather than 401. Missing
-#   and empty tokens do answer 401 (tests/test_emulator_auth.py).
+#   and empty tokens do answer 401 (tests/emulator/test_auth.py).
 # - positive_data_acceptance: schema-valid input still meets documented 4xx answers that
 #   depend on state the schema cannot express (409 before an upload, 400 for a sandbox that
 #   does not hold the server, 400 for execution names with path separators).

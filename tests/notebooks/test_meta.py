@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
 EXPECTED = ["01-quickstart", "02-generated-client", "03-seed-and-round-trip", "04-bulk"]
 EXPECTED += ["05-execution", "06-mcp-agent", "07-reliability"]

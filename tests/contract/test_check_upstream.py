@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "check-upstream"
 OURS = ROOT / "openapi.yaml"
 REFERENCE = (
-    Path(__file__).resolve().parents[2]
+    Path(__file__).resolve().parents[3]
     / "shared"
     / "reference"
     / "klavis-local-sandbox-openapi.json"

@@ -27,8 +27,7 @@ import httpx
 import pytest
 
 from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer
-
-from .crafted import (
+from tests.crafted import (
     Member,
     extended_header,
     file,
