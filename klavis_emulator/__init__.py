@@ -34,13 +34,17 @@ from ._middleware import CONTROL_TOKEN_HEADER
 from ._runner import EXECUTION_STATUSES
 from ._server import EmulatorServer
 from ._server_data import DATA_SERVERS
-from ._signing import SignatureError, UrlSigner
+from ._signing import SignatureError, SignedUrl, UrlSigner
 from ._state import (
     BENCHMARKS,
     LOCAL_SERVER_NAMES,
     EmulatorError,
     EmulatorState,
     ExecutionRecord,
+    Region,
+    SandboxRecord,
+    ServerRecord,
+    UploadWriter,
     tenant_for_token,
 )
 
@@ -64,8 +68,13 @@ __all__ = [
     "FaultSettings",
     "ManualClock",
     "OffsetClock",
+    "Region",
+    "SandboxRecord",
+    "ServerRecord",
     "SignatureError",
+    "SignedUrl",
     "SystemClock",
+    "UploadWriter",
     "UrlSigner",
     "create_app",
     "default_data_dir",

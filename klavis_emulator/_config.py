@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import platformdirs
 
@@ -118,6 +118,8 @@ class EmulatorConfig:
             object.__setattr__(self, "data_dir", Path(self.data_dir))
         if self.api_keys is not None:  # a generator would be used up by the first reader
             object.__setattr__(self, "api_keys", tuple(self.api_keys))
+        if cast("ArchiveLimits | None", self.archive_limits) is None:  # as create_app took it
+            object.__setattr__(self, "archive_limits", ArchiveLimits())
         for name in _CHECKS:
             problem = field_problem(name, getattr(self, name))
             if problem is not None:

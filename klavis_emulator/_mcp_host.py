@@ -55,7 +55,7 @@ from ._state import LOCAL_SERVER_NAMES, EmulatorState, SandboxRecord
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-__all__ = ["CONFINE_ENV", "HOSTED_SERVERS", "McpHost", "install_mcp"]
+__all__ = ["McpHost", "install_mcp"]
 
 logger = logging.getLogger("klavis_emulator.mcp")
 

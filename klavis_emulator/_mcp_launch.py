@@ -25,7 +25,6 @@ from ._bwrap import CONFINED_WORKSPACE, PRIVATE_TMP, bwrap_args
 from ._mcp_setup import McpToolPaths
 
 __all__ = [
-    "CONFINED_WORKSPACE",
     "DEFAULT_COMMAND_TIMEOUT",
     "HOSTED_SERVERS",
     "TERMINAL_ALLOWED_COMMANDS",

@@ -108,6 +108,16 @@ class EmulatorServer:
         return self._base_url
 
     @property
+    def host(self) -> str:
+        """The host it listens on (``config.host``)."""
+        return self.config.host
+
+    @property
+    def port(self) -> int:
+        """The port asked for (``config.port``; 0: any free one, see :attr:`base_url`)."""
+        return self.config.port
+
+    @property
     def data_dir(self) -> Path:
         """The folder holding the emulator's state."""
         if self.config.data_dir is not None:

@@ -8,6 +8,7 @@ import builtins
 import inspect
 import io
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import tarfile
 import threading
 from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import Any, TypeVar
 
 import httpx
@@ -372,3 +373,52 @@ class Face:
         }:
             return self._twin(name)
         raise AttributeError(name)
+
+
+# --- the public surface ---------------------------------------------------------------------
+
+_ANNOTATION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def public_callables(package: ModuleType) -> Iterator[tuple[str, Callable[..., Any]]]:
+    """The public functions, methods and properties of what ``package`` exports."""
+    prefix = f"{package.__name__}."
+    for name in package.__all__:
+        obj = getattr(package, name)
+        if inspect.isfunction(obj):
+            yield name, obj
+        elif inspect.isclass(obj) and obj.__module__.startswith(prefix):
+            members: dict[str, Any] = {}
+            for klass in reversed(obj.__mro__):  # inherited ones too (the sandboxes' base)
+                if klass.__module__.startswith(prefix):
+                    members.update(vars(klass))
+            for attr, member in members.items():
+                if attr.startswith("_") and attr != "__init__":
+                    continue
+                fn = getattr(member, "__func__", member)  # classmethods, staticmethods
+                if isinstance(member, property):
+                    fn = member.fget
+                if inspect.isfunction(fn):
+                    yield f"{name}.{attr}", fn
+
+
+def types_named_by(fn: Callable[..., Any], package: str) -> set[str]:
+    """The classes of ``package`` that ``fn``'s annotations name (read as written)."""
+    module = sys.modules[fn.__module__]
+    found: set[str] = set()
+    for param, annotation in fn.__annotations__.items():
+        if param.startswith("_"):  # a private keyword (the batches' shared connection)
+            continue
+        for word in _ANNOTATION_NAME.findall(str(annotation)):
+            obj = getattr(module, word, None)
+            if (inspect.isclass(obj) or _is_alias(obj)) and _module_of(obj).startswith(package):
+                found.add(word)
+    return found
+
+
+def _is_alias(obj: object) -> bool:
+    return type(obj).__name__ in ("_LiteralGenericAlias", "_UnionGenericAlias", "TypeAliasType")
+
+
+def _module_of(obj: object) -> str:
+    return str(getattr(obj, "__module__", ""))

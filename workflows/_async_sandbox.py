@@ -113,20 +113,22 @@ class AsyncLocalSandbox(SandboxBase):
 
     def __init__(
         self,
-        api: AsyncDriver,
         info: SandboxInfo,
         *,
+        _driver: AsyncDriver,
+        _owns_driver: bool,
         owned: bool,
-        owns_driver: bool,
         ledger: Ledger | None = None,
         progress: bool | None = None,
         limits: ArchiveLimits | None = None,
     ) -> None:
+        """Made by :meth:`acquire` and :meth:`attach` (``_driver``, private, is its connection;
+        ``_owns_driver``: whether closing the sandbox closes it)."""
         super().__init__(
-            api.settings, info, owned=owned, ledger=ledger, progress=progress, limits=limits
+            _driver.settings, info, owned=owned, ledger=ledger, progress=progress, limits=limits
         )
-        self._driver = api
-        self._owns_driver = owns_driver
+        self._driver = _driver
+        self._owns_driver = _owns_driver
 
     @classmethod
     def acquire(
@@ -175,10 +177,10 @@ class AsyncLocalSandbox(SandboxBase):
             own(info.id, settings, book, attempt=attempt)
             log.info("acquired sandbox %s", info.id)
             return cls(
-                driver,
                 info,
+                _driver=driver,
+                _owns_driver=_driver is None,
                 owned=True,
-                owns_driver=_driver is None,
                 ledger=book,
                 progress=progress,
                 limits=limits,
@@ -231,7 +233,12 @@ class AsyncLocalSandbox(SandboxBase):
                 await driver.aclose()
                 raise
             return cls(
-                driver, info, owned=False, owns_driver=True, progress=progress, limits=limits
+                info,
+                _driver=driver,
+                _owns_driver=True,
+                owned=False,
+                progress=progress,
+                limits=limits,
             )
 
         return PendingSandbox(make)

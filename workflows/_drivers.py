@@ -26,7 +26,7 @@ from klavis_sandbox_client.types import Response
 
 from ._config import Settings
 from ._errors import TransferError, TransferTimeoutError, UnsafeArchiveError
-from ._flows import Call, Download, Flow, Sleep, Step, Upload
+from ._flows import Blocking, Call, Download, Flow, Sleep, Step, Upload
 from ._progress import Progress
 from ._transport import (
     connection_error,
@@ -429,6 +429,22 @@ class SyncDriver(_DriverBase):
         raise AssertionError("unreachable")  # pragma: no cover
 
 
+async def _in_thread(step: Blocking) -> Any:
+    """Run a blocking step in a worker thread. A thread cannot be stopped: when the task is
+    cancelled meanwhile, wait for the thread to end before passing the cancellation on, so
+    that the flow, closed next, never removes a file the thread is still reading or writing."""
+    work = asyncio.ensure_future(asyncio.to_thread(step.fn, *step.args, **step.kwargs))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        try:
+            await asyncio.wait({work})
+        finally:
+            if work.done() and not work.cancelled():
+                work.exception()  # retrieved: its failure does not matter any more
+        raise
+
+
 class AsyncDriver(_DriverBase):
     """The async twin of :class:`SyncDriver`; owned by one sandbox or one batch, closed with it."""
 
@@ -490,7 +506,7 @@ class AsyncDriver(_DriverBase):
         if isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
             return None
-        return await asyncio.to_thread(step.fn, *step.args, **step.kwargs)
+        return await _in_thread(step)
 
     async def run(self, flow: Flow[T]) -> T:
         """Drive a flow to its end, feeding each step's result or exception back into it; the
@@ -606,16 +622,16 @@ _pool_lock = threading.Lock()
 def sync_driver_for(settings: Settings) -> SyncDriver:
     """The process-wide pooled :class:`SyncDriver` for these settings (thread-safe, reused)."""
     with _pool_lock:
-        api = _pool.get(settings)
-        if api is None:
-            api = _pool[settings] = SyncDriver(settings)
-        return api
+        driver = _pool.get(settings)
+        if driver is None:
+            driver = _pool[settings] = SyncDriver(settings)
+        return driver
 
 
 def _close_pool() -> None:
     with _pool_lock:
-        for api in _pool.values():
-            api.close()
+        for driver in _pool.values():
+            driver.close()
         _pool.clear()
 
 

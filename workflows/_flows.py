@@ -177,7 +177,8 @@ def signed_transfer(ask: Call, key: str, transfer: Callable[[str], Flow[T]]) -> 
         except TransferError as exc:
             if fresh or exc.status_code != 403:
                 raise
-            log.info("the signed %s was refused (403); asking for a new one", key)
+            shown = key.replace("_url", " URL")  # "the signed upload URL was refused"
+            log.info("the signed %s was refused (403); asking for a new one", shown)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

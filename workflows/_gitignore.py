@@ -38,7 +38,7 @@ _POSIX_CLASSES = {
 
 
 @dataclass(frozen=True)
-class _Pattern:
+class IgnorePattern:
     """One gitignore line: its regex, and how it applies."""
 
     regex: re.Pattern[str]
@@ -121,7 +121,7 @@ def _strip_trailing_spaces(line: str) -> str:
     return line[:end]
 
 
-def _parse_pattern(line: str) -> _Pattern | None:
+def _parse_pattern(line: str) -> IgnorePattern | None:
     """Parse one line of an ignore file; None for blanks and comments."""
     line = _strip_trailing_spaces(line)
     if not line or line.startswith("#"):
@@ -145,11 +145,16 @@ def _parse_pattern(line: str) -> _Pattern | None:
         regex.append(_translate_segment(part))
         if not last:
             regex.append("/")
-    return _Pattern(re.compile("".join(regex), re.DOTALL), negate, dir_only, basename)
+    return IgnorePattern(re.compile("".join(regex), re.DOTALL), negate, dir_only, basename)
 
 
-def parse_patterns(lines: Sequence[str]) -> list[_Pattern]:
-    out: list[_Pattern] = []
+def parse_patterns(lines: Sequence[str]) -> list[IgnorePattern]:
+    """The patterns of an ignore file's lines (blank lines and comments skipped).
+
+    >>> [p.negate for p in parse_patterns(["*.log", "# note", "!keep.log"])]
+    [False, True]
+    """
+    out: list[IgnorePattern] = []
     for n, line in enumerate(lines):
         if n == 0:
             line = line.removeprefix("\ufeff")  # a UTF-8 byte-order mark, as git allows
@@ -164,11 +169,13 @@ class IgnoreRules:
     """The patterns of one ignore file, applying to paths below ``base`` (``""`` = the root)."""
 
     base: str
-    patterns: list[_Pattern]
+    patterns: list[IgnorePattern]
     from_gitignore: bool
 
 
 def read_rules(path: str, base: str, from_gitignore: bool, shown: str) -> IgnoreRules | None:
+    """The rules of the ignore file at ``path`` (shown as ``shown`` in errors), applying below
+    ``base``; None when it has no pattern. An unreadable file is an InvalidInputError."""
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as fh:
             lines = fh.read().splitlines()
@@ -178,7 +185,7 @@ def read_rules(path: str, base: str, from_gitignore: bool, shown: str) -> Ignore
     return IgnoreRules(base, patterns, from_gitignore) if patterns else None
 
 
-def _decide(rel: str, is_dir: bool, patterns: Sequence[_Pattern], decision: bool) -> bool:
+def _decide(rel: str, is_dir: bool, patterns: Sequence[IgnorePattern], decision: bool) -> bool:
     name = rel.rpartition("/")[2]
     for p in patterns:
         if p.dir_only and not is_dir:
@@ -189,7 +196,7 @@ def _decide(rel: str, is_dir: bool, patterns: Sequence[_Pattern], decision: bool
 
 
 def is_ignored(
-    rel: str, is_dir: bool, rules: Sequence[IgnoreRules], user: Sequence[_Pattern]
+    rel: str, is_dir: bool, rules: Sequence[IgnoreRules], user: Sequence[IgnorePattern]
 ) -> bool:
     """Whether ``rel`` is excluded: the last matching pattern decides; deeper files come later,
     ``ignore=`` patterns last of all."""

@@ -164,11 +164,11 @@ async def async_reap(
     settings, book, held = plan.settings, plan.book, plan.held
     orphans: list[str] = []
     if plan.attempts:
-        api = AsyncDriver(settings)
+        driver = AsyncDriver(settings)
         try:
-            listed = await api.run(list_flow())
+            listed = await driver.run(list_flow())
         finally:
-            await api.aclose()
+            await driver.aclose()
         orphans = _match_orphans(plan, listed, dry_run)
     if dry_run:
         return [ReleaseResult(sid, False) for sid in [e.sandbox_id for e in held] + orphans]

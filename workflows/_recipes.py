@@ -242,12 +242,14 @@ class AsyncSandboxBatch(_Batch[AsyncLocalSandbox]):
         self,
         results: Sequence[AcquireResult[AsyncLocalSandbox]],
         *,
-        api: AsyncDriver | None = None,
+        _driver: AsyncDriver | None = None,
         concurrency: int = 16,
         progress: bool | None = None,
     ) -> None:
+        """Made by :func:`async_bulk_acquire` (``_driver``, private: the connection pool its
+        sandboxes share, closed with the batch)."""
         super().__init__(results, concurrency=concurrency, progress=progress)
-        self._driver = api
+        self._driver = _driver
 
     async def release(
         self, *, concurrency: int | None = None, progress: bool | None = None
@@ -353,7 +355,8 @@ async def async_bulk_acquire(
     progress: bool | None = None,
     ledger: Ledger | bool = True,
 ) -> AsyncSandboxBatch:
-    """The async twin of :func:`bulk_acquire` (each sandbox gets its own connection pool)."""
+    """The async twin of :func:`bulk_acquire` (its sandboxes share one connection pool, closed
+    with the batch)."""
     check_acquire(
         server_names,
         benchmark=benchmark,
@@ -364,7 +367,7 @@ async def async_bulk_acquire(
     settings = resolve_settings(api_key, base_url, timeout=timeout)
     book = ledger_of(ledger)
     gate = asyncio.Semaphore(concurrency)
-    api = AsyncDriver(settings)  # one connection pool for the whole batch
+    driver = AsyncDriver(settings)  # one connection pool for the whole batch
 
     with progress_bar(total=count, desc="acquiring", unit="sandbox", progress=progress) as update:
 
@@ -382,7 +385,7 @@ async def async_bulk_acquire(
                         timeout=settings.timeout,
                         progress=progress,
                         ledger=book if book is not None else False,
-                        _driver=api,
+                        _driver=driver,
                     )
                 except Exception as exc:  # noqa: BLE001 - reported per item
                     result: AcquireResult[AsyncLocalSandbox] = AcquireResult(
@@ -394,7 +397,7 @@ async def async_bulk_acquire(
                 return result
 
         results = await asyncio.gather(*(one() for _ in range(count)))
-    return AsyncSandboxBatch(results, api=api, concurrency=concurrency, progress=progress)
+    return AsyncSandboxBatch(results, _driver=driver, concurrency=concurrency, progress=progress)
 
 
 def _target_ids(targets: Iterable[Any], face: type[LocalSandbox | AsyncLocalSandbox]) -> list[Any]:
@@ -452,11 +455,11 @@ def bulk_release(
     _check_count(1, concurrency)
     given = None if sandbox_ids is None else _target_ids(sandbox_ids, LocalSandbox)
     settings = _release_settings(given, api_key, base_url, timeout)
-    api = sync_driver_for(settings) if settings is not None else None
+    driver = sync_driver_for(settings) if settings is not None else None
     book = ledger_of(ledger)
     if given is None:
-        assert api is not None
-        targets: list[Any] = [s.id for s in api.run(list_flow())]
+        assert driver is not None
+        targets: list[Any] = [s.id for s in driver.run(list_flow())]
     else:
         targets = given
     if not targets:
@@ -470,9 +473,9 @@ def bulk_release(
                 released = target.release()
                 gone = not released
             else:
-                assert api is not None
+                assert driver is not None
                 assert settings is not None
-                gone = not api.run(release_flow(sandbox_id))
+                gone = not driver.run(release_flow(sandbox_id))
                 disown(sandbox_id, settings, book)
         except Exception as exc:  # noqa: BLE001 - reported per item
             return ReleaseResult(sandbox_id, False, exc, seconds=time.perf_counter() - started)
@@ -506,12 +509,12 @@ async def async_bulk_release(
     targets = None if sandbox_ids is None else _target_ids(sandbox_ids, AsyncLocalSandbox)
     settings = _release_settings(targets, api_key, base_url, timeout)
     book = ledger_of(ledger)
-    api = AsyncDriver(settings) if settings is not None else None
+    driver = AsyncDriver(settings) if settings is not None else None
     gate = asyncio.Semaphore(concurrency)
     try:
         if targets is None:
-            assert api is not None
-            targets = [s.id for s in await api.run(list_flow())]
+            assert driver is not None
+            targets = [s.id for s in await driver.run(list_flow())]
         with progress_bar(
             total=len(targets), desc="releasing", unit="sandbox", progress=progress
         ) as update:
@@ -524,9 +527,9 @@ async def async_bulk_release(
                         if isinstance(target, AsyncLocalSandbox):
                             gone = not await target.release()
                         else:
-                            assert api is not None
+                            assert driver is not None
                             assert settings is not None
-                            gone = not await api.run(release_flow(sandbox_id))
+                            gone = not await driver.run(release_flow(sandbox_id))
                             disown(sandbox_id, settings, book)
                     except Exception as exc:  # noqa: BLE001 - reported per item
                         result = ReleaseResult(
@@ -545,5 +548,5 @@ async def async_bulk_release(
 
             return list(await asyncio.gather(*(one(t) for t in targets)))
     finally:
-        if api is not None:
-            await api.aclose()
+        if driver is not None:
+            await driver.aclose()

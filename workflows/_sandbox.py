@@ -73,18 +73,19 @@ class LocalSandbox(SandboxBase):
 
     def __init__(
         self,
-        api: SyncDriver,
         info: SandboxInfo,
         *,
+        _driver: SyncDriver,
         owned: bool,
         ledger: Ledger | None = None,
         progress: bool | None = None,
         limits: ArchiveLimits | None = None,
     ) -> None:
+        """Made by :meth:`acquire` and :meth:`attach` (``_driver``, private, is its connection)."""
         super().__init__(
-            api.settings, info, owned=owned, ledger=ledger, progress=progress, limits=limits
+            _driver.settings, info, owned=owned, ledger=ledger, progress=progress, limits=limits
         )
-        self._driver = api
+        self._driver = _driver
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -119,13 +120,13 @@ class LocalSandbox(SandboxBase):
         )
         settings = resolve_settings(api_key, base_url, timeout=timeout)
         book = ledger_of(ledger)
-        api = sync_driver_for(settings)
-        info, attempt = api.run_retrying(
+        driver = sync_driver_for(settings)
+        info, attempt = driver.run_retrying(
             lambda: acquire_attempt(request, settings, book), on=retry_acquire
         )
         own(info.id, settings, book, attempt=attempt)
         log.info("acquired sandbox %s (%s)", info.id, ", ".join(s.name for s in info.servers))
-        return cls(api, info, owned=True, ledger=book, progress=progress, limits=limits)
+        return cls(info, _driver=driver, owned=True, ledger=book, progress=progress, limits=limits)
 
     @classmethod
     def list(
@@ -158,9 +159,9 @@ class LocalSandbox(SandboxBase):
         Raises NotFoundError if it does not exist, was released, or belongs to another key.
         """
         check_sandbox_id(local_sandbox_id)
-        api = sync_driver_for(resolve_settings(api_key, base_url, timeout=timeout))
-        info = api.run(get_flow(local_sandbox_id))
-        return cls(api, info, owned=False, ledger=None, progress=progress, limits=limits)
+        driver = sync_driver_for(resolve_settings(api_key, base_url, timeout=timeout))
+        info = driver.run(get_flow(local_sandbox_id))
+        return cls(info, _driver=driver, owned=False, ledger=None, progress=progress, limits=limits)
 
     def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current details."""

@@ -90,6 +90,7 @@ __all__ = [
     "InvalidExecutionName",
     "NoUploadedArchive",
     "ObjectNotFound",
+    "Region",
     "SandboxNotFound",
     "SandboxRecord",
     "ServerNotInSandbox",
@@ -149,38 +150,38 @@ class EmulatorState:
             clock = owned
         self.clock: Clock = clock
 
-        self.sandboxes = Sandboxes(self._db, folders, clock)
-        self.storage = Storage(
+        self._sandboxes = Sandboxes(self._db, folders, clock)
+        self._storage = Storage(
             self._db,
             folders,
-            self.sandboxes,
+            self._sandboxes,
             clock,
             signed_url_minutes=config.signed_url_minutes,
             max_upload_bytes=config.max_upload_bytes,
         )
-        self.signer = self.storage.signer
-        self.workspaces = Workspaces(
-            self._db, folders, self.sandboxes, self.storage, config.archive_limits
+        self.signer = self._storage.signer
+        self._workspaces = Workspaces(
+            self._db, folders, self._sandboxes, self._storage, config.archive_limits
         )
-        self.server_data = ServerData(self._db, self.sandboxes, clock)
+        self._server_data = ServerData(self._db, self._sandboxes, clock)
         self.run_settings = RunSettings(
             timeout=config.execution_timeout,
             allow_network=config.allow_network,
             confinement=confinement,
         )
-        self.executions = Executions(
+        self._executions = Executions(
             self._db,
             folders,
-            self.sandboxes,
-            self.storage,
+            self._sandboxes,
+            self._storage,
             clock,
             run_settings=self.run_settings,
             archive_limits=config.archive_limits,
         )
         # The order in which a release or reset reaches them: rows of server data, then of
         # executions; files of executions, then of storage; the workspace is emptied last.
-        for part in (self.server_data, self.executions, self.storage, self.workspaces):
-            self.sandboxes.attach(part)
+        for part in (self._server_data, self._executions, self._storage, self._workspaces):
+            self._sandboxes.attach(part)
 
         self._stop_reaper = threading.Event()
         self._reaper: threading.Thread | None = None
@@ -212,7 +213,7 @@ class EmulatorState:
     def _reap(self, interval: float) -> None:
         while not self._stop_reaper.wait(interval):
             try:
-                self.sandboxes.expire_due()
+                self._sandboxes.expire_due()
             except RuntimeError:  # closed meanwhile
                 return
             except Exception:
@@ -229,20 +230,20 @@ class EmulatorState:
             self._reaper.join(10)
         if not self._db.refuse_new_work():
             return
-        self.executions.kill_all()
+        self._executions.kill_all()
         self._db.close()
 
     def workspace_path(self, sandbox_id: str) -> Path:
         """The workspace folder of a sandbox (it exists while the sandbox is live)."""
-        return self.sandboxes.workspace_path(sandbox_id)
+        return self._sandboxes.workspace_path(sandbox_id)
 
     def execution_path(self, sandbox_id: str, name: str) -> Path:
         """The folder of one execution (``work/``, ``output.log``, ...)."""
-        return self.executions.path(sandbox_id, name)
+        return self._executions.path(sandbox_id, name)
 
     def object_path(self, key: str) -> Path:
         """The file behind an object key."""
-        return self.storage.object_path(key)
+        return self._storage.object_path(key)
 
     def now(self) -> float:
         """The emulator clock's current time."""
@@ -257,7 +258,7 @@ class EmulatorState:
         if advance is None:
             raise TypeError("this emulator's clock cannot be moved")
         advance(seconds)
-        self.sandboxes.expire_due()
+        self._sandboxes.expire_due()
         return self.now()
 
     def add_listener(
@@ -267,7 +268,7 @@ class EmulatorState:
     ) -> Callable[[], None]:
         """Subscribe to sandboxes going away or being reset; returns an unsubscribe function
         (see :meth:`Sandboxes.add_listener <.sandboxes.Sandboxes.add_listener>`)."""
-        return self.sandboxes.add_listener(on_gone=on_gone, on_reset=on_reset)
+        return self._sandboxes.add_listener(on_gone=on_gone, on_reset=on_reset)
 
     # ------------------------------------------------------------------ sandboxes
 
@@ -281,7 +282,7 @@ class EmulatorState:
         ttl_seconds: int | None = 7200,
     ) -> SandboxRecord:
         """Create a sandbox holding ``server_names`` (``"ALL"``: every local server)."""
-        return self.sandboxes.acquire(
+        return self._sandboxes.acquire(
             tenant,
             server_names,
             benchmark=benchmark,
@@ -291,45 +292,45 @@ class EmulatorState:
 
     def list_sandboxes(self, tenant: str) -> list[SandboxRecord]:
         """The tenant's live sandboxes, oldest first."""
-        return self.sandboxes.list_sandboxes(tenant)
+        return self._sandboxes.list_sandboxes(tenant)
 
     def get(self, tenant: str, sandbox_id: str) -> SandboxRecord:
         """One live sandbox of the tenant, or :class:`SandboxNotFound`."""
-        return self.sandboxes.live(tenant, sandbox_id)
+        return self._sandboxes.live(tenant, sandbox_id)
 
     def find_live(self, sandbox_id: str) -> SandboxRecord | None:
         """The live sandbox with this id, whatever its tenant; ``None`` if there is none
         (or the state is closed). For URLs that carry only the id (MCP server URLs)."""
-        return self.sandboxes.find_live(sandbox_id)
+        return self._sandboxes.find_live(sandbox_id)
 
     def release(self, tenant: str, sandbox_id: str, *, is_ttl: bool = False) -> str:
         """Release a sandbox: it is no longer listed; its workspace, data, executions
         (running ones are killed) and objects are deleted."""
-        return self.sandboxes.release(tenant, sandbox_id, is_ttl=is_ttl)
+        return self._sandboxes.release(tenant, sandbox_id, is_ttl=is_ttl)
 
     def reset(self, tenant: str, sandbox_id: str) -> str:
         """Empty the workspace, the per-server data and the executions (running ones are
         killed); the id and the servers stay."""
-        return self.sandboxes.reset(tenant, sandbox_id)
+        return self._sandboxes.reset(tenant, sandbox_id)
 
     def require_server(self, tenant: str, sandbox_id: str, server_name: str) -> SandboxRecord:
         """The sandbox, if it holds ``server_name`` (else :class:`ServerNotInSandbox`)."""
-        return self.sandboxes.require_server(tenant, sandbox_id, server_name)
+        return self._sandboxes.require_server(tenant, sandbox_id, server_name)
 
     # ------------------------------------------------------------------ workspaces
 
     def upload_url(self, tenant: str, sandbox_id: str, region: Region, base_url: str) -> SignedUrl:
         """A signed ``PUT`` URL where the workspace archive for ``region`` is to be uploaded."""
-        return self.workspaces.upload_url(tenant, sandbox_id, region, base_url)
+        return self._workspaces.upload_url(tenant, sandbox_id, region, base_url)
 
     def initialize(self, tenant: str, sandbox_id: str, region: Region) -> int:
         """Extract the uploaded archive into the workspace (all or nothing); return the number
         of members."""
-        return self.workspaces.initialize(tenant, sandbox_id, region)
+        return self._workspaces.initialize(tenant, sandbox_id, region)
 
     def dump(self, tenant: str, sandbox_id: str, base_url: str) -> SignedUrl:
         """Archive the workspace (members ``.`` and ``./name``) behind a signed ``GET`` URL."""
-        return self.workspaces.dump(tenant, sandbox_id, base_url)
+        return self._workspaces.dump(tenant, sandbox_id, base_url)
 
     # ------------------------------------------------------------------ per-server data
 
@@ -338,44 +339,44 @@ class EmulatorState:
     ) -> None:
         """Store ``document`` (already validated) as the data of one of the sandbox's servers,
         replacing what it held."""
-        self.server_data.initialize(tenant, sandbox_id, server_name, document)
+        self._server_data.initialize(tenant, sandbox_id, server_name, document)
 
     def dump_server_data(
         self, tenant: str, sandbox_id: str, server_name: str
     ) -> dict[str, Any] | None:
         """The stored data of one of the sandbox's servers (``None``: never initialized)."""
-        return self.server_data.dump(tenant, sandbox_id, server_name)
+        return self._server_data.dump(tenant, sandbox_id, server_name)
 
     # ------------------------------------------------------------------ executions
 
     def get_execution(self, tenant: str, sandbox_id: str, name: str) -> ExecutionRecord:
         """One execution of a sandbox (:class:`ExecutionNotFound` if none was started)."""
-        return self.executions.get(tenant, sandbox_id, name)
+        return self._executions.get(tenant, sandbox_id, name)
 
     def execution_upload_url(
         self, tenant: str, sandbox_id: str, name: str, region: Region, base_url: str
     ) -> SignedUrl:
         """A signed ``PUT`` URL for the archive (``main.py``, ...) of execution ``name``."""
-        return self.executions.upload_url(tenant, sandbox_id, name, region, base_url)
+        return self._executions.upload_url(tenant, sandbox_id, name, region, base_url)
 
     def execute(self, tenant: str, sandbox_id: str, name: str, region: Region) -> None:
         """Unpack the execution's uploaded archive and start running it in the background
         (a pending or running one of that name is a :class:`ExecutionConflict`)."""
-        self.executions.execute(tenant, sandbox_id, name, region)
+        self._executions.execute(tenant, sandbox_id, name, region)
 
     def execution_status(self, tenant: str, sandbox_id: str, name: str) -> str:
         """``pending``, ``running``, ``completed`` or ``failed``."""
-        return self.executions.status(tenant, sandbox_id, name)
+        return self._executions.status(tenant, sandbox_id, name)
 
     def execution_logs(
         self, tenant: str, sandbox_id: str, name: str, cursor: int
     ) -> tuple[str, str, int]:
         """``(status, text after the byte cursor, next cursor)``."""
-        return self.executions.logs(tenant, sandbox_id, name, cursor)
+        return self._executions.logs(tenant, sandbox_id, name, cursor)
 
     def export_artifacts(self, tenant: str, sandbox_id: str, name: str, base_url: str) -> SignedUrl:
         """Archive a finished execution's working directory behind a signed ``GET`` URL."""
-        return self.executions.export_artifacts(tenant, sandbox_id, name, base_url)
+        return self._executions.export_artifacts(tenant, sandbox_id, name, base_url)
 
     def wait_for_execution(
         self,
@@ -391,7 +392,7 @@ class EmulatorState:
         Raises :class:`TimeoutError` after ``timeout`` seconds, and
         :class:`ExecutionNotFound` / :class:`SandboxNotFound` if it disappears.
         """
-        return self.executions.wait(tenant, sandbox_id, name, statuses=statuses, timeout=timeout)
+        return self._executions.wait(tenant, sandbox_id, name, statuses=statuses, timeout=timeout)
 
     # ------------------------------------------------------------------ signed storage
 
@@ -400,7 +401,7 @@ class EmulatorState:
     ) -> UploadWriter:
         """Check a signed ``PUT`` and return a writer for its body (see
         :meth:`Storage.begin_upload <.storage.Storage.begin_upload>`)."""
-        return self.storage.begin_upload(
+        return self._storage.begin_upload(
             key, expires=expires, signature=signature, content_length=content_length
         )
 
@@ -409,4 +410,4 @@ class EmulatorState:
     ) -> tuple[BinaryIO, int]:
         """Check a signed ``GET``; return the object opened for reading and its size (the
         caller closes it; it stays readable if the sandbox is released meanwhile)."""
-        return self.storage.open_download(key, expires=expires, signature=signature)
+        return self._storage.open_download(key, expires=expires, signature=signature)

@@ -28,7 +28,8 @@ pytest.importorskip("mcp_server_git", reason="mcp-server-git is not installed (e
 import workflows
 from klavis_emulator import EmulatorServer, OffsetClock
 from klavis_emulator import create_app as original_create_app
-from klavis_emulator._mcp_host import CONFINE_ENV, McpHost, install_mcp
+from klavis_emulator._bwrap import CONFINE_ENV
+from klavis_emulator._mcp_host import McpHost, install_mcp
 from klavis_emulator._mcp_launch import HOSTED_SERVERS
 from klavis_emulator._mcp_setup import find_tools
 from workflows import _mcp as client

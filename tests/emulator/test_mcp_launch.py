@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from klavis_emulator._bwrap import CONFINE_ENV, PRIVATE_TMP, bwrap_args, decide_confinement
-from klavis_emulator._mcp_launch import (
+from klavis_emulator._bwrap import (
+    CONFINE_ENV,
     CONFINED_WORKSPACE,
-    TERMINAL_ALLOWED_COMMANDS,
-    launch_spec,
+    PRIVATE_TMP,
+    bwrap_args,
+    decide_confinement,
 )
+from klavis_emulator._mcp_launch import TERMINAL_ALLOWED_COMMANDS, launch_spec
 from klavis_emulator._mcp_setup import McpToolPaths, find_tools, setup_mcp_servers
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import threading
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from typing import Any
@@ -11,11 +13,12 @@ import pytest
 from klavis_sandbox_client.models import ExecutionLogsResponse, ExecutionStatusResponse
 from klavis_sandbox_client.types import Response
 
-from workflows import ExecutionTimeoutError
+from workflows import ArchiveLimits, ExecutionTimeoutError, TransferError
 from workflows._config import ApiKey, Settings
 from workflows._drivers import AsyncDriver, SyncDriver
-from workflows._execution import LogFollower, wait_flow
-from workflows._flows import Blocking, Call, Flow, Sleep
+from workflows._execution import LogFollower, artifacts_flow, start_flow, wait_flow
+from workflows._flows import Blocking, Call, Download, Flow, Sleep, Upload, dump_flow
+from workflows._seed_plan import plan_mapping
 
 
 @pytest.fixture
@@ -89,6 +92,37 @@ def test_async_driver_closes_the_flow_when_cancelled(settings: Settings) -> None
 
     asyncio.run(main())
     assert events == ["started", "closed"]
+
+
+def test_a_cancelled_async_flow_is_closed_only_after_its_thread_ends(settings: Settings) -> None:
+    # A worker thread cannot be stopped: closing the flow while it still runs would remove
+    # the temporary file (or staging folder) it is reading or writing.
+    events: list[str] = []
+    go_on = threading.Event()
+
+    def slow(started: Callable[[], None]) -> None:
+        started()
+        go_on.wait(timeout=60)
+        events.append("thread ended")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        reached = asyncio.Event()
+        driver = AsyncDriver(settings)
+        try:
+            started = functools.partial(loop.call_soon_threadsafe, reached.set)
+            task = asyncio.create_task(driver.run(_guarded(events, Blocking(slow, (started,)))))
+            await reached.wait()  # the thread runs
+            task.cancel()
+            await asyncio.sleep(0)  # the cancellation reaches the driver, which waits
+            go_on.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            await driver.aclose()
+
+    asyncio.run(main())
+    assert events == ["started", "thread ended", "closed"]
 
 
 def _status(status: str) -> Response[Any]:
@@ -177,3 +211,73 @@ def test_log_follower_without_follow_stops_when_nothing_is_new() -> None:
     seen, text = _steps(follower.next_text(), iter([_logs("running", "", 0)]), clock)
     assert text is None
     assert not any(isinstance(s, Sleep) for s in seen)
+
+
+class _SignedUrlBody:
+    """An answer carrying a signed URL (what ``signed_url_from`` reads)."""
+
+    def __init__(self, **urls: str) -> None:
+        self.urls = urls
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.urls)
+
+
+def _signed(key: str, n: int) -> Response[Any]:
+    body = _SignedUrlBody(**{key: f"http://storage.test/o?sig={n}"})
+    return Response(HTTPStatus.OK, b"", {}, body)
+
+
+def _first_call(flow: Flow[Any]) -> Call:
+    """Advance to the flow's first Call, carrying out blocking steps (packing) for real."""
+    step = next(flow)
+    while isinstance(step, Blocking):
+        step = flow.send(step.fn(*step.args, **step.kwargs))
+    assert isinstance(step, Call)
+    return step
+
+
+@pytest.mark.parametrize(
+    ("make", "operation", "key", "transfer"),
+    [
+        (
+            lambda: dump_flow("sb", ArchiveLimits(), False),
+            "dump_workspace",
+            "download_url",
+            Download,
+        ),
+        (
+            lambda: artifacts_flow("sb", "e", ArchiveLimits(), False),
+            "export_artifacts",
+            "download_url",
+            Download,
+        ),
+        (
+            lambda: start_flow("sb", "e", plan_mapping({"main.py": "print(1)"}), False),
+            "get_execution_upload_url",
+            "upload_url",
+            Upload,
+        ),
+    ],
+    ids=["dump", "export_artifacts", "execute"],
+)
+def test_a_refused_signed_url_is_asked_for_again_once(
+    make: Callable[[], Flow[Any]], operation: str, key: str, transfer: type[Any]
+) -> None:
+    flow = make()
+    try:
+        ask = _first_call(flow)
+        assert ask.name == operation
+        step = flow.send(_signed(key, 1))
+        assert isinstance(step, transfer)
+        assert step.url.endswith("sig=1")
+        again = flow.throw(TransferError("expired", status_code=403))
+        assert isinstance(again, Call)
+        assert again == ask  # a fresh URL, not a blind retry of the stale one
+        step = flow.send(_signed(key, 2))
+        assert isinstance(step, transfer)
+        assert step.url.endswith("sig=2")
+        with pytest.raises(TransferError, match="expired"):  # a second refusal is final
+            flow.throw(TransferError("expired", status_code=403))
+    finally:
+        flow.close()

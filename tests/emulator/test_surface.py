@@ -1,0 +1,23 @@
+"""The emulator's public surface: every type a public signature names can be imported from
+`klavis_emulator`."""
+
+from __future__ import annotations
+
+import klavis_emulator
+from tests.helpers import public_callables, types_named_by
+
+
+def test_every_type_in_a_public_signature_is_exported() -> None:
+    missing = {
+        f"{where}: {name}"
+        for where, fn in public_callables(klavis_emulator)
+        for name in types_named_by(fn, "klavis_emulator")
+        if name not in klavis_emulator.__all__
+    }
+    assert not missing, sorted(missing)
+
+
+def test_the_walk_sees_the_state_and_the_server() -> None:
+    walked = dict(public_callables(klavis_emulator))
+    assert "SandboxRecord" in types_named_by(walked["EmulatorState.find_live"], "klavis_emulator")
+    assert "EmulatorConfig" in types_named_by(walked["EmulatorServer.__init__"], "klavis_emulator")
