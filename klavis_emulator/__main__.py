@@ -23,6 +23,7 @@ from typing import Any, Final
 import uvicorn
 
 from ._app import create_app
+from ._benchmark_data import parse_benchmark_data
 from ._bwrap import ConfinementError, decide_confinement
 from ._config import EmulatorConfig, default_data_dir, field_default, field_problem
 from ._faults import FAULT_MODES
@@ -57,6 +58,13 @@ def _checked(name: str, convert: Callable[[str], Any]) -> Callable[[str], Any]:
 
     parse.__name__ = convert.__name__  # argparse's "invalid float value: 'x'"
     return parse
+
+
+def _benchmark_pack(text: str) -> tuple[str, Path]:
+    try:
+        return parse_benchmark_data(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,6 +174,17 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument(
+        "--benchmark-data",
+        action="append",
+        type=_benchmark_pack,
+        metavar="NAME=PATH",
+        help=(
+            "a sandbox acquired with benchmark NAME (MCP_Atlas, Toolathlon, MCP_Mark) starts "
+            "with a copy of the folder PATH, and the data documents of PATH/.server-data/ "
+            "(repeatable)"
+        ),
+    )
+    parser.add_argument(
         "--log-level",
         default=SERVE_LOG_LEVEL,
         choices=_LOG_LEVELS,
@@ -177,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
     """The :class:`EmulatorConfig` that parsed arguments describe (options are named after
     its fields; fields without an option keep their defaults)."""
-    given = vars(args)
+    given = dict(vars(args))
+    given["benchmark_data"] = dict(given.get("benchmark_data") or ())
     names = [item.name for item in dataclasses.fields(EmulatorConfig) if item.name in given]
     return EmulatorConfig(**{name: given[name] for name in names})
 

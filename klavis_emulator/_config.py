@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
@@ -88,6 +88,13 @@ class EmulatorConfig:
     - ``host_mcp``: serve the real filesystem, git and terminal MCP servers at each
       sandbox's ``mcp_server_url`` (see :mod:`klavis_emulator._mcp_host`).
 
+    Benchmarks:
+
+    - ``benchmark_data``: benchmark name -> folder. A sandbox acquired with that benchmark
+      starts (and restarts on reset) with a copy of the folder in its workspace and the data
+      documents of its ``.server-data/`` folder loaded (see
+      :mod:`klavis_emulator._benchmark_data`); checked when the state starts.
+
     ``repr`` never shows ``api_keys`` or ``control_token``.
     """
 
@@ -112,6 +119,7 @@ class EmulatorConfig:
     allow_network: bool = False
     confine_executions: bool = True
     host_mcp: bool = True
+    benchmark_data: Mapping[str, str | os.PathLike[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.data_dir is not None:
@@ -120,6 +128,8 @@ class EmulatorConfig:
             object.__setattr__(self, "api_keys", tuple(self.api_keys))
         if cast("ArchiveLimits | None", self.archive_limits) is None:  # as create_app took it
             object.__setattr__(self, "archive_limits", ArchiveLimits())
+        packs = {str(name): Path(path) for name, path in dict(self.benchmark_data).items()}
+        object.__setattr__(self, "benchmark_data", packs)
         for name in _CHECKS:
             problem = field_problem(name, getattr(self, name))
             if problem is not None:

@@ -46,6 +46,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal
 
+from .._benchmark_data import SERVER_DATA_FOLDER, BenchmarkPack, load_packs
 from .._bwrap import decide_confinement
 from .._clock import Clock, OffsetClock
 from .._config import EmulatorConfig
@@ -129,6 +130,7 @@ class EmulatorState:
         # First, before the data dir is touched: a confinement that does not work stops the
         # emulator here, with the reason and the way out (never a line in every run's log).
         confinement = decide_confinement(config.confine_executions)
+        self._packs = load_packs(config.benchmark_data)  # a bad pack stops it here too
         if confinement.enabled:
             logger.info("executions and MCP servers are %s", confinement.reason)
         else:
@@ -281,14 +283,31 @@ class EmulatorState:
         test_account_email: str | None = None,
         ttl_seconds: int | None = 7200,
     ) -> SandboxRecord:
-        """Create a sandbox holding ``server_names`` (``"ALL"``: every local server)."""
-        return self._sandboxes.acquire(
+        """Create a sandbox holding ``server_names`` (``"ALL"``: every local server), with the
+        benchmark's data when the configuration has a pack for it."""
+        record = self._sandboxes.acquire(
             tenant,
             server_names,
             benchmark=benchmark,
             test_account_email=test_account_email,
             ttl_seconds=ttl_seconds,
         )
+        pack = self._packs.get(benchmark) if benchmark is not None else None
+        if pack is not None:
+            try:
+                self._apply_pack(tenant, record, pack)
+            except BaseException:
+                with contextlib.suppress(EmulatorError):  # nothing half-made stays acquired
+                    self._sandboxes.release(tenant, record.id)
+                raise
+        return record
+
+    def _apply_pack(self, tenant: str, record: SandboxRecord, pack: BenchmarkPack) -> None:
+        """Give a sandbox its benchmark's files and the documents of the servers it holds."""
+        self._workspaces.fill_from(tenant, record.id, pack.root, leave_out=SERVER_DATA_FOLDER)
+        for server, document in pack.documents.items():
+            if server in record.server_names:
+                self._server_data.initialize(tenant, record.id, server, document)
 
     def list_sandboxes(self, tenant: str) -> list[SandboxRecord]:
         """The tenant's live sandboxes, oldest first."""
@@ -310,8 +329,14 @@ class EmulatorState:
 
     def reset(self, tenant: str, sandbox_id: str) -> str:
         """Empty the workspace, the per-server data and the executions (running ones are
-        killed); the id and the servers stay."""
-        return self._sandboxes.reset(tenant, sandbox_id)
+        killed); the id and the servers stay. A sandbox of a benchmark with a pack gets the
+        pack again: that is its initial state."""
+        message = self._sandboxes.reset(tenant, sandbox_id)
+        record = self._sandboxes.live(tenant, sandbox_id)
+        pack = self._packs.get(record.benchmark) if record.benchmark is not None else None
+        if pack is not None:
+            self._apply_pack(tenant, record, pack)
+        return message
 
     def require_server(self, tenant: str, sandbox_id: str, server_name: str) -> SandboxRecord:
         """The sandbox, if it holds ``server_name`` (else :class:`ServerNotInSandbox`)."""

@@ -81,6 +81,23 @@ class Workspaces(SandboxPart):
         self._sandboxes.touch(sandbox_id)
         return count
 
+    def fill_from(self, tenant: str, sandbox_id: str, folder: Path, *, leave_out: str) -> None:
+        """Replace what the workspace holds by a copy of ``folder`` (without its entry
+        ``leave_out``), all or nothing, like :meth:`initialize`."""
+        with self._db.sandbox_lock(sandbox_id):
+            workspace = self._sandboxes.workspace_locked(tenant, sandbox_id)
+            staging = self._tmp / f"staging-{uuid.uuid4()}"
+            try:
+                copy_tree(folder, staging)
+                left_out = staging / leave_out
+                if left_out.is_dir() and not left_out.is_symlink():
+                    shutil.rmtree(left_out)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            self._swap_contents(workspace, staging)
+        self._sandboxes.touch(sandbox_id)
+
     def dump(self, tenant: str, sandbox_id: str, base_url: str) -> SignedUrl:
         """Archive the workspace (members ``.`` and ``./name``) behind a signed ``GET`` URL."""
         self._sandboxes.live(tenant, sandbox_id)
