@@ -4,16 +4,20 @@ library's process-wide bookkeeping per test, tar.gz and execution helpers (their
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
-from klavis_emulator import EmulatorServer
 from workflows import _ownership
 
-from .helpers import Executions, Face, LoopThread, MakeTarGz, build_tar_gz
+from .helpers import Executions, Face, LoopThread, MakeTarGz, build_tar_gz, emulator_process
+
+if TYPE_CHECKING:  # imported where used: see emulator_url
+    from klavis_emulator import EmulatorServer
 
 
 @pytest.fixture(autouse=True)
@@ -26,8 +30,26 @@ def _fresh_ownership() -> None:
 @pytest.fixture(scope="session")
 def emulator() -> Iterator[EmulatorServer]:
     """An emulator on a free loopback port, with its state in a temporary folder."""
+    from klavis_emulator import EmulatorServer
+
     with EmulatorServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def emulator_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The session emulator's base URL; with ``KLAVIS_EMULATOR_PYTHON`` set, the URL of
+    ``python -m klavis_emulator`` run by that interpreter instead (``scripts/test`` runs the
+    MCP tests so under mcp 1.x, in a venv without the emulator's dependencies)."""
+    python = os.environ.get("KLAVIS_EMULATOR_PYTHON")
+    if not python:
+        server: EmulatorServer = request.getfixturevalue("emulator")
+        yield server.base_url
+        return
+    with emulator_process(python, tmp_path_factory.mktemp("emulator")) as url:
+        yield url
 
 
 @pytest.fixture

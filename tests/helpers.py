@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import inspect
 import io
 import os
@@ -17,14 +18,17 @@ import threading
 from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import pytest
 
 import workflows
-from klavis_emulator import Confinement, EmulatorServer, tenant_for_token
-from klavis_emulator._bwrap import decide_confinement
+
+# The emulator is imported where it is used: the MCP tests also run in a venv with mcp 1.x and
+# without the emulator's dependencies, against an emulator process of the main venv.
+if TYPE_CHECKING:
+    from klavis_emulator import Confinement, EmulatorServer
 
 MakeTarGz = Callable[[Mapping[str, bytes | str]], bytes]
 
@@ -52,6 +56,8 @@ class Executions:
     """Helpers to upload, start and await executions on an in-process emulator."""
 
     def __init__(self, emulator: EmulatorServer, http: httpx.Client, token: str) -> None:
+        from klavis_emulator import tenant_for_token
+
         self.emulator = emulator
         self.http = http
         self.tenant = tenant_for_token(token)
@@ -186,6 +192,8 @@ def require_confinement() -> Confinement:
     installed, or confinement is turned off on purpose (``KLAVIS_EMULATOR_CONFINE=0``). Where
     bwrap is installed but cannot confine, ``decide_confinement`` raises and the test fails, as
     the emulator's startup would."""
+    from klavis_emulator._bwrap import decide_confinement
+
     confinement = decide_confinement()
     if not confinement.enabled:
         pytest.skip(confinement.reason)
@@ -219,6 +227,46 @@ def run_cli(
         timeout=120,
         check=False,
     )
+
+
+_LISTENING = "Klavis emulator listening on "
+
+
+@contextlib.contextmanager
+def emulator_process(python: str, data_dir: Path) -> Iterator[str]:
+    """``python -m klavis_emulator`` on a free port, its state in ``data_dir``: its base URL.
+
+    For the MCP tests under ``mcp`` 1.x (see ``scripts/test``): the emulator hosts its servers
+    with mcp 2.x and fastmcp, so it runs on the main venv's ``python`` while the library is
+    tested in a venv of its own. The command prints its URL once its socket listens (requests
+    wait in the backlog until it serves); its other output is drained in a thread, or shown if
+    it stops before printing the URL. Stopped with SIGTERM on exit.
+    """
+    command = [python, "-m", "klavis_emulator", "--port", "0", "--data-dir", str(data_dir)]
+    proc = subprocess.Popen(
+        [*command, "--log-level", "warning"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        seen: list[str] = []
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith(_LISTENING):
+                break
+        else:
+            raise RuntimeError(f"the emulator stopped ({proc.wait()}):\n{''.join(seen)}")
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        yield seen[-1][len(_LISTENING) :].strip()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 T = TypeVar("T")

@@ -25,7 +25,8 @@ Errors:
   (its proxy reports them as failed calls); a server that answers them with a protocol
   error instead raises :class:`McpError`.
 
-``mcp`` (2.3 or newer) is imported on first use only: ``import workflows`` stays fast.
+``mcp`` (1.12 or newer, 1.x or 2.x: see :mod:`workflows._mcp_compat`, the one place that
+knows the difference) is imported on first use only: ``import workflows`` stays fast.
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
+from . import _mcp_compat as _compat
 from ._errors import (
     ApiConnectionError,
     ApiTimeoutError,
-    ConfigurationError,
     KlavisError,
     McpError,
     error_from_status,
@@ -107,16 +108,6 @@ class ToolResult:
         return self
 
 
-def _import_mcp() -> None:
-    try:
-        import mcp.client.streamable_http  # noqa: F401
-    except ImportError as exc:
-        raise ConfigurationError(
-            "talking to MCP servers needs the `mcp` package (2.3 or newer): "
-            "pip install 'klavis-sandbox[mcp]'"
-        ) from exc
-
-
 def _redacted(url: str) -> tuple[str, str | None]:
     """The URL without its query string, and the sandbox id it names (if any)."""
     parts = urlsplit(url)
@@ -133,6 +124,7 @@ class _HttpErrors:
         self.retry_after: float | None = None
 
     async def hook(self, response: httpx2.Response) -> None:
+        # (an httpx.Response under mcp 1.x: the attributes used here are the same)
         # Only the POSTs carry requests: a 405 on the optional GET stream, or a 404 on the
         # closing DELETE of a released sandbox's session, says nothing about a failure.
         if response.status_code < 400 or self.status is not None:
@@ -162,9 +154,7 @@ def _exceptions_of(exc: BaseException) -> list[BaseException]:
 
 def _translate(exc: BaseException, url: str, errors: _HttpErrors) -> KlavisError | None:
     """Our error for a failure of the SDK while talking to ``url``, or None to re-raise."""
-    import httpx2
-    from mcp import MCPError
-
+    timeouts, transport_errors = _compat.http_errors()
     flat = _exceptions_of(exc)
     if any(isinstance(e, asyncio.CancelledError | KeyboardInterrupt | SystemExit) for e in flat):
         return None
@@ -181,14 +171,15 @@ def _translate(exc: BaseException, url: str, errors: _HttpErrors) -> KlavisError
     for inner in flat:
         if isinstance(inner, KlavisError):
             return inner
-        if isinstance(inner, httpx2.TimeoutException | TimeoutError):
+        if isinstance(inner, timeouts):
             return ApiTimeoutError(f"timed out talking to the MCP server at {where}")
-        if isinstance(inner, httpx2.TransportError | OSError):
+        if isinstance(inner, transport_errors):
             return ApiConnectionError(
                 f"could not reach the MCP server at {where}: {type(inner).__name__}: {inner}"
             )
-        if isinstance(inner, MCPError):
-            return McpError(f"MCP server at {where}: {inner}", code=inner.error.code)
+        code = _compat.jsonrpc_error_code(inner)
+        if code is not None:
+            return McpError(f"MCP server at {where}: {inner}", code=code)
     return None
 
 
@@ -197,25 +188,21 @@ async def _open(
     url: str, timeout: float, headers: Mapping[str, str] | None
 ) -> AsyncIterator[tuple[ClientSession, _HttpErrors]]:
     """An initialised session and the recorder of the URL's HTTP errors."""
-    _import_mcp()
+    _compat.is_legacy()  # ConfigurationError when mcp is missing or unsupported
     import anyio
-    import httpx2
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
 
     errors = _HttpErrors()
-    http = httpx2.AsyncClient(
-        headers=dict(headers or {}),
-        timeout=httpx2.Timeout(timeout, read=max(timeout, 300.0)),
-        event_hooks={"response": [errors.hook]},
+    connection = _compat.streams(
+        url,
+        headers=headers,
+        timeout=timeout,
+        read_timeout=max(timeout, 300.0),
+        on_response=errors.hook,
     )
     stack = contextlib.AsyncExitStack()
     try:
-        await stack.enter_async_context(http)
-        read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
-        session = await stack.enter_async_context(
-            ClientSession(read, write, read_timeout_seconds=timeout)
-        )
+        read, write = await stack.enter_async_context(connection)
+        session = await stack.enter_async_context(_compat.new_session(read, write, timeout))
         with anyio.fail_after(timeout):
             await session.initialize()
     except BaseException as exc:
@@ -255,21 +242,18 @@ async def open_session(
     ``timeout`` bounds connecting and initialising, and each answer of the session;
     ``headers`` are sent with every request (a sandbox's MCP URL needs none). Errors while
     opening the session are translated (see the module docs); inside the ``async with``
-    block the session is the SDK's own and raises its own errors (``mcp.MCPError``).
+    block the session is the SDK's own and raises its own errors (``mcp.MCPError``; under
+    ``mcp`` 1.x, ``mcp.shared.exceptions.McpError``).
     """
     async with _open(url, timeout, headers) as (session, _errors):
         yield session
 
 
 def _tool_result(tool: str, raw: Any) -> ToolResult:
-    content = tuple(raw.content)
+    content, is_error, structured = _compat.result_fields(raw)
     text = "\n".join(str(block.text) for block in content if getattr(block, "type", "") == "text")
     return ToolResult(
-        tool=tool,
-        text=text,
-        is_error=bool(raw.is_error),
-        structured=raw.structured_content,
-        content=content,
+        tool=tool, text=text, is_error=is_error, structured=structured, content=content
     )
 
 
@@ -305,24 +289,14 @@ async def async_list_tools(
 ) -> list[ToolInfo]:
     """The tools of the MCP server at ``url``, in the server's order (all pages)."""
 
-    from mcp.types import PaginatedRequestParams
-
     async def work(session: ClientSession) -> list[ToolInfo]:
         tools: list[ToolInfo] = []
         cursor: str | None = None
         while True:
-            params = None if cursor is None else PaginatedRequestParams(cursor=cursor)
-            page = await session.list_tools(params=params)
-            tools.extend(
-                ToolInfo(
-                    name=tool.name,
-                    description=tool.description,
-                    input_schema=dict(tool.input_schema),
-                    output_schema=None if tool.output_schema is None else dict(tool.output_schema),
-                )
-                for tool in page.tools
-            )
-            cursor = page.next_cursor
+            page, cursor = await _compat.list_tools_page(session, cursor)
+            for tool in page:
+                name, description, input_schema, output_schema = _compat.tool_fields(tool)
+                tools.append(ToolInfo(name, description, input_schema, output_schema))
             if not cursor:
                 return tools
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import stamina
 
-from klavis_emulator import EmulatorConfig, EmulatorServer
+if TYPE_CHECKING:  # imported where used: the MCP tests also run without the emulator installed
+    from klavis_emulator import EmulatorServer
 
 
 @pytest.fixture(autouse=True)
@@ -31,13 +33,15 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]
 
 
 @pytest.fixture
-def conn(emulator: EmulatorServer, token: str) -> dict[str, str]:
+def conn(emulator_url: str, token: str) -> dict[str, str]:
     """Keyword arguments that point the library at the session emulator as this test's tenant."""
-    return {"api_key": token, "base_url": emulator.base_url}
+    return {"api_key": token, "base_url": emulator_url}
 
 
 @pytest.fixture
 def faulty_emulator(tmp_path: Path) -> Iterator[EmulatorServer]:
     """A private emulator for fault-injection tests (so faults never hit other tests)."""
+    from klavis_emulator import EmulatorConfig, EmulatorServer
+
     with EmulatorServer(EmulatorConfig(data_dir=tmp_path / "faulty-emulator")) as server:
         yield server

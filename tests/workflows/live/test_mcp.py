@@ -1,11 +1,18 @@
-"""The sandbox's MCP servers through the library: both faces, real servers, real HTTP."""
+"""The sandbox's MCP servers through the library: both faces, real servers, real HTTP.
+
+Run again under mcp 1.12.1 by ``scripts/test`` (against an emulator process of the main venv).
+"""
 
 from __future__ import annotations
 
+import importlib
+import socket
+from typing import Any
+
 import pytest
 
-from tests.helpers import Face, LoopThread
-from workflows import NotFoundError
+from tests.helpers import Face, LoopThread, SilentService
+from workflows import ApiConnectionError, ApiTimeoutError, NotFoundError, _mcp, _mcp_compat
 
 
 def test_tools_change_the_workspace_that_dump_returns(face: Face, conn: dict[str, str]) -> None:
@@ -45,3 +52,47 @@ def test_a_released_sandbox_tools_fail_cleanly(face: Face, conn: dict[str, str])
     sb.release()
     with pytest.raises(NotFoundError):
         sb.call_tool("filesystem", "list_allowed_directories")
+
+
+def test_an_unreachable_server_is_a_connection_error() -> None:
+    with socket.socket() as bound:  # bound, never listening: connecting is refused
+        bound.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{bound.getsockname()[1]}/git/mcp/?local_sandbox_id=x"
+        with pytest.raises(ApiConnectionError, match="could not reach the MCP server"):
+            _mcp.list_tools(url, timeout=10)
+
+
+def test_a_silent_server_is_a_timeout() -> None:
+    with SilentService() as silent, pytest.raises(ApiTimeoutError):
+        _mcp.call_tool(f"{silent.url}/git/mcp/", "git_status", timeout=0.5)
+
+
+def test_a_session_opened_the_notebooks_way_reads_like_the_helpers(
+    conn: dict[str, str], loop_thread: LoopThread
+) -> None:
+    """Klavis's notebooks and MCP-Atlas open the session themselves: under 1.x with the
+    three-value ``streamablehttp_client``, under 2.x with ``streamable_http_client``. The
+    library's readers of tools and results agree with its helpers on what they return."""
+    transport: Any = importlib.import_module("mcp.client.streamable_http")
+    from mcp import ClientSession
+
+    async def native(url: str) -> tuple[list[Any], Any]:
+        if _mcp_compat.is_legacy():
+            opened = transport.streamablehttp_client(url)
+        else:
+            opened = transport.streamable_http_client(url)
+        async with opened as streams, ClientSession(streams[0], streams[1]) as session:
+            await session.initialize()
+            listed = await session.list_tools()
+            called = await session.call_tool("list_allowed_directories", {})
+            return list(listed.tools), called
+
+    face = Face("sync", None)
+    with face.acquire(["filesystem"], **conn) as sb:
+        tools, called = loop_thread.run(native(sb.mcp_url("filesystem")))
+        helpers = sb.list_tools("filesystem")
+        assert [_mcp_compat.tool_fields(t)[0] for t in tools] == [t.name for t in helpers]
+        assert [_mcp_compat.tool_fields(t)[2] for t in tools] == [t.input_schema for t in helpers]
+        result = _mcp._tool_result("list_allowed_directories", called)
+        assert result.text == sb.call_tool("filesystem", "list_allowed_directories").text
+        assert not result.is_error
