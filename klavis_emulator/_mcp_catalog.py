@@ -221,10 +221,22 @@ def _localmemory(ctx: LaunchContext) -> LaunchParts:
     )  # fmt: skip
 
 
+_CONSOLE_TO_STDERR: Final = (
+    # mcp-server-code-runner 0.1.8 says "Code Runner MCP Server running on stdio" with
+    # console.debug, which Node writes to stdout, the JSON-RPC channel (the MCP client logged
+    # a parse error with a traceback on every start): its console goes to stderr instead.
+    "data:text/javascript,console.log=console.info=console.debug=console.error"
+)
+
+
 def _code_runner(ctx: LaunchContext) -> LaunchParts:
     # The server writes each snippet to os.tmpdir() and runs it there with the interpreter
     # of its language (node, python3, bash... whatever is on PATH), cwd the process's.
-    return _node(ctx, env={"TMPDIR": ctx.tmp, "TMP": ctx.tmp, "TEMP": ctx.tmp})
+    assert ctx.node is not None
+    return LaunchParts(
+        (str(ctx.node), "--import", _CONSOLE_TO_STDERR, str(ctx.program)),
+        {"TMPDIR": ctx.tmp, "TMP": ctx.tmp, "TEMP": ctx.tmp},
+    )
 
 
 def _excel(ctx: LaunchContext) -> LaunchParts:
@@ -233,10 +245,25 @@ def _excel(ctx: LaunchContext) -> LaunchParts:
     return LaunchParts((str(ctx.program), "stdio"), {"EXCEL_FILES_PATH": ctx.workspace})
 
 
+_WORD_LAUNCHER: Final = (
+    # office-word-mcp-server's own server object and tools (word_document_server.main),
+    # without its `run_server`, which prints two lines of chatter ("Starting Word Document MCP
+    # Server...") to stdout, the JSON-RPC channel: the MCP client logged a parse error with
+    # a traceback for each line, on every start (seen with 1.1.11).
+    # Its import prints "Loading configuration from .env file..." to stdout too: the import
+    # and the tool registration run with stdout sent to stderr.
+    "import contextlib, sys\n"
+    "with contextlib.redirect_stdout(sys.stderr):\n"
+    "    from word_document_server.main import mcp, register_tools\n"
+    "    register_tools()\n"
+    "mcp.run(transport='stdio')\n"
+)
+
+
 def _word(ctx: LaunchContext) -> LaunchParts:
-    # stdio is its default transport; relative document names resolve against the cwd,
-    # which is the workspace.
-    return LaunchParts((str(ctx.program),), {"MCP_TRANSPORT": "stdio"})
+    # relative document names resolve against the cwd, which is the workspace
+    python = ctx.program.parent / "python"
+    return LaunchParts((str(python), "-c", _WORD_LAUNCHER), {"FASTMCP_SHOW_CLI_BANNER": "false"})
 
 
 _NOT_PACKAGED: Final = "the emulator does not package it yet (it could run offline: {})"
@@ -270,26 +297,38 @@ CATALOG: Final[Mapping[str, McpServer]] = {
         ),
         McpServer(
             "localmemory",
-            NotHosted(_NOT_PACKAGED.format("@modelcontextprotocol/server-memory on npm"), True),
+            NpmPackage("@modelcontextprotocol/server-memory", "2026.8.31", "dist/index.js"),
             f"a knowledge graph kept in <workspace>/{MEMORY_FILE}",
             _localmemory,
         ),
         McpServer(
             "code-runner",
-            NotHosted(_NOT_PACKAGED.format("mcp-server-code-runner on npm"), True),
+            NpmPackage("mcp-server-code-runner", "0.1.8", "dist/cli.js"),
             "runs a code snippet (JavaScript, Python, shell...) and returns its output",
             _code_runner,
             private_tmp=True,
         ),
         McpServer(
             "excel",
-            NotHosted(_NOT_PACKAGED.format("excel-mcp-server on PyPI"), True),
+            OwnVenv(
+                "excel-mcp-server",
+                "2.2.2",
+                "excel-requirements.txt",
+                "excel-mcp-server",
+                why="its pins (mcp 2.x, openpyxl) are its own, apart from the emulator's",
+            ),
             "read and write .xlsx workbooks in the workspace",
             _excel,
         ),
         McpServer(
             "word",
-            NotHosted(_NOT_PACKAGED.format("office-word-mcp-server on PyPI"), True),
+            OwnVenv(
+                "office-word-mcp-server",
+                "1.1.11",
+                "word-requirements.txt",
+                "word_mcp_server",
+                why="its pins (python-docx, fastmcp) are its own, apart from the emulator's",
+            ),
             "create and edit .docx documents in the workspace",
             _word,
         ),
