@@ -16,10 +16,12 @@ The tools dir is ``$KLAVIS_EMULATOR_TOOLS_DIR`` or the per-user cache folder
 what is missing (all installable servers, or ``only`` some) and is fast when everything is
 already there.
 
-Measured on a 2-core machine with a warm pip/npm cache: ``npm ci`` of the three npm servers
-10.8 s (111 packages; the filesystem server alone was most of it), the excel venv (33 pins)
-and the word venv (82 pins) ~15-25 s each. The venvs are built one after another: in parallel
-they competed for the two cores and saved little (rejected to keep the log readable).
+Measured on a 2-core machine, fresh tools dir and ``node_modules``, warm pip and npm caches:
+``npm ci`` of the three npm servers 4.3 s (5.5 s for the filesystem server alone before),
+the terminal venv 10.8 s, excel 11.9 s (33 pins), word 18.9 s (82 pins): 46.5 s in all, up
+from about 17 s for filesystem + terminal; 0.5 s when everything is installed. The venvs are
+built one after another (building them in parallel is not tried yet: on two cores the pip
+installs would compete for the CPU).
 """
 
 from __future__ import annotations
