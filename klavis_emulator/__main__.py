@@ -2,8 +2,9 @@
 
 ``klavis-emulator [options]`` serves the emulator in the foreground (each option sets the
 :class:`~klavis_emulator.EmulatorConfig` field of its name); ``klavis-emulator setup
-[--force] [-q]`` installs the MCP servers it hosts and ``klavis-emulator check`` reports on
-them.
+[--only NAMES] [--force] [-q]`` installs the MCP servers it hosts (all, or the named ones)
+and ``klavis-emulator check`` prints a table of every server of the contract: installed,
+version, confined, or why it is not available.
 """
 
 from __future__ import annotations
@@ -27,8 +28,14 @@ from ._benchmark_data import parse_benchmark_data
 from ._bwrap import ConfinementError, decide_confinement
 from ._config import EmulatorConfig, default_data_dir, field_default, field_problem
 from ._faults import FAULT_MODES
-from ._mcp_launch import HOSTED_SERVERS
-from ._mcp_setup import McpSetupError, find_tools, setup_mcp_servers
+from ._mcp_catalog import CATALOG, HOSTED_SERVERS, NotHosted
+from ._mcp_setup import (
+    McpSetupError,
+    McpToolPaths,
+    find_tools,
+    installed_version,
+    setup_mcp_servers,
+)
 from ._middleware import CONTROL_TOKEN_HEADER
 from ._server import bind_socket, url_for_socket
 
@@ -219,6 +226,25 @@ def _exit_quietly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+def _check_rows(
+    tools: McpToolPaths, confinement: str, servers: Sequence[str]
+) -> list[tuple[str, str, str, str]]:
+    """``check``'s table: server, installed, version, and how it runs or why it cannot."""
+    rows = [("server", "installed", "version", "confined (or why not available)")]
+    for name in servers:
+        install = CATALOG[name].install
+        if isinstance(install, NotHosted):
+            rows.append((name, "-", "-", f"not hosted: {install.reason}"))
+            continue
+        problem = tools.missing(name)
+        version = installed_version(name, tools) or "-"
+        if problem is not None:
+            rows.append((name, "no", version, problem))
+        else:
+            rows.append((name, "yes", version, confinement))
+    return rows
+
+
 def _tools_command(argv: Sequence[str]) -> int:
     """``klavis-emulator setup|check``: install or report the MCP servers the emulator hosts."""
     parser = argparse.ArgumentParser(
@@ -226,10 +252,23 @@ def _tools_command(argv: Sequence[str]) -> int:
         description="Install (setup) or report (check) the MCP servers the emulator hosts.",
     )
     parser.add_argument("command", choices=["setup", "check"])
-    parser.add_argument("--tools-dir", type=Path, default=None, help="where the venv goes")
+    parser.add_argument("--tools-dir", type=Path, default=None, help="where the venvs go")
+    parser.add_argument(
+        "--only",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=None,
+        metavar="NAMES",
+        help=(
+            "comma-separated servers to install or check (default: every hosted one: "
+            f"{','.join(HOSTED_SERVERS)})"
+        ),
+    )
     parser.add_argument("--force", action="store_true", help="reinstall everything")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only problems")
     args = parser.parse_args(argv)
+    for name in args.only or ():
+        if name not in CATALOG:
+            parser.error(f"--only: {name!r} is not an MCP server ({', '.join(CATALOG)})")
 
     def say(line: str) -> None:
         if not args.quiet:
@@ -238,38 +277,48 @@ def _tools_command(argv: Sequence[str]) -> int:
     if args.command == "setup":
         started = time.monotonic()
         try:
-            tools = setup_mcp_servers(tools_dir=args.tools_dir, force=args.force, log=say)
+            tools = setup_mcp_servers(
+                tools_dir=args.tools_dir, only=args.only, force=args.force, log=say
+            )
         except McpSetupError as exc:
             print(f"setup failed: {exc}", file=sys.stderr)
             return 1
         say(f"MCP servers ready ({time.monotonic() - started:.1f} s).")
+        servers = list(args.only or HOSTED_SERVERS)
     else:
         tools = find_tools(args.tools_dir)
-    ok = True
-    for server in HOSTED_SERVERS:
-        problem = tools.missing(server)
-        ok = ok and problem is None
-        if problem is None:
-            say(f"  {server:<10} ok")
-        else:
-            print(f"  {server:<10} {problem}", file=sys.stderr)
+        servers = list(args.only or CATALOG)
     try:
         confinement = decide_confinement()
     except ConfinementError as exc:
-        print(f"  confinement: {exc}", file=sys.stderr)
+        print(f"confinement: {exc}", file=sys.stderr)
         return 1
-    if confinement.enabled:
-        say(f"  servers run confined by {confinement.bwrap}, workspace at /data")
-    else:
-        say(f"  servers run unconfined ({confinement.reason})")
+    how = (
+        f"yes ({confinement.bwrap}, workspace at /data)"
+        if confinement.enabled
+        else f"no: {confinement.reason}"
+    )
+    rows = _check_rows(tools, how, servers)
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    ok = True
+    for row in rows:
+        cells = [row[column].ljust(widths[column]) for column in range(3)]
+        line = "  ".join([*cells, row[3]])
+        if row[1] == "no":
+            ok = False
+            print(line, file=sys.stderr, flush=True)
+        else:
+            say(line)
     return 0 if ok else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the emulator in the foreground until interrupted.
 
-    ``klavis-emulator setup [--force] [-q]`` installs the MCP servers it hosts instead
-    (``npm ci`` for the filesystem server, a venv for the terminal server); ``check`` reports.
+    ``klavis-emulator setup [--only NAMES] [--force] [-q]`` installs the MCP servers it
+    hosts instead (``npm ci`` for the npm servers, a venv each for terminal, excel and word);
+    ``check [--only NAMES]`` prints a table: server, installed, version, confined (or why
+    it is not available).
     """
     rest = list(sys.argv[1:] if argv is None else argv)
     if rest and rest[0] in ("setup", "check"):

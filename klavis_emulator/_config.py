@@ -85,7 +85,7 @@ class EmulatorConfig:
     - ``confine_executions``: confine executions and MCP servers with bubblewrap where it is
       installed (``False``, ``--no-confine`` or ``$KLAVIS_EMULATOR_CONFINE=0``: never; see
       :mod:`klavis_emulator._bwrap`).
-    - ``host_mcp``: serve the real filesystem, git and terminal MCP servers at each
+    - ``host_mcp``: serve the real MCP servers the emulator hosts (its catalog) at each
       sandbox's ``mcp_server_url`` (see :mod:`klavis_emulator._mcp_host`).
 
     Benchmarks:

@@ -4,11 +4,12 @@ A sandbox's server item carries ``<base>/<server>/mcp/?local_sandbox_id=<id>``, 
 service. :class:`McpHost` is the ASGI app mounted at ``/{server}/mcp`` that serves those
 URLs: it checks the sandbox id against the registry of live sandboxes (404 for an unknown
 or released one, whatever the tenant: the URL carries only the id), checks that the
-sandbox holds the server (404), and answers 501 for servers of the contract's enum that the
-emulator does not run. For ``filesystem``, ``git`` and ``terminal`` it starts the real
-stdio server over the sandbox's workspace on the first request (see
-:mod:`klavis_emulator._mcp_launch`) and bridges it with a fastmcp proxy, one per sandbox and
-server, reused by later sessions.
+sandbox holds the server (404), answers 501 for servers of the contract's enum that the
+emulator does not run (saying why, from :mod:`klavis_emulator._mcp_catalog`) and 503 for a
+hosted server that is not installed on this machine (naming the missing piece and the fix).
+For the hosted servers it starts the real stdio server over the sandbox's workspace on the
+first request (see :mod:`klavis_emulator._mcp_launch`) and bridges it with a fastmcp proxy,
+one per sandbox and server, reused by later sessions.
 
 Lifecycle: each proxy app's lifespan runs in its own task of the host's task group (opened
 by the parent app's lifespan, see :func:`install_mcp`). A server is stopped when its
@@ -48,7 +49,8 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._bwrap import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
-from ._mcp_launch import DEFAULT_COMMAND_TIMEOUT, HOSTED_SERVERS, LaunchSpec, launch_spec
+from ._mcp_catalog import CATALOG, HOSTED_SERVERS, NotHosted
+from ._mcp_launch import DEFAULT_COMMAND_TIMEOUT, LaunchSpec, launch_spec
 from ._mcp_setup import McpToolPaths, find_tools
 from ._state import LOCAL_SERVER_NAMES, EmulatorState, SandboxRecord
 
@@ -84,7 +86,12 @@ class _Backend:
     """One stdio server of one sandbox, behind its own fastmcp proxy app."""
 
     def __init__(
-        self, key: _Key, spec: LaunchSpec, workspace: _WorkspaceId, log_file: Path
+        self,
+        key: _Key,
+        spec: LaunchSpec,
+        workspace: _WorkspaceId,
+        log_file: Path,
+        tmp_dir: Path | None = None,
     ) -> None:
         from fastmcp.client.transports import StdioTransport
         from fastmcp.server import create_proxy
@@ -94,6 +101,7 @@ class _Backend:
         self.spec = spec
         self.workspace = workspace
         self.log_file = log_file
+        self.tmp_dir = tmp_dir
         self.transport = StdioTransport(
             spec.command,
             list(spec.args),
@@ -125,6 +133,8 @@ class _Backend:
                     logger.debug("%s server of %s said: %s", *self.key[::-1], self.log_tail())
                 with contextlib.suppress(OSError):
                     self.log_file.unlink()
+                if self.tmp_dir is not None:
+                    shutil.rmtree(self.tmp_dir, ignore_errors=True)
                 self.stopped.set()
                 if self.stopped_callback is not None:
                     self.stopped_callback(self)
@@ -200,6 +210,7 @@ class McpHost:
         self._tasks: set[asyncio.Task[None]] = set()
         self._confinement: Confinement | None = None
         self._logs = state.data_dir / "mcp-logs"
+        self._tmp = state.data_dir / "mcp-tmp"  # unconfined servers' private TMPDIRs
 
     def __repr__(self) -> str:
         known = None if self._confinement is None else self._confinement.enabled
@@ -276,10 +287,11 @@ class McpHost:
             self._loop_thread = None
 
     def _prepare(self) -> None:
-        """Decide confinement (fails here, not on a request) and drop server logs a killed
-        emulator left behind."""
+        """Decide confinement (fails here, not on a request) and drop server logs and
+        temporary folders a killed emulator left behind."""
         _ = self.confinement
         shutil.rmtree(self._logs, ignore_errors=True)
+        shutil.rmtree(self._tmp, ignore_errors=True)
 
     def _in_loop(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` on the host's event loop, from any thread (non-blocking)."""
@@ -418,12 +430,13 @@ class McpHost:
                 f"Local sandbox {sandbox_id} does not hold the {server!r} server (it holds: "
                 f"{', '.join(record.server_names)}).",
             )
-        if server not in HOSTED_SERVERS:
+        install = CATALOG[server].install
+        if isinstance(install, NotHosted):
             raise _Refusal(
                 501,
-                f"The emulator does not host the {server!r} MCP server: only "
-                f"{', '.join(HOSTED_SERVERS)} run for real here. Use the Klavis service "
-                "for the others.",
+                f"The emulator does not host the {server!r} MCP server: {install.reason}. "
+                f"Only {', '.join(HOSTED_SERVERS)} run for real here; use the Klavis "
+                "service for the others.",
             )
         if self._task_group is None or self._closing:
             raise _Refusal(503, "The emulator's MCP host is not running (starting or stopping).")
@@ -446,18 +459,27 @@ class McpHost:
         tools = self.tools()
         problem = tools.missing(server)
         if problem is not None:
-            raise _Refusal(503, f"The emulator cannot start the {server!r} MCP server: {problem}")
+            raise _Refusal(
+                503,
+                f"The emulator hosts the {server!r} MCP server, but it is not installed on "
+                f"this machine: {problem}",
+            )
+        tmp_dir: Path | None = None  # confined, /tmp is a private tmpfs already
+        if not self.confined and CATALOG[server].private_tmp:
+            tmp_dir = self._tmp / f"{sandbox_id}-{server}-{uuid.uuid4().hex[:8]}"
+            tmp_dir.mkdir(parents=True)
         spec = launch_spec(
             server,
             workspace_path,
             tools,
             bwrap=self.confinement.bwrap if self.confined else None,
             command_timeout=self._command_timeout,
+            tmp_dir=tmp_dir,
         )
         self._logs.mkdir(parents=True, exist_ok=True)
         log_file = self._logs / f"{sandbox_id}-{server}-{uuid.uuid4().hex[:8]}.log"
         started = time.monotonic()
-        backend = _Backend(key, spec, workspace, log_file)
+        backend = _Backend(key, spec, workspace, log_file, tmp_dir)
         group = self._task_group
         if group is None or self._closing:
             raise _Refusal(503, "The emulator's MCP host is stopping.")

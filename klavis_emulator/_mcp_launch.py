@@ -9,6 +9,12 @@ cloud. ``--die-with-parent`` ends it with the emulator, whatever happens to the 
 Otherwise the server runs unconfined on the workspace's host path (and, where ``setpriv``
 exists, still dies with its parent).
 
+What each server runs (program, arguments, environment, extra mounts) comes from its
+entry in :data:`~klavis_emulator._mcp_catalog.CATALOG`; this module adds what all servers
+share: the environment, the mounts of its install (node and the npm packages, or its venv
+and the interpreter under it), a private temporary folder for the servers that ask for one,
+and the confinement around it.
+
 No FastAPI and no fastmcp here: :func:`launch_spec` is plain data, easy to test.
 """
 
@@ -16,12 +22,22 @@ from __future__ import annotations
 
 import shutil
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from ._bwrap import CONFINED_WORKSPACE, PRIVATE_TMP, bwrap_args
+from ._mcp_catalog import (
+    CATALOG,
+    HOSTED_SERVERS,
+    TERMINAL_ALLOWED_COMMANDS,
+    LaunchContext,
+    NotHosted,
+    NpmPackage,
+    OwnVenv,
+)
 from ._mcp_setup import McpToolPaths
 
 __all__ = [
@@ -32,40 +48,7 @@ __all__ = [
     "launch_spec",
 ]
 
-HOSTED_SERVERS: Final[tuple[str, ...]] = ("filesystem", "git", "terminal")
-"""The servers of the contract's enum that the emulator runs for real."""
-
 DEFAULT_COMMAND_TIMEOUT: Final = 30
-
-TERMINAL_ALLOWED_COMMANDS: Final[tuple[str, ...]] = (
-    # files and folders
-    "ls", "cat", "head", "tail", "wc", "pwd", "echo", "printf", "mkdir", "rmdir", "cp", "mv",
-    "rm", "touch", "ln", "stat", "file", "du", "df", "tree", "find", "basename", "dirname",
-    "realpath", "readlink", "chmod", "test", "true", "false",
-    # text
-    "grep", "egrep", "fgrep", "sed", "awk", "sort", "uniq", "cut", "tr", "paste", "join",
-    "diff", "cmp", "comm", "tee", "xargs", "nl", "fold", "fmt", "column", "rev", "tac",
-    "split", "jq", "iconv",
-    # archives and checksums
-    "tar", "gzip", "gunzip", "zcat", "zip", "unzip", "md5sum", "sha1sum", "sha256sum", "base64",
-    # environment
-    "env", "date", "whoami", "id", "uname", "which", "sleep", "seq", "yes", "expr",
-    # development
-    "git", "python", "python3", "pip", "pip3", "node", "npm", "npx", "make", "bash", "sh",
-)  # fmt: skip
-"""``ALLOWED_COMMANDS`` of the terminal server: everyday shell work in the workspace."""
-
-_GIT_LAUNCHER: Final = (
-    # mcp-server-git's own server and confinement (`create_server(repository)`), without
-    # the CLI's start-up check that exits when the workspace is not (yet) a repository,
-    # and without its walk up to a parent repository, which could leave the workspace.
-    "import logging, sys\n"
-    "from pathlib import Path\n"
-    "import anyio\n"
-    "from mcp_server_git.server import create_server\n"
-    "logging.basicConfig(level=logging.WARNING, stream=sys.stderr)\n"
-    "anyio.run(create_server(Path(sys.argv[1])).run_stdio_async)\n"
-)
 
 
 @dataclass(frozen=True)
@@ -112,6 +95,21 @@ def _confined_env() -> dict[str, str]:
     }
 
 
+def _install_roots(server: str, program: Path, tools: McpToolPaths) -> list[Path]:
+    """The folders of a server's install that a confined process needs (read-only)."""
+    install = CATALOG[server].install
+    if isinstance(install, NpmPackage):
+        assert tools.node is not None
+        node_modules = program
+        while node_modules.name != "node_modules":
+            node_modules = node_modules.parent
+        return [_prefix_of(tools.node), node_modules]
+    if isinstance(install, OwnVenv):
+        venv = program.parent.parent
+        return [venv, _prefix_of(venv / "bin" / "python")]
+    return [_prefix_of(program)]  # the emulator's Python (always mounted anyway)
+
+
 def launch_spec(
     server: str,
     workspace: Path,
@@ -119,44 +117,49 @@ def launch_spec(
     *,
     bwrap: str | None,
     command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
+    tmp_dir: Path | None = None,
 ) -> LaunchSpec:
     """The command that runs ``server`` over ``workspace``.
 
     ``tools`` must have the server installed (see :meth:`McpToolPaths.missing`).
     ``bwrap`` is the bubblewrap that confines the server (the ``bwrap`` of the emulator's
     :class:`~klavis_emulator._bwrap.Confinement`), or ``None`` to run it unconfined.
+    ``tmp_dir`` is the server's private temporary folder on the host, outside the
+    workspace, used unconfined by servers that ask for one (confined, ``/tmp`` is a private
+    tmpfs); without it they get a private folder under the system's temporary folder.
+
+    Raises:
+        ValueError: the emulator does not host ``server`` (or it is not installed).
     """
+    entry = CATALOG.get(server)
+    if entry is None or isinstance(entry.install, NotHosted) or entry.launch is None:
+        raise ValueError(f"the emulator does not host the {server!r} MCP server")
+    program = tools.program(server)
+    if program is None or (isinstance(entry.install, NpmPackage) and tools.node is None):
+        raise ValueError(f"the {server!r} MCP server is not installed: {tools.missing(server)}")
     confine = bwrap is not None
     seen = CONFINED_WORKSPACE if confine else str(workspace)
-    env = _common_env()
-    read_only: list[Path] = []
-    if server == "filesystem":
-        assert tools.node is not None
-        assert tools.filesystem_entry is not None
-        node_modules = tools.filesystem_entry.parents[3]  # .../node_modules
-        argv = [str(tools.node), str(tools.filesystem_entry), seen]
-        read_only += [_prefix_of(tools.node), node_modules]
-    elif server == "git":
-        assert tools.git_python is not None
-        argv = [str(tools.git_python), "-c", _GIT_LAUNCHER, seen]
-        read_only.append(_prefix_of(tools.git_python))  # the emulator's Python is always in
-    elif server == "terminal":
-        assert tools.cli_server is not None
-        venv = tools.cli_server.parent.parent
-        argv = [str(tools.cli_server)]
-        read_only += [venv, _prefix_of(venv / "bin" / "python")]
-        env.update(
-            {
-                "ALLOWED_DIR": seen,
-                "ALLOWED_COMMANDS": ",".join(TERMINAL_ALLOWED_COMMANDS),
-                "ALLOWED_FLAGS": "all",
-                "ALLOW_SHELL_OPERATORS": "true",
-                "MAX_COMMAND_LENGTH": "8192",
-                "COMMAND_TIMEOUT": str(command_timeout),
-            }
-        )
+    if confine:
+        tmp = PRIVATE_TMP
+    elif entry.private_tmp:
+        if tmp_dir is None:
+            tmp_dir = Path(tempfile.mkdtemp(prefix=f"klavis-mcp-{server}-"))
+        tmp = str(tmp_dir)
     else:
-        raise ValueError(f"the emulator does not host the {server!r} MCP server")
+        tmp = tempfile.gettempdir()
+    parts = entry.launch(
+        LaunchContext(
+            program=program,
+            node=tools.node,
+            workspace=seen,
+            tmp=tmp,
+            command_timeout=command_timeout,
+        )
+    )
+    env = _common_env()
+    env.update(parts.env)
+    argv = list(parts.argv)
+    read_only = [*_install_roots(server, program, tools), *parts.read_only]
 
     if bwrap is None:
         setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None

@@ -18,7 +18,7 @@ from klavis_emulator._bwrap import (
     bwrap_args,
     decide_confinement,
 )
-from klavis_emulator._mcp_launch import TERMINAL_ALLOWED_COMMANDS, launch_spec
+from klavis_emulator._mcp_launch import HOSTED_SERVERS, TERMINAL_ALLOWED_COMMANDS, launch_spec
 from klavis_emulator._mcp_setup import McpToolPaths, find_tools, setup_mcp_servers
 
 
@@ -45,9 +45,11 @@ def fake_tools(tmp_path: Path) -> McpToolPaths:
     (venv / "bin" / "python").symlink_to(sys.executable)
     return McpToolPaths(
         node=Path("/usr/bin/node"),
-        filesystem_entry=entry / "dist" / "index.js",
-        git_python=Path(sys.executable),
-        cli_server=venv / "bin" / "cli-mcp-server",
+        programs={
+            "filesystem": entry / "dist" / "index.js",
+            "git": Path(sys.executable),
+            "terminal": venv / "bin" / "cli-mcp-server",
+        },
     )
 
 
@@ -63,7 +65,7 @@ def test_unconfined_servers_get_the_host_workspace(
     assert not filesystem.confined
     assert filesystem.args[-1] == str(workspace)
     assert filesystem.cwd == str(workspace)
-    assert str(fake_tools.filesystem_entry) in filesystem.args
+    assert str(fake_tools.program("filesystem")) in filesystem.args
     assert git.args[-1] == str(workspace)
     assert "create_server" in git.args[-2]  # confined to the workspace by the server itself
     assert terminal.env["ALLOWED_DIR"] == str(workspace)
@@ -100,9 +102,11 @@ def test_confined_servers_see_the_workspace_at_data(
     setenv = {args[i + 1]: args[i + 2] for i, arg in enumerate(args) if arg == "--setenv"}
     assert setenv["ALLOWED_DIR"] == CONFINED_WORKSPACE
     assert setenv["AGENT_WORKSPACE"] == CONFINED_WORKSPACE
-    venv = str(fake_tools.cli_server.parent.parent)  # type: ignore[union-attr]
+    cli_server = fake_tools.program("terminal")
+    assert cli_server is not None
+    venv = str(cli_server.parent.parent)
     assert venv in args  # the server's own venv is mounted (read-only)
-    assert args[args.index("--") + 1] == str(fake_tools.cli_server)
+    assert args[args.index("--") + 1] == str(cli_server)
 
 
 def test_a_confined_process_sees_only_its_workspace(
@@ -172,11 +176,9 @@ def test_unknown_server_is_refused(fake_tools: McpToolPaths, tmp_path: Path) -> 
 
 
 def test_missing_tools_say_how_to_install_them() -> None:
-    nothing = McpToolPaths(node=None, filesystem_entry=None, git_python=None, cli_server=None)
+    nothing = McpToolPaths(node=None)
     assert "Node.js" in (nothing.missing("filesystem") or "")
-    no_package = McpToolPaths(
-        node=Path("/usr/bin/node"), filesystem_entry=None, git_python=None, cli_server=None
-    )
+    no_package = McpToolPaths(node=Path("/usr/bin/node"))
     assert "klavis-emulator setup" in (no_package.missing("filesystem") or "")
     assert "mcp-server-git" in (nothing.missing("git") or "")
     assert "klavis-emulator setup" in (nothing.missing("terminal") or "")
@@ -185,8 +187,9 @@ def test_missing_tools_say_how_to_install_them() -> None:
 
 def test_setup_is_silent_when_everything_is_installed() -> None:
     tools = find_tools()
-    if tools.filesystem_entry is None or tools.cli_server is None:
-        pytest.skip("the MCP servers are not installed: klavis-emulator setup")
+    missing = [f"{s}: {tools.missing(s)}" for s in HOSTED_SERVERS if tools.missing(s)]
+    if missing:
+        pytest.skip("; ".join(missing))
     steps: list[str] = []
     again = setup_mcp_servers(log=steps.append)
     assert steps == []

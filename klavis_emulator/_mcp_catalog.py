@@ -1,0 +1,422 @@
+"""The catalog: every MCP server of the contract's enum, described once.
+
+For each server name of ``LocalSandboxServerName`` (see ``openapi.yaml``) one
+:class:`McpServer` says
+
+- how it is installed: an npm package pinned in the shared lock file
+  (:class:`NpmPackage`), a PyPI distribution in its own virtual environment built from a
+  fully pinned requirements file (:class:`OwnVenv`), a module importable by the emulator's
+  own interpreter (:class:`EmulatorPython`), or why the emulator does not host it
+  (:class:`NotHosted`: not feasible offline, or not packaged yet);
+- how it is launched: :attr:`McpServer.launch` turns a :class:`LaunchContext` (where its
+  program is, the workspace path as the server sees it, its private temporary folder)
+  into a :class:`LaunchParts` (argv, environment, extra read-only mounts).
+  A server's own quirks are recorded beside its launch function.
+
+:mod:`klavis_emulator._mcp_setup` installs and finds the servers from this table,
+:mod:`klavis_emulator._mcp_launch` confines them, :mod:`klavis_emulator._mcp_host` answers
+501 (with :attr:`NotHosted.reason`) for the servers it does not host. No I/O here.
+
+Rejected alternative: one ``if/elif`` per server in setup, launch, messages and tests (what
+the emulator had for three servers); each new server touched four modules and the reasons for
+the missing ones lived only in a 501 message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+__all__ = [
+    "CATALOG",
+    "HOSTED_SERVERS",
+    "TERMINAL_ALLOWED_COMMANDS",
+    "EmulatorPython",
+    "Install",
+    "LaunchContext",
+    "LaunchParts",
+    "McpServer",
+    "NotHosted",
+    "NpmPackage",
+    "OwnVenv",
+    "server_entry",
+]
+
+
+# ---------------------------------------------------------------------- install kinds
+
+
+@dataclass(frozen=True)
+class NpmPackage:
+    """An npm package pinned in ``mcp_servers/package.json`` + ``package-lock.json``
+    (one ``npm ci`` installs them all); run as ``node <package>/<entry>``."""
+
+    package: str
+    version: str
+    entry: str
+    """The script inside the package (its ``bin``), e.g. ``dist/index.js``."""
+
+
+@dataclass(frozen=True)
+class OwnVenv:
+    """A PyPI distribution in a virtual environment of its own, built with the emulator's
+    interpreter from ``mcp_servers/<requirements>`` (the whole tree pinned, as ``pip
+    freeze`` printed it in that venv); run as the console script ``script``."""
+
+    distribution: str
+    version: str
+    requirements: str
+    script: str
+    why: str
+    """Why it does not share the emulator's environment."""
+    min_python: tuple[int, int] = (3, 10)
+
+
+@dataclass(frozen=True)
+class EmulatorPython:
+    """A module the emulator's own interpreter imports (a dependency of the emulator extra)."""
+
+    distribution: str
+    module: str
+
+
+@dataclass(frozen=True)
+class NotHosted:
+    """The emulator does not run this server; ``reason`` is said in its 501 answer."""
+
+    reason: str
+    offline_feasible: bool = False
+    """True when only the packaging is missing (a candidate package is named)."""
+
+
+Install = NpmPackage | OwnVenv | EmulatorPython | NotHosted
+
+
+# ---------------------------------------------------------------------- launching
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """What a server's command line is built from."""
+
+    program: Path
+    """The node entry script, the venv's console script, or the emulator's interpreter."""
+    node: Path | None
+    """The ``node`` executable (npm servers)."""
+    workspace: str
+    """The workspace as the server sees it (``/data`` when confined, else the host path)."""
+    tmp: str
+    """The server's private temporary folder as it sees it (``/tmp`` when confined)."""
+    command_timeout: int
+
+
+@dataclass(frozen=True)
+class LaunchParts:
+    """A server's own command line and environment (confinement is added around it)."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    read_only: tuple[Path, ...] = ()
+    """Extra folders to mount read-only (beyond the server's own install)."""
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """One server of the contract's enum: how it is installed and launched."""
+
+    name: str
+    install: Install
+    summary: str
+    launch: Callable[[LaunchContext], LaunchParts] | None = None
+    private_tmp: bool = False
+    """Unconfined, give the process ``TMPDIR`` in a per-sandbox folder outside the
+    workspace (confined, ``/tmp`` is a private tmpfs anyway)."""
+
+    @property
+    def hosted(self) -> bool:
+        """Whether the emulator runs this server for real."""
+        return not isinstance(self.install, NotHosted)
+
+
+# ---------------------------------------------------------------------- the servers
+
+TERMINAL_ALLOWED_COMMANDS: Final[tuple[str, ...]] = (
+    # files and folders
+    "ls", "cat", "head", "tail", "wc", "pwd", "echo", "printf", "mkdir", "rmdir", "cp", "mv",
+    "rm", "touch", "ln", "stat", "file", "du", "df", "tree", "find", "basename", "dirname",
+    "realpath", "readlink", "chmod", "test", "true", "false",
+    # text
+    "grep", "egrep", "fgrep", "sed", "awk", "sort", "uniq", "cut", "tr", "paste", "join",
+    "diff", "cmp", "comm", "tee", "xargs", "nl", "fold", "fmt", "column", "rev", "tac",
+    "split", "jq", "iconv",
+    # archives and checksums
+    "tar", "gzip", "gunzip", "zcat", "zip", "unzip", "md5sum", "sha1sum", "sha256sum", "base64",
+    # environment
+    "env", "date", "whoami", "id", "uname", "which", "sleep", "seq", "yes", "expr",
+    # development
+    "git", "python", "python3", "pip", "pip3", "node", "npm", "npx", "make", "bash", "sh",
+)  # fmt: skip
+"""``ALLOWED_COMMANDS`` of the terminal server: everyday shell work in the workspace."""
+
+_GIT_LAUNCHER: Final = (
+    # mcp-server-git's own server and confinement (`create_server(repository)`), without
+    # the CLI's start-up check that exits when the workspace is not (yet) a repository,
+    # and without its walk up to a parent repository, which could leave the workspace.
+    "import logging, sys\n"
+    "from pathlib import Path\n"
+    "import anyio\n"
+    "from mcp_server_git.server import create_server\n"
+    "logging.basicConfig(level=logging.WARNING, stream=sys.stderr)\n"
+    "anyio.run(create_server(Path(sys.argv[1])).run_stdio_async)\n"
+)
+
+MEMORY_FILE: Final = "memory/memory.json"
+"""Where localmemory keeps its graph, relative to the workspace: the path Toolathlon's
+memory server configuration uses (``${agent_workspace}/memory/memory.json``), so a dump
+carries the memory like the real service's workspace would. The server writes the file with
+a temporary file beside it and does not create its folder: the launch does (``mkdir -p``
+inside the confinement, so a symlink planted in the workspace cannot lead it out)."""
+
+
+_MKDIR_THEN_EXEC: Final = 'mkdir -p -- "$1" && shift && exec "$@"'
+"""``sh -c`` script: create the folder ``$1``, then become the command that follows."""
+
+
+def _node(ctx: LaunchContext, *args: str, env: Mapping[str, str] | None = None) -> LaunchParts:
+    assert ctx.node is not None
+    return LaunchParts((str(ctx.node), str(ctx.program), *args), dict(env or {}))
+
+
+def _filesystem(ctx: LaunchContext) -> LaunchParts:
+    return _node(ctx, ctx.workspace)
+
+
+def _git(ctx: LaunchContext) -> LaunchParts:
+    return LaunchParts((str(ctx.program), "-c", _GIT_LAUNCHER, ctx.workspace))
+
+
+def _terminal(ctx: LaunchContext) -> LaunchParts:
+    return LaunchParts(
+        (str(ctx.program),),
+        {
+            "ALLOWED_DIR": ctx.workspace,
+            "ALLOWED_COMMANDS": ",".join(TERMINAL_ALLOWED_COMMANDS),
+            "ALLOWED_FLAGS": "all",
+            "ALLOW_SHELL_OPERATORS": "true",
+            "MAX_COMMAND_LENGTH": "8192",
+            "COMMAND_TIMEOUT": str(ctx.command_timeout),
+        },
+    )
+
+
+def _localmemory(ctx: LaunchContext) -> LaunchParts:
+    memory = f"{ctx.workspace}/{MEMORY_FILE}"
+    assert ctx.node is not None
+    return LaunchParts(
+        ("/bin/sh", "-c", _MKDIR_THEN_EXEC, "sh", str(Path(memory).parent), str(ctx.node),
+         str(ctx.program)),
+        {"MEMORY_FILE_PATH": memory},
+    )  # fmt: skip
+
+
+_CONSOLE_TO_STDERR: Final = (
+    # mcp-server-code-runner 0.1.8 says "Code Runner MCP Server running on stdio" with
+    # console.debug, which Node writes to stdout, the JSON-RPC channel (the MCP client logged
+    # a parse error with a traceback on every start): its console goes to stderr instead.
+    "data:text/javascript,console.log=console.info=console.debug=console.error"
+)
+
+
+def _code_runner(ctx: LaunchContext) -> LaunchParts:
+    # The server writes each snippet to os.tmpdir() and runs it there with the interpreter
+    # of its language (node, python3, bash... whatever is on PATH), cwd the process's.
+    assert ctx.node is not None
+    return LaunchParts(
+        (str(ctx.node), "--import", _CONSOLE_TO_STDERR, str(ctx.program)),
+        {"TMPDIR": ctx.tmp, "TMP": ctx.tmp, "TEMP": ctx.tmp},
+    )
+
+
+def _excel(ctx: LaunchContext) -> LaunchParts:
+    # `excel-mcp-server stdio`; EXCEL_FILES_PATH is its list of allowed folders (the
+    # --allow-dir option); without it any .xlsx on the machine could be opened.
+    return LaunchParts((str(ctx.program), "stdio"), {"EXCEL_FILES_PATH": ctx.workspace})
+
+
+_WORD_LAUNCHER: Final = (
+    # office-word-mcp-server's own server object and tools (word_document_server.main),
+    # without its `run_server`, which prints two lines of chatter ("Starting Word Document MCP
+    # Server...") to stdout, the JSON-RPC channel: the MCP client logged a parse error with
+    # a traceback for each line, on every start (seen with 1.1.11).
+    # Its import prints "Loading configuration from .env file..." to stdout too: the import
+    # and the tool registration run with stdout sent to stderr.
+    "import contextlib, sys\n"
+    "with contextlib.redirect_stdout(sys.stderr):\n"
+    "    from word_document_server.main import mcp, register_tools\n"
+    "    register_tools()\n"
+    "mcp.run(transport='stdio')\n"
+)
+
+
+def _word(ctx: LaunchContext) -> LaunchParts:
+    # relative document names resolve against the cwd, which is the workspace
+    python = ctx.program.parent / "python"
+    return LaunchParts((str(python), "-c", _WORD_LAUNCHER), {"FASTMCP_SHOW_CLI_BANNER": "false"})
+
+
+_NOT_PACKAGED: Final = "the emulator does not package it yet (it could run offline: {})"
+
+CATALOG: Final[Mapping[str, McpServer]] = {
+    server.name: server
+    for server in (
+        McpServer(
+            "filesystem",
+            NpmPackage("@modelcontextprotocol/server-filesystem", "2026.8.31", "dist/index.js"),
+            "read, write, search files in the workspace",
+            _filesystem,
+        ),
+        McpServer(
+            "git",
+            EmulatorPython("mcp-server-git", "mcp_server_git"),
+            "git status/diff/commit/log on the workspace repository",
+            _git,
+        ),
+        McpServer(
+            "terminal",
+            OwnVenv(
+                "cli-mcp-server",
+                "0.2.5",
+                "cli-requirements.txt",
+                "cli-mcp-server",
+                why="it crashes on import under mcp 2.x, so it keeps mcp<2",
+            ),
+            "allow-listed shell commands in the workspace",
+            _terminal,
+        ),
+        McpServer(
+            "localmemory",
+            NpmPackage("@modelcontextprotocol/server-memory", "2026.8.31", "dist/index.js"),
+            f"a knowledge graph kept in <workspace>/{MEMORY_FILE}",
+            _localmemory,
+        ),
+        McpServer(
+            "code-runner",
+            NpmPackage("mcp-server-code-runner", "0.1.8", "dist/cli.js"),
+            "runs a code snippet (JavaScript, Python, shell...) and returns its output",
+            _code_runner,
+            private_tmp=True,
+        ),
+        McpServer(
+            "excel",
+            OwnVenv(
+                "excel-mcp-server",
+                "2.2.2",
+                "excel-requirements.txt",
+                "excel-mcp-server",
+                why="its pins (mcp 2.x, openpyxl) are its own, apart from the emulator's",
+            ),
+            "read and write .xlsx workbooks in the workspace",
+            _excel,
+        ),
+        McpServer(
+            "word",
+            OwnVenv(
+                "office-word-mcp-server",
+                "1.1.11",
+                "word-requirements.txt",
+                "word_mcp_server",
+                why="its pins (python-docx, fastmcp) are its own, apart from the emulator's",
+            ),
+            "create and edit .docx documents in the workspace",
+            _word,
+        ),
+        McpServer(
+            "desktop-commander",
+            NotHosted(
+                _NOT_PACKAGED.format("@wonderwhy-er/desktop-commander on npm"),
+                offline_feasible=True,
+            ),
+            "terminal sessions, processes and file editing",
+        ),
+        McpServer(
+            "arxiv",
+            NotHosted("it searches and downloads papers from arxiv.org, which needs the network"),
+            "search and read arXiv papers",
+        ),
+        McpServer(
+            "powerpoint",
+            NotHosted(
+                _NOT_PACKAGED.format("office-powerpoint-mcp-server on PyPI"),
+                offline_feasible=True,
+            ),
+            "create and edit .pptx presentations",
+        ),
+        McpServer(
+            "code-executor",
+            NotHosted(
+                "the service's code executor runs code in an execution environment the "
+                "service provisions (with package installs from the network); there is no "
+                "package to install offline. Run code with POST "
+                "/local-sandbox/{id}/execute or the code-runner server instead"
+            ),
+            "runs code in a provisioned environment",
+        ),
+        McpServer(
+            "pdf-tools",
+            NotHosted(_NOT_PACKAGED.format("a PDF MCP server from PyPI"), offline_feasible=True),
+            "read, merge and split PDF files",
+        ),
+        McpServer(
+            "google_cloud",
+            NotHosted(
+                "it calls Google Cloud APIs (BigQuery, Cloud Storage, Logging...), which "
+                "need the network and a Google Cloud project with credentials"
+            ),
+            "Google Cloud project resources",
+        ),
+        McpServer(
+            "poste_email_toolathlon",
+            NotHosted(
+                "it talks IMAP/SMTP to the Poste.io mail server the benchmark deploys, "
+                "with its accounts; there is none offline"
+            ),
+            "e-mail over a benchmark mail server",
+        ),
+        McpServer(
+            "canvas",
+            NotHosted(
+                "it calls the REST API of a Canvas LMS instance (with an API token), "
+                "which the service deploys and the emulator does not have"
+            ),
+            "Canvas LMS courses, assignments, users",
+        ),
+        McpServer(
+            "playwright",
+            NotHosted(
+                "it drives a browser that Playwright downloads from its own CDN (not a "
+                "package registry), and web pages need the network"
+            ),
+            "browser automation",
+        ),
+    )
+}
+"""Every server of the contract's enum, by name (the hosted ones first)."""
+
+HOSTED_SERVERS: Final[tuple[str, ...]] = tuple(
+    name for name, server in CATALOG.items() if server.hosted
+)
+"""The servers the emulator runs for real (the catalog's hosted entries, in order)."""
+
+
+def server_entry(name: str) -> McpServer:
+    """The catalog entry of ``name``.
+
+    Raises:
+        ValueError: ``name`` is not a server of the contract's enum.
+    """
+    try:
+        return CATALOG[name]
+    except KeyError:
+        raise ValueError(f"{name!r} is not an MCP server of the contract") from None

@@ -1,0 +1,134 @@
+"""The catalog of MCP servers: it covers the contract, and what the emulator answers and
+prints from it (501 for servers it does not host, 503 for hosted ones not installed here,
+``klavis-emulator check`` and ``setup --only``)."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import httpx
+import pytest
+
+pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp (emulator extra)")
+
+from klavis_emulator import LOCAL_SERVER_NAMES, EmulatorConfig, EmulatorServer
+from klavis_emulator._mcp_catalog import CATALOG, HOSTED_SERVERS, NotHosted
+from klavis_emulator._mcp_host import McpHost
+from klavis_emulator._mcp_setup import McpSetupError, McpToolPaths, setup_mcp_servers
+
+
+def test_the_catalog_describes_every_server_of_the_contract_once() -> None:
+    assert sorted(CATALOG) == sorted(LOCAL_SERVER_NAMES)
+    for name, entry in CATALOG.items():
+        assert entry.name == name
+        assert entry.summary
+        if isinstance(entry.install, NotHosted):
+            assert len(entry.install.reason) > 30  # a reason, not a shrug
+        else:
+            assert entry.launch is not None
+    assert {"filesystem", "git", "terminal"} <= set(HOSTED_SERVERS)
+    for offline_impossible in ("google_cloud", "canvas", "code-executor"):
+        install = CATALOG[offline_impossible].install
+        assert isinstance(install, NotHosted)
+        assert not install.offline_feasible
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[EmulatorServer]:
+    server = EmulatorServer(EmulatorConfig(host_mcp=True)).start()
+    try:
+        yield server
+    finally:
+        host: McpHost = server.app.state.mcp
+        host.shutdown(wait=15)
+        server.stop()
+
+
+def _acquire(server: EmulatorServer, names: list[str]) -> tuple[httpx.Client, dict[str, str]]:
+    http = httpx.Client(
+        base_url=server.base_url,
+        headers={"Authorization": f"Bearer cat-{secrets.token_hex(8)}"},
+        timeout=30,
+    )
+    answer = http.post("/local-sandbox", json={"server_names": names})
+    assert answer.status_code == 201, answer.text
+    return http, {s["server_name"]: s["mcp_server_url"] for s in answer.json()["servers"]}
+
+
+@pytest.mark.parametrize("name", ["google_cloud", "canvas", "code-executor"])
+def test_a_server_that_cannot_run_offline_answers_501_saying_why(
+    emulator: EmulatorServer, name: str
+) -> None:
+    http, urls = _acquire(emulator, [name])
+    answer = httpx.post(urls[name], json={})
+    http.close()
+    install = CATALOG[name].install
+    assert isinstance(install, NotHosted)
+    assert answer.status_code == 501
+    detail = answer.json()["detail"]
+    assert f"does not host the {name!r} MCP server" in detail
+    assert install.reason in detail
+
+
+def test_a_hosted_server_not_installed_here_answers_503_naming_the_fix(
+    emulator: EmulatorServer,
+) -> None:
+    http, urls = _acquire(emulator, ["terminal", "filesystem"])
+    with mock.patch.object(McpHost, "tools", return_value=McpToolPaths(node=None)):
+        terminal = httpx.post(urls["terminal"], json={})
+        filesystem = httpx.post(urls["filesystem"], json={})
+    http.close()
+    assert terminal.status_code == 503
+    assert "not installed on this machine" in terminal.json()["detail"]
+    assert "klavis-emulator setup" in terminal.json()["detail"]
+    assert filesystem.status_code == 503
+    assert "Node.js" in filesystem.json()["detail"]
+
+
+def _command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "klavis_emulator", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+def test_check_prints_a_row_per_server_of_the_contract() -> None:
+    done = _command("check")
+    table = done.stdout + done.stderr
+    rows = {line.split()[0]: line for line in table.splitlines() if line.strip()}
+    assert rows["server"].split()[:3] == ["server", "installed", "version"]
+    for name in LOCAL_SERVER_NAMES:
+        assert name in rows, table
+    install = CATALOG["canvas"].install
+    assert isinstance(install, NotHosted)
+    assert install.reason in rows["canvas"]
+    problems = [name for name in HOSTED_SERVERS if rows[name].split()[1] == "no"]
+    assert done.returncode == (1 if problems else 0), table
+
+
+def test_setup_only_installs_and_reports_just_the_named_servers(tmp_path: Path) -> None:
+    # git needs nothing installed: a quick, real run of the command
+    done = _command("setup", "--only", "git", "--tools-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    rows = [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
+    assert "git" in rows
+    assert "terminal" not in rows
+    assert not (tmp_path / "venvs").exists()  # nothing else was installed
+
+
+def test_setup_only_refuses_names_it_cannot_install(tmp_path: Path) -> None:
+    with pytest.raises(McpSetupError, match="Google Cloud"):
+        setup_mcp_servers(tools_dir=tmp_path, only=["google_cloud"])
+    with pytest.raises(ValueError, match="not an MCP server"):
+        setup_mcp_servers(tools_dir=tmp_path, only=["nope"])
+    done = _command("setup", "--only", "nope", "--tools-dir", str(tmp_path))
+    assert done.returncode == 2
+    assert "'nope' is not an MCP server" in done.stderr

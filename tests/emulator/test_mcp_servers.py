@@ -1,0 +1,202 @@
+"""localmemory, code-runner, excel and word, end to end: a sandbox on an in-process emulator,
+its MCP URL opened with the official client, ``list_tools`` and one real tool call that
+writes the workspace.
+
+Each test runs twice: in the session's confinement mode (where bubblewrap is installed, the
+servers must be confined) and unconfined (``KLAVIS_EMULATOR_CONFINE=0``). A server that is
+not installed here skips naming what is missing (``klavis-emulator setup`` installs it); an
+installed server that does not work fails.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp (emulator extra)")
+
+from klavis_emulator import EmulatorServer
+from klavis_emulator._bwrap import CONFINE_ENV, confine_setting_from_env
+from klavis_emulator._mcp_catalog import MEMORY_FILE
+from klavis_emulator._mcp_host import McpHost
+from klavis_emulator._mcp_setup import find_tools
+from workflows import _mcp as client
+
+NEW_SERVERS = ("localmemory", "code-runner", "excel", "word")
+TOOLS = find_tools()
+MISSING = {server: TOOLS.missing(server) for server in NEW_SERVERS}
+
+
+@pytest.fixture(scope="module", params=["session", "unconfined"])
+def emulator(request: pytest.FixtureRequest) -> Iterator[EmulatorServer]:
+    """An emulator hosting MCP servers, in the session's confinement mode or unconfined."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "unconfined":
+            patch.setenv(CONFINE_ENV, "0")
+        server = EmulatorServer().start()
+    try:
+        yield server
+    finally:
+        host(server).shutdown(wait=15)
+        server.stop()
+
+
+def host(server: EmulatorServer) -> McpHost:
+    found: McpHost = server.app.state.mcp
+    return found
+
+
+class Sandbox:
+    """A sandbox holding one server: its MCP URL and workspace (host path and as seen)."""
+
+    def __init__(self, server: EmulatorServer, name: str) -> None:
+        if MISSING[name]:
+            pytest.skip(f"{name}: {MISSING[name]}")
+        self.server = server
+        self.http = httpx.Client(
+            base_url=server.base_url,
+            headers={"Authorization": f"Bearer srv-{secrets.token_hex(8)}"},
+            timeout=60,
+        )
+        answer = self.http.post("/local-sandbox", json={"server_names": [name]})
+        assert answer.status_code == 201, answer.text
+        body = answer.json()
+        self.id: str = body["local_sandbox_id"]
+        self.url: str = body["servers"][0]["mcp_server_url"]
+        self.workspace: Path = server.state.workspace_path(self.id)
+        self.seen = host(server).workspace_as_seen(self.id)
+
+    def close(self) -> None:
+        self.http.delete(f"/local-sandbox/{self.id}")
+        self.http.close()
+
+
+@pytest.fixture
+def make_sandbox(emulator: EmulatorServer) -> Iterator[Callable[[str], Sandbox]]:
+    """Acquire sandboxes on the module's emulator; released after the test."""
+    made: list[Sandbox] = []
+
+    def make(name: str) -> Sandbox:
+        box = Sandbox(emulator, name)
+        made.append(box)
+        return box
+
+    yield make
+    for box in made:
+        box.close()
+
+
+def _assert_confinement(server: EmulatorServer, mode: str) -> None:
+    """Unconfined when asked; confined wherever bubblewrap is installed otherwise."""
+    if mode == "unconfined":
+        assert not host(server).confined
+    elif shutil.which("bwrap") is not None and confine_setting_from_env() != "off":
+        assert host(server).confined
+
+
+def _xml_text(path: Path) -> str:
+    with zipfile.ZipFile(path) as archive:
+        return "".join(
+            archive.read(name).decode("utf-8", "replace")
+            for name in archive.namelist()
+            if name.endswith(".xml")
+        )
+
+
+def _mode(request: pytest.FixtureRequest) -> str:
+    mode: str = request.node.callspec.params["emulator"]
+    return mode
+
+
+def test_localmemory_keeps_its_graph_in_the_workspace(
+    make_sandbox: Callable[[str], Sandbox], emulator: EmulatorServer, request: pytest.FixtureRequest
+) -> None:
+    box = make_sandbox("localmemory")
+    names = {tool.name for tool in client.list_tools(box.url)}
+    assert {"create_entities", "read_graph", "search_nodes"} <= names
+    _assert_confinement(emulator, _mode(request))
+
+    made = client.call_tool(
+        box.url,
+        "create_entities",
+        {"entities": [{"name": "Ada", "entityType": "person", "observations": ["writes code"]}]},
+    )
+    assert not made.is_error, made.text
+    memory = box.workspace / MEMORY_FILE
+    assert memory.is_file()
+    assert '"Ada"' in memory.read_text(encoding="utf-8")
+    found = client.call_tool(box.url, "search_nodes", {"query": "Ada"})
+    assert "writes code" in found.text
+
+
+def test_code_runner_runs_a_snippet_in_the_workspace_with_a_private_tmp(
+    make_sandbox: Callable[[str], Sandbox], emulator: EmulatorServer, request: pytest.FixtureRequest
+) -> None:
+    box = make_sandbox("code-runner")
+    assert [tool.name for tool in client.list_tools(box.url)] == ["run-code"]
+    _assert_confinement(emulator, _mode(request))
+
+    snippet = (
+        "const fs = require('fs'), os = require('os');\n"
+        "fs.writeFileSync('from-code-runner.txt', 'ran\\n');\n"
+        "console.log('tmp=' + os.tmpdir());\n"
+        "console.log('cwd=' + process.cwd());\n"
+    )
+    ran = client.call_tool(box.url, "run-code", {"code": snippet, "languageId": "javascript"})
+    assert not ran.is_error, ran.text
+    said = dict(line.split("=", 1) for line in ran.text.splitlines() if "=" in line)
+    assert said["cwd"] == box.seen
+    assert (box.workspace / "from-code-runner.txt").read_text() == "ran\n"
+    if host(emulator).confined:
+        assert said["tmp"] == "/tmp"
+    else:  # a folder of its own, outside the workspace and the system's /tmp
+        tmp = Path(said["tmp"])
+        assert tmp.is_relative_to(emulator.state.data_dir)
+        assert not tmp.is_relative_to(box.workspace)
+        assert box.id in tmp.name
+
+
+def test_excel_creates_a_workbook_and_writes_a_cell(
+    make_sandbox: Callable[[str], Sandbox], emulator: EmulatorServer, request: pytest.FixtureRequest
+) -> None:
+    box = make_sandbox("excel")
+    names = {tool.name for tool in client.list_tools(box.url)}
+    assert {"create_workbook", "write_range", "read_range"} <= names
+    _assert_confinement(emulator, _mode(request))
+
+    book = f"{box.seen}/book.xlsx"
+    made = client.call_tool(box.url, "create_workbook", {"path": book})
+    assert not made.is_error, made.text
+    wrote = client.call_tool(
+        box.url,
+        "write_range",
+        {"path": book, "sheet": "Sheet1", "at": "A1", "rows": [["hello from excel", 42]]},
+    )
+    assert not wrote.is_error, wrote.text
+    assert "hello from excel" in _xml_text(box.workspace / "book.xlsx")
+    outside = client.call_tool(box.url, "create_workbook", {"path": "/etc/escape.xlsx"})
+    assert outside.is_error  # EXCEL_FILES_PATH keeps it to the workspace
+
+
+def test_word_creates_a_document_with_a_paragraph(
+    make_sandbox: Callable[[str], Sandbox], emulator: EmulatorServer, request: pytest.FixtureRequest
+) -> None:
+    box = make_sandbox("word")
+    names = {tool.name for tool in client.list_tools(box.url)}
+    assert {"create_document", "add_paragraph", "get_document_text"} <= names
+    _assert_confinement(emulator, _mode(request))
+
+    document = f"{box.seen}/report.docx"
+    made = client.call_tool(box.url, "create_document", {"filename": document, "title": "R"})
+    assert not made.is_error, made.text
+    added = client.call_tool(
+        box.url, "add_paragraph", {"filename": document, "text": "hello from word"}
+    )
+    assert not added.is_error, added.text
+    assert "hello from word" in _xml_text(box.workspace / "report.docx")
