@@ -18,6 +18,7 @@ disk moves the seed and dump figures more than any code change.
 | soak | soak_completed_fraction, soak_lost_files, soak_leaked_sandboxes |
 | interrupt | interrupt_leaked_sandboxes |
 | hostile | hostile_emulator_peak_rss_mb, hostile_client_peak_rss_mb, hostile_inputs_refused |
+| mcp | mcp_first_call_s |
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from benchmarks import (
     bench_dump,
     bench_hostile,
     bench_interrupt,
+    bench_mcp,
     bench_seed,
     bench_soak,
 )
@@ -65,6 +67,7 @@ GROUPS: dict[str, Callable[[BenchContext], list[Figure]]] = {
     "soak": bench_soak.run,
     "interrupt": bench_interrupt.run,
     "hostile": bench_hostile.run,
+    "mcp": bench_mcp.run,
 }
 
 

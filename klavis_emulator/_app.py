@@ -95,7 +95,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     if config.host_mcp:
         from ._mcp_host import install_mcp  # fastmcp is heavy: only when MCP is served
 
-        install_mcp(app, state)
+        install_mcp(app, state, start_at_acquire=config.mcp_at_acquire)
     return app
 
 

@@ -87,6 +87,10 @@ class EmulatorConfig:
       :mod:`klavis_emulator._bwrap`).
     - ``host_mcp``: serve the real MCP servers the emulator hosts (its catalog) at each
       sandbox's ``mcp_server_url`` (see :mod:`klavis_emulator._mcp_host`).
+    - ``mcp_at_acquire``: start a sandbox's hosted MCP servers in the background when it is
+      acquired, so they are up when a client first calls them, as on the service (``False``:
+      on the first request instead; the test suite's shared emulator does that, since most
+      of its hundreds of sandboxes never speak MCP).
 
     Benchmarks:
 
@@ -119,6 +123,7 @@ class EmulatorConfig:
     allow_network: bool = False
     confine_executions: bool = True
     host_mcp: bool = True
+    mcp_at_acquire: bool = True
     benchmark_data: Mapping[str, str | os.PathLike[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

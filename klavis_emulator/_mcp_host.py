@@ -178,6 +178,8 @@ class McpHost:
         sweep_seconds: how often servers of released or expired sandboxes are looked for
             (a backstop for the state's listener hook).
         startup_timeout: how long a request waits for a server's proxy to come up.
+        start_at_acquire: start a sandbox's installed servers in the background as soon as
+            it is acquired (:meth:`warm`), so the first request finds them up.
     """
 
     def __init__(
@@ -189,6 +191,7 @@ class McpHost:
         command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
         sweep_seconds: float = 30.0,
         startup_timeout: float = 60.0,
+        start_at_acquire: bool = True,
     ) -> None:
         if command_timeout < 1:
             raise ValueError("command_timeout must be at least 1 second")
@@ -200,6 +203,8 @@ class McpHost:
         self._command_timeout = command_timeout
         self._sweep_seconds = sweep_seconds
         self._startup_timeout = startup_timeout
+        self.start_at_acquire = start_at_acquire
+        self._warming: dict[str, asyncio.Future[None]] = {}
         self._backends: dict[_Key, _Backend] = {}
         self._alive: set[_Backend] = set()  # started and not yet stopped, listed or not
         self._starting: dict[_Key, anyio.Lock] = {}
@@ -318,6 +323,69 @@ class McpHost:
                 del self._starting[key]
 
         self._in_loop(stop_now)
+
+    def warm(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
+        """Start the sandbox's hosted, installed servers in the background; safe from any
+        thread, returns at once (the state calls it at acquire). A server that fails to start
+        is logged; its first request tries again and reports why. Extra arguments are ignored
+        (listener hook)."""
+
+        def warm_now() -> None:
+            loop = self._loop
+            if loop is None or self._task_group is None or self._closing:
+                return
+            task = loop.create_task(self._warm(sandbox_id))
+            self._warming[sandbox_id] = task
+            self._tasks.add(task)
+
+            def done(finished: asyncio.Task[None]) -> None:
+                self._tasks.discard(finished)
+                if self._warming.get(sandbox_id) is finished:
+                    del self._warming[sandbox_id]
+
+            task.add_done_callback(done)
+
+        self._in_loop(warm_now)
+
+    async def _warm(self, sandbox_id: str) -> None:
+        record = await anyio.to_thread.run_sync(_live_record, self.state, sandbox_id)
+        if record is None:
+            return
+        tools = self.tools()
+        wanted = [
+            server
+            for server in record.server_names
+            if server in HOSTED_SERVERS and tools.missing(server) is None
+        ]
+
+        async def start(server: str) -> None:
+            key = (sandbox_id, server)
+            try:
+                async with self._starting.setdefault(key, anyio.Lock()):
+                    await self._ensure_backend(key)
+            except _Refusal as refusal:  # released meanwhile, or the host is stopping
+                logger.debug("MCP %s of sandbox %s not started: %s", server, sandbox_id, refusal)
+            except Exception:
+                logger.exception("MCP %s of sandbox %s failed to start", server, sandbox_id)
+
+        async with anyio.create_task_group() as group:
+            for server in wanted:
+                group.start_soon(start, server)
+
+    def wait_warm(self, sandbox_id: str, timeout: float = 60.0) -> None:
+        """Block (from another thread than the host's loop) until the background start of
+        the sandbox's servers (:meth:`warm`) has ended; at once if none is under way. For
+        tests and benchmarks: no polling."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        async def waiting() -> None:
+            task = self._warming.get(sandbox_id)
+            if task is not None:
+                await asyncio.wait({task})
+
+        asyncio.run_coroutine_threadsafe(waiting(), loop).result(timeout)
 
     def restart(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
         """Restart the servers of one sandbox on its (new) workspace; safe from any thread.
@@ -606,6 +674,10 @@ def install_mcp(
             yield value
 
     app.router.lifespan_context = lifespan
-    emulator.add_listener(on_gone=host.stop, on_reset=host.restart)
+    emulator.add_listener(
+        on_gone=host.stop,
+        on_reset=host.restart,
+        on_acquired=host.warm if host.start_at_acquire else None,
+    )
     app.state.mcp = host
     return host

@@ -29,10 +29,12 @@ def _fresh_ownership() -> None:
 
 @pytest.fixture(scope="session")
 def emulator() -> Iterator[EmulatorServer]:
-    """An emulator on a free loopback port, with its state in a temporary folder."""
-    from klavis_emulator import EmulatorServer
+    """An emulator on a free loopback port, with its state in a temporary folder. Its MCP
+    servers start on first use, not at acquire: most of the suite's sandboxes never speak
+    MCP (the tests of the start at acquire make an emulator of their own)."""
+    from klavis_emulator import EmulatorConfig, EmulatorServer
 
-    with EmulatorServer() as server:
+    with EmulatorServer(EmulatorConfig(mcp_at_acquire=False)) as server:
         yield server
 
 

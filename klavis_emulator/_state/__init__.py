@@ -267,10 +267,14 @@ class EmulatorState:
         self,
         on_gone: Callable[[str], None] | None = None,
         on_reset: Callable[[str], None] | None = None,
+        on_acquired: Callable[[str], None] | None = None,
     ) -> Callable[[], None]:
-        """Subscribe to sandboxes going away or being reset; returns an unsubscribe function
-        (see :meth:`Sandboxes.add_listener <.sandboxes.Sandboxes.add_listener>`)."""
-        return self._sandboxes.add_listener(on_gone=on_gone, on_reset=on_reset)
+        """Subscribe to sandboxes being acquired, going away or being reset; returns an
+        unsubscribe function (see :meth:`Sandboxes.add_listener
+        <.sandboxes.Sandboxes.add_listener>`)."""
+        return self._sandboxes.add_listener(
+            on_gone=on_gone, on_reset=on_reset, on_acquired=on_acquired
+        )
 
     # ------------------------------------------------------------------ sandboxes
 

@@ -154,6 +154,7 @@ class SandboxPart:
 class _Listener:
     on_gone: Callable[[str], None] | None
     on_reset: Callable[[str], None] | None
+    on_acquired: Callable[[str], None] | None = None
 
 
 class Sandboxes:
@@ -195,20 +196,24 @@ class Sandboxes:
         self,
         on_gone: Callable[[str], None] | None = None,
         on_reset: Callable[[str], None] | None = None,
+        on_acquired: Callable[[str], None] | None = None,
     ) -> Callable[[], None]:
-        """Subscribe to sandboxes going away or being reset; returns an unsubscribe function.
+        """Subscribe to sandboxes being acquired, going away or being reset; returns an
+        unsubscribe function.
 
         ``on_gone(sandbox_id)`` is called once a sandbox was released (through the API or
         because its TTL ran out, whichever thread noticed it), after its workspace and
         executions were removed. ``on_reset(sandbox_id)`` is called after a reset emptied
         the workspace, per-server data and executions (same id and servers).
+        ``on_acquired(sandbox_id)`` is called once a new sandbox exists (its workspace made),
+        before acquire answers.
 
         Callbacks run synchronously on the thread that made the change (a request worker
         thread or the TTL reaper), outside the state's locks: keep them short and
         thread-safe (hand work to an event loop with ``call_soon_threadsafe``). Their
         exceptions are logged and otherwise ignored.
         """
-        listener = _Listener(on_gone=on_gone, on_reset=on_reset)
+        listener = _Listener(on_gone=on_gone, on_reset=on_reset, on_acquired=on_acquired)
         with self._listeners_lock:
             self._listeners.append(listener)
 
@@ -218,11 +223,15 @@ class Sandboxes:
 
         return remove
 
-    def _notify(self, event: Literal["gone", "reset"], sandbox_id: str) -> None:
+    def _notify(self, event: Literal["gone", "reset", "acquired"], sandbox_id: str) -> None:
         with self._listeners_lock:
             listeners = list(self._listeners)
         for listener in listeners:
-            callback = listener.on_gone if event == "gone" else listener.on_reset
+            callback = {
+                "gone": listener.on_gone,
+                "reset": listener.on_reset,
+                "acquired": listener.on_acquired,
+            }[event]
             if callback is None:
                 continue
             try:
@@ -377,7 +386,9 @@ class Sandboxes:
                 "VALUES (?, ?, ?, ?, 'occupied', ?)",
                 [(str(uuid.uuid4()), sandbox_id, i, name, now) for i, name in enumerate(names)],
             )
-            return self._load(db, self._live_row(db, tenant, sandbox_id))
+            record = self._load(db, self._live_row(db, tenant, sandbox_id))
+        self._notify("acquired", sandbox_id)
+        return record
 
     def list_sandboxes(self, tenant: str) -> list[SandboxRecord]:
         """The tenant's live sandboxes, oldest first."""

@@ -121,6 +121,34 @@ def sandbox(emulator_mcp: EmulatorServer) -> Iterator[Sandbox]:
     box.http.close()
 
 
+# ---------------------------------------------------------------------- ready at acquire
+
+
+@needs(*FIRST_THREE)
+def test_servers_start_at_acquire_before_any_request(emulator_mcp: EmulatorServer) -> None:
+    box = Sandbox(emulator_mcp, list(FIRST_THREE))
+    try:
+        host(emulator_mcp).wait_warm(box.id)  # the background start acquire began
+        up = {server for sandbox_id, server in host(emulator_mcp).running() if sandbox_id == box.id}
+        assert up == set(FIRST_THREE)  # all up, and no MCP request was made
+        names = {tool.name for tool in client.list_tools(box.urls["git"], timeout=60)}
+        assert names >= GIT_TOOLS
+    finally:
+        box.release()
+
+
+def test_without_start_at_acquire_servers_wait_for_the_first_request(
+    emulator: EmulatorServer,
+) -> None:
+    # the suite's shared emulator is made with EmulatorConfig(mcp_at_acquire=False)
+    box = Sandbox(emulator, ["filesystem", "git"])
+    try:
+        host(emulator).wait_warm(box.id)
+        assert [key for key in host(emulator).running() if key[0] == box.id] == []
+    finally:
+        box.release()
+
+
 # ---------------------------------------------------------------------- each server
 
 
