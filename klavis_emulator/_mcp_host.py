@@ -462,9 +462,7 @@ class McpHost:
         try:
             backend = await self._backend_for(server, scope)
         except _Refusal as refusal:
-            await JSONResponse({"detail": refusal.detail}, status_code=refusal.status)(
-                scope, receive, send
-            )
+            await JSONResponse(refusal.body(), status_code=refusal.status)(scope, receive, send)
             return
         await _forward_once(backend.app, scope, receive, send)
 
@@ -578,6 +576,21 @@ class _Refusal(Exception):
         super().__init__(detail)
         self.status = status
         self.detail = detail
+
+    def body(self) -> dict[str, Any]:
+        """The answer: a JSON-RPC error carrying the reason, beside the API's ``detail``.
+
+        MCP clients read a JSON-RPC error in a non-2xx answer and raise it with its message
+        (the official SDK 2.x does); with the API's ``{"detail": ...}`` alone they raised
+        "Server returned an error response", and a harness never learnt why. -32000 is the
+        JSON-RPC range for errors a server defines; ``id`` is null since the request's was
+        not read (clients put their own back)."""
+        return {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32000, "message": self.detail},
+            "detail": self.detail,
+        }
 
 
 def _live_record(state: EmulatorState, sandbox_id: str) -> SandboxRecord | None:

@@ -40,7 +40,8 @@ def test_the_catalog_describes_every_server_of_the_contract_once() -> None:
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[EmulatorServer]:
-    server = EmulatorServer(EmulatorConfig(host_mcp=True)).start()
+    # started on first use: a test replaces what is installed before its first request
+    server = EmulatorServer(EmulatorConfig(host_mcp=True, mcp_at_acquire=False)).start()
     try:
         yield server
     finally:
