@@ -263,7 +263,8 @@ def test_tool_call_after_release_fails_cleanly(sandbox: Sandbox) -> None:
             return caught.value
 
     error = asyncio.run(call_in_open_session())
-    assert "terminated" in str(error).lower()
+    # the 404 carries a JSON-RPC error saying why (before, the SDK's "Session terminated")
+    assert "was released" in str(error)
 
     with pytest.raises(workflows.NotFoundError) as not_found:
         client.call_tool(url, "list_allowed_directories")
