@@ -16,7 +16,7 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
 EXPECTED = ["01-quickstart", "02-generated-client", "03-seed-and-round-trip", "04-bulk"]
-EXPECTED += ["05-execution", "06-mcp-agent", "07-reliability"]
+EXPECTED += ["05-execution", "06-mcp-agent", "07-reliability", "09-agent-beyond-files"]
 IGNORE_TAG = "nbval-ignore-output"
 
 # What must never appear in a stored output: a bearer token or Authorization header, a
