@@ -266,6 +266,13 @@ def _word(ctx: LaunchContext) -> LaunchParts:
     return LaunchParts((str(python), "-c", _WORD_LAUNCHER), {"FASTMCP_SHOW_CLI_BANNER": "false"})
 
 
+def _powerpoint(ctx: LaunchContext) -> LaunchParts:
+    # `ppt_mcp_server` (stdio by default) says nothing on stdout at start (2.0.7). Relative
+    # file names resolve against the cwd, the workspace; absolute ones are not restricted:
+    # confined, /data is the only writable folder anyway.
+    return LaunchParts((str(ctx.program),))
+
+
 _NOT_PACKAGED: Final = "the emulator does not package it yet (it could run offline: {})"
 
 CATALOG: Final[Mapping[str, McpServer]] = {
@@ -333,6 +340,18 @@ CATALOG: Final[Mapping[str, McpServer]] = {
             _word,
         ),
         McpServer(
+            "powerpoint",
+            OwnVenv(
+                "office-powerpoint-mcp-server",
+                "2.0.7",
+                "powerpoint-requirements.txt",
+                "ppt_mcp_server",
+                why="it is written for mcp 1.x (mcp.server.fastmcp), so it keeps mcp<2",
+            ),
+            "create and edit .pptx presentations in the workspace",
+            _powerpoint,
+        ),
+        McpServer(
             "desktop-commander",
             NotHosted(
                 _NOT_PACKAGED.format("@wonderwhy-er/desktop-commander on npm"),
@@ -344,14 +363,6 @@ CATALOG: Final[Mapping[str, McpServer]] = {
             "arxiv",
             NotHosted("it searches and downloads papers from arxiv.org, which needs the network"),
             "search and read arXiv papers",
-        ),
-        McpServer(
-            "powerpoint",
-            NotHosted(
-                _NOT_PACKAGED.format("office-powerpoint-mcp-server on PyPI"),
-                offline_feasible=True,
-            ),
-            "create and edit .pptx presentations",
         ),
         McpServer(
             "code-executor",

@@ -1,0 +1,129 @@
+"""powerpoint, end to end: a sandbox on an in-process emulator, its MCP
+URL opened with the official client, ``list_tools`` and one real tool call that writes
+the workspace.
+
+Each test runs twice: in the session's confinement mode (where bubblewrap is installed, the
+servers must be confined) and unconfined (``KLAVIS_EMULATOR_CONFINE=0``). A server that is
+not installed here skips naming what is missing (``klavis-emulator setup`` installs it); an
+installed server that does not work fails.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp (emulator extra)")
+
+from klavis_emulator import EmulatorServer
+from klavis_emulator._bwrap import CONFINE_ENV, confine_setting_from_env
+from klavis_emulator._mcp_host import McpHost
+from klavis_emulator._mcp_setup import find_tools
+from workflows import _mcp as client
+
+NEW_SERVERS = ("powerpoint",)
+TOOLS = find_tools()
+MISSING = {server: TOOLS.missing(server) for server in NEW_SERVERS}
+
+
+@pytest.fixture(scope="module", params=["session", "unconfined"])
+def emulator(request: pytest.FixtureRequest) -> Iterator[EmulatorServer]:
+    """An emulator hosting MCP servers, in the session's confinement mode or unconfined."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "unconfined":
+            patch.setenv(CONFINE_ENV, "0")
+        server = EmulatorServer().start()
+    try:
+        yield server
+    finally:
+        host(server).shutdown(wait=15)
+        server.stop()
+
+
+def host(server: EmulatorServer) -> McpHost:
+    found: McpHost = server.app.state.mcp
+    return found
+
+
+class Sandbox:
+    """A sandbox holding one server: its MCP URL and workspace (host path and as seen)."""
+
+    def __init__(self, server: EmulatorServer, name: str) -> None:
+        if MISSING[name]:
+            pytest.skip(f"{name}: {MISSING[name]}")
+        self.server = server
+        self.http = httpx.Client(
+            base_url=server.base_url,
+            headers={"Authorization": f"Bearer doc-{secrets.token_hex(8)}"},
+            timeout=60,
+        )
+        answer = self.http.post("/local-sandbox", json={"server_names": [name]})
+        assert answer.status_code == 201, answer.text
+        body = answer.json()
+        self.id: str = body["local_sandbox_id"]
+        self.url: str = body["servers"][0]["mcp_server_url"]
+        self.workspace: Path = server.state.workspace_path(self.id)
+        self.seen = host(server).workspace_as_seen(self.id)
+
+    def close(self) -> None:
+        self.http.delete(f"/local-sandbox/{self.id}")
+        self.http.close()
+
+
+@pytest.fixture
+def make_sandbox(emulator: EmulatorServer) -> Iterator[Callable[[str], Sandbox]]:
+    """Acquire sandboxes on the module's emulator; released after the test."""
+    made: list[Sandbox] = []
+
+    def make(name: str) -> Sandbox:
+        box = Sandbox(emulator, name)
+        made.append(box)
+        return box
+
+    yield make
+    for box in made:
+        box.close()
+
+
+def _assert_confinement(server: EmulatorServer, request: pytest.FixtureRequest) -> None:
+    """Unconfined when asked; confined wherever bubblewrap is installed otherwise."""
+    mode: str = request.node.callspec.params["emulator"]
+    if mode == "unconfined":
+        assert not host(server).confined
+    elif shutil.which("bwrap") is not None and confine_setting_from_env() != "off":
+        assert host(server).confined
+
+
+def test_powerpoint_saves_a_presentation_with_a_slide_in_the_workspace(
+    make_sandbox: Callable[[str], Sandbox], emulator: EmulatorServer, request: pytest.FixtureRequest
+) -> None:
+    box = make_sandbox("powerpoint")
+    names = {tool.name for tool in client.list_tools(box.url)}
+    assert {"create_presentation", "add_slide", "save_presentation"} <= names
+    _assert_confinement(emulator, request)
+
+    made = client.call_tool(box.url, "create_presentation", {"id": "deck"})
+    assert not made.is_error, made.text
+    added = client.call_tool(
+        box.url, "add_slide", {"title": "hello from powerpoint", "presentation_id": "deck"}
+    )
+    assert not added.is_error, added.text
+    assert "error" not in json.loads(added.text), added.text  # its failures are dicts
+    saved = client.call_tool(
+        box.url,
+        "save_presentation",
+        {"file_path": f"{box.seen}/deck.pptx", "presentation_id": "deck"},
+    )
+    assert not saved.is_error, saved.text
+    assert "error" not in json.loads(saved.text), saved.text  # its failures are dicts
+    with zipfile.ZipFile(box.workspace / "deck.pptx") as deck:
+        slides = [name for name in deck.namelist() if name.startswith("ppt/slides/slide")]
+        assert slides == ["ppt/slides/slide1.xml"]
+        assert "hello from powerpoint" in deck.read(slides[0]).decode("utf-8")
