@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Final
 
 __all__ = [
+    "ARXIV_STORAGE",
     "CATALOG",
     "HOSTED_SERVERS",
     "TERMINAL_ALLOWED_COMMANDS",
@@ -273,6 +274,32 @@ def _powerpoint(ctx: LaunchContext) -> LaunchParts:
     return LaunchParts((str(ctx.program),))
 
 
+ARXIV_STORAGE: Final = "arxiv_local_storage"
+"""Where arxiv keeps papers, relative to the workspace: the folder Toolathlon creates in the
+agent workspace for its ``arxiv_local`` server (``arxiv_local_storage``), so a dump carries
+the papers. The server stores a paper as ``<id>.md`` (its text) beside ``<id>.meta.json``
+(title, authors, published) and creates the folder itself."""
+
+_ARXIV_OFFLINE: Final = {
+    # Offline, search_papers, download_paper and get_abstract fail with a tool error; these
+    # bound how long they try (its defaults: 10 s connect, 30 s read, 2 retries with back-off
+    # up to 50 s in all): one try, 5 s to connect, at most 15 s.
+    "ARXIV_CONNECT_TIMEOUT": "5",
+    "ARXIV_REQUEST_TIMEOUT": "10",
+    "ARXIV_MAX_RETRIES": "0",
+    "ARXIV_HTTP_406_MAX_RETRIES": "0",
+    "ARXIV_MAX_TOTAL_TIME": "15",
+}
+
+
+def _arxiv(ctx: LaunchContext) -> LaunchParts:
+    # arxiv-mcp-server reads --storage-path from sys.argv (default ~/.arxiv-mcp-server/papers)
+    return LaunchParts(
+        (str(ctx.program), "--storage-path", f"{ctx.workspace}/{ARXIV_STORAGE}"),
+        _ARXIV_OFFLINE,
+    )
+
+
 _NOT_PACKAGED: Final = "the emulator does not package it yet (it could run offline: {})"
 
 CATALOG: Final[Mapping[str, McpServer]] = {
@@ -352,17 +379,25 @@ CATALOG: Final[Mapping[str, McpServer]] = {
             _powerpoint,
         ),
         McpServer(
+            "arxiv",
+            OwnVenv(
+                "arxiv-mcp-server",
+                "0.8.2",
+                "arxiv-requirements.txt",
+                "arxiv-mcp-server",
+                why="it keeps mcp<2 and pymupdf4llm<1 (its PDF-to-markdown converter)",
+            ),
+            f"papers kept in <workspace>/{ARXIV_STORAGE}: list and read them (search and "
+            "download need arxiv.org: offline, a tool error)",
+            _arxiv,
+        ),
+        McpServer(
             "desktop-commander",
             NotHosted(
                 _NOT_PACKAGED.format("@wonderwhy-er/desktop-commander on npm"),
                 offline_feasible=True,
             ),
             "terminal sessions, processes and file editing",
-        ),
-        McpServer(
-            "arxiv",
-            NotHosted("it searches and downloads papers from arxiv.org, which needs the network"),
-            "search and read arXiv papers",
         ),
         McpServer(
             "code-executor",

@@ -1,6 +1,6 @@
-"""powerpoint, end to end: a sandbox on an in-process emulator, its MCP
-URL opened with the official client, ``list_tools`` and one real tool call that writes
-the workspace.
+"""powerpoint and arxiv, end to end: a sandbox on an in-process emulator, its MCP
+URL opened with the official client, ``list_tools`` and one real tool call that writes or
+reads the workspace.
 
 Each test runs twice: in the session's confinement mode (where bubblewrap is installed, the
 servers must be confined) and unconfined (``KLAVIS_EMULATOR_CONFINE=0``). A server that is
@@ -24,11 +24,12 @@ pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp 
 
 from klavis_emulator import EmulatorServer
 from klavis_emulator._bwrap import CONFINE_ENV, confine_setting_from_env
+from klavis_emulator._mcp_catalog import ARXIV_STORAGE
 from klavis_emulator._mcp_host import McpHost
 from klavis_emulator._mcp_setup import find_tools
 from workflows import _mcp as client
 
-NEW_SERVERS = ("powerpoint",)
+NEW_SERVERS = ("powerpoint", "arxiv")
 TOOLS = find_tools()
 MISSING = {server: TOOLS.missing(server) for server in NEW_SERVERS}
 
@@ -127,3 +128,42 @@ def test_powerpoint_saves_a_presentation_with_a_slide_in_the_workspace(
         slides = [name for name in deck.namelist() if name.startswith("ppt/slides/slide")]
         assert slides == ["ppt/slides/slide1.xml"]
         assert "hello from powerpoint" in deck.read(slides[0]).decode("utf-8")
+
+
+def _store_paper(storage: Path, paper_id: str, title: str, text: str) -> None:
+    """A paper as download_paper stores it (arxiv-mcp-server 0.8.2, tools/list_papers.py):
+    ``<id>.md``, its text as markdown, beside ``<id>.meta.json``, its metadata."""
+    storage.mkdir(parents=True, exist_ok=True)
+    (storage / f"{paper_id}.md").write_text(f"# {title}\n\n{text}\n", encoding="utf-8")
+    meta = {
+        "id": paper_id,
+        "title": title,
+        "authors": ["Ada Lovelace"],
+        "published": "2024-01-02",
+        "arxiv_version": "v1",
+    }
+    (storage / f"{paper_id}.meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+def test_arxiv_lists_and_reads_papers_stored_in_the_workspace_and_search_fails_offline(
+    make_sandbox: Callable[[str], Sandbox], emulator: EmulatorServer, request: pytest.FixtureRequest
+) -> None:
+    box = make_sandbox("arxiv")
+    names = {tool.name for tool in client.list_tools(box.url)}
+    assert {"search_papers", "download_paper", "list_papers", "read_paper"} <= names
+    _assert_confinement(emulator, request)
+
+    _store_paper(box.workspace / ARXIV_STORAGE, "2401.00001", "A Stored Paper", "hello arxiv")
+    listed = client.call_tool(box.url, "list_papers", {})
+    assert not listed.is_error, listed.text
+    assert "2401.00001" in listed.text
+    assert "A Stored Paper" in listed.text
+    read = client.call_tool(box.url, "read_paper", {"paper_id": "2401.00001"})
+    assert not read.is_error, read.text
+    assert "hello arxiv" in read.text
+
+    # arxiv.org is out of reach (no network when confined; offline here anyway): a tool
+    # error, bounded by the launch's ARXIV_* settings rather than the server's 50 s.
+    searched = client.call_tool(box.url, "search_papers", {"query": "transformers"}, timeout=60)
+    assert searched.is_error, searched.text
+    assert "error" in searched.text.lower()
