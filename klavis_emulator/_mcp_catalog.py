@@ -73,6 +73,10 @@ class OwnVenv:
     why: str
     """Why it does not share the emulator's environment."""
     min_python: tuple[int, int] = (3, 10)
+    """The oldest Python the server runs on. When the emulator's own interpreter is older,
+    setup builds the venv with a ``python3.X`` (X at least this) found on the machine, never
+    downloaded (see :func:`klavis_emulator._mcp_setup.find_python`); where there is none,
+    the server is reported as not installed, naming the Python it needs."""
 
 
 @dataclass(frozen=True)
@@ -300,6 +304,15 @@ def _arxiv(ctx: LaunchContext) -> LaunchParts:
     )
 
 
+def _pdf_tools(ctx: LaunchContext) -> LaunchParts:
+    # --workspace_path: its tools refuse paths outside it (and it becomes the cwd);
+    # --tempfile_dir: where PDFs given by URL are downloaded (default ~/.pdf_tools_temp),
+    # the private temporary folder. Offline, a URL fails with a tool error.
+    return LaunchParts(
+        (str(ctx.program), "--workspace_path", ctx.workspace, "--tempfile_dir", ctx.tmp)
+    )
+
+
 _NOT_PACKAGED: Final = "the emulator does not package it yet (it could run offline: {})"
 
 CATALOG: Final[Mapping[str, McpServer]] = {
@@ -392,6 +405,20 @@ CATALOG: Final[Mapping[str, McpServer]] = {
             _arxiv,
         ),
         McpServer(
+            "pdf-tools",
+            OwnVenv(
+                "pdf-tools-mcp",
+                "0.1.4",
+                "pdf-tools-requirements.txt",
+                "pdf-tools-mcp",
+                why="it needs Python 3.12 or newer and mcp<2",
+                min_python=(3, 12),
+            ),
+            "read, search, merge and split PDF files in the workspace",
+            _pdf_tools,
+            private_tmp=True,
+        ),
+        McpServer(
             "desktop-commander",
             NotHosted(
                 _NOT_PACKAGED.format("@wonderwhy-er/desktop-commander on npm"),
@@ -408,11 +435,6 @@ CATALOG: Final[Mapping[str, McpServer]] = {
                 "/local-sandbox/{id}/execute or the code-runner server instead"
             ),
             "runs code in a provisioned environment",
-        ),
-        McpServer(
-            "pdf-tools",
-            NotHosted(_NOT_PACKAGED.format("a PDF MCP server from PyPI"), offline_feasible=True),
-            "read, merge and split PDF files",
         ),
         McpServer(
             "google_cloud",
