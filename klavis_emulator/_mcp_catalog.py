@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Final
 
 __all__ = [
+    "ARXIV_STORAGE",
     "CATALOG",
     "HOSTED_SERVERS",
     "TERMINAL_ALLOWED_COMMANDS",
@@ -72,6 +73,10 @@ class OwnVenv:
     why: str
     """Why it does not share the emulator's environment."""
     min_python: tuple[int, int] = (3, 10)
+    """The oldest Python the server runs on. When the emulator's own interpreter is older,
+    setup builds the venv with a ``python3.X`` (X at least this) found on the machine, never
+    downloaded (see :func:`klavis_emulator._mcp_setup.find_python`); where there is none,
+    the server is reported as not installed, naming the Python it needs."""
 
 
 @dataclass(frozen=True)
@@ -266,6 +271,48 @@ def _word(ctx: LaunchContext) -> LaunchParts:
     return LaunchParts((str(python), "-c", _WORD_LAUNCHER), {"FASTMCP_SHOW_CLI_BANNER": "false"})
 
 
+def _powerpoint(ctx: LaunchContext) -> LaunchParts:
+    # `ppt_mcp_server` (stdio by default) says nothing on stdout at start (2.0.7). Relative
+    # file names resolve against the cwd, the workspace; absolute ones are not restricted:
+    # confined, /data is the only writable folder anyway.
+    return LaunchParts((str(ctx.program),))
+
+
+ARXIV_STORAGE: Final = "arxiv_local_storage"
+"""Where arxiv keeps papers, relative to the workspace: the folder Toolathlon creates in the
+agent workspace for its ``arxiv_local`` server (``arxiv_local_storage``), so a dump carries
+the papers. The server stores a paper as ``<id>.md`` (its text) beside ``<id>.meta.json``
+(title, authors, published) and creates the folder itself."""
+
+_ARXIV_OFFLINE: Final = {
+    # Offline, search_papers, download_paper and get_abstract fail with a tool error; these
+    # bound how long they try (its defaults: 10 s connect, 30 s read, 2 retries with back-off
+    # up to 50 s in all): one try, 5 s to connect, at most 15 s.
+    "ARXIV_CONNECT_TIMEOUT": "5",
+    "ARXIV_REQUEST_TIMEOUT": "10",
+    "ARXIV_MAX_RETRIES": "0",
+    "ARXIV_HTTP_406_MAX_RETRIES": "0",
+    "ARXIV_MAX_TOTAL_TIME": "15",
+}
+
+
+def _arxiv(ctx: LaunchContext) -> LaunchParts:
+    # arxiv-mcp-server reads --storage-path from sys.argv (default ~/.arxiv-mcp-server/papers)
+    return LaunchParts(
+        (str(ctx.program), "--storage-path", f"{ctx.workspace}/{ARXIV_STORAGE}"),
+        _ARXIV_OFFLINE,
+    )
+
+
+def _pdf_tools(ctx: LaunchContext) -> LaunchParts:
+    # --workspace_path: its tools refuse paths outside it (and it becomes the cwd);
+    # --tempfile_dir: where PDFs given by URL are downloaded (default ~/.pdf_tools_temp),
+    # the private temporary folder. Offline, a URL fails with a tool error.
+    return LaunchParts(
+        (str(ctx.program), "--workspace_path", ctx.workspace, "--tempfile_dir", ctx.tmp)
+    )
+
+
 _NOT_PACKAGED: Final = "the emulator does not package it yet (it could run offline: {})"
 
 CATALOG: Final[Mapping[str, McpServer]] = {
@@ -333,25 +380,51 @@ CATALOG: Final[Mapping[str, McpServer]] = {
             _word,
         ),
         McpServer(
+            "powerpoint",
+            OwnVenv(
+                "office-powerpoint-mcp-server",
+                "2.0.7",
+                "powerpoint-requirements.txt",
+                "ppt_mcp_server",
+                why="it is written for mcp 1.x (mcp.server.fastmcp), so it keeps mcp<2",
+            ),
+            "create and edit .pptx presentations in the workspace",
+            _powerpoint,
+        ),
+        McpServer(
+            "arxiv",
+            OwnVenv(
+                "arxiv-mcp-server",
+                "0.8.2",
+                "arxiv-requirements.txt",
+                "arxiv-mcp-server",
+                why="it keeps mcp<2 and pymupdf4llm<1 (its PDF-to-markdown converter)",
+            ),
+            f"papers kept in <workspace>/{ARXIV_STORAGE}: list and read them (search and "
+            "download need arxiv.org: offline, a tool error)",
+            _arxiv,
+        ),
+        McpServer(
+            "pdf-tools",
+            OwnVenv(
+                "pdf-tools-mcp",
+                "0.1.4",
+                "pdf-tools-requirements.txt",
+                "pdf-tools-mcp",
+                why="it needs Python 3.12 or newer and mcp<2",
+                min_python=(3, 12),
+            ),
+            "read, search, merge and split PDF files in the workspace",
+            _pdf_tools,
+            private_tmp=True,
+        ),
+        McpServer(
             "desktop-commander",
             NotHosted(
                 _NOT_PACKAGED.format("@wonderwhy-er/desktop-commander on npm"),
                 offline_feasible=True,
             ),
             "terminal sessions, processes and file editing",
-        ),
-        McpServer(
-            "arxiv",
-            NotHosted("it searches and downloads papers from arxiv.org, which needs the network"),
-            "search and read arXiv papers",
-        ),
-        McpServer(
-            "powerpoint",
-            NotHosted(
-                _NOT_PACKAGED.format("office-powerpoint-mcp-server on PyPI"),
-                offline_feasible=True,
-            ),
-            "create and edit .pptx presentations",
         ),
         McpServer(
             "code-executor",
@@ -362,11 +435,6 @@ CATALOG: Final[Mapping[str, McpServer]] = {
                 "/local-sandbox/{id}/execute or the code-runner server instead"
             ),
             "runs code in a provisioned environment",
-        ),
-        McpServer(
-            "pdf-tools",
-            NotHosted(_NOT_PACKAGED.format("a PDF MCP server from PyPI"), offline_feasible=True),
-            "read, merge and split PDF files",
         ),
         McpServer(
             "google_cloud",

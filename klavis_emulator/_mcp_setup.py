@@ -6,9 +6,12 @@ Generic over :data:`~klavis_emulator._mcp_catalog.CATALOG`, by install kind:
   + ``package-lock.json`` beside this module, all installed by one ``npm ci`` into
   ``mcp_servers/node_modules`` (or, when the package folder is not writable, into
   ``<tools dir>/node``);
-- own virtual environments (terminal, excel, word): one per server under
-  ``<tools dir>/venvs/``, built with the emulator's interpreter from the server's fully
-  pinned ``mcp_servers/<name>-requirements.txt``, named after its pins and the interpreter;
+- own virtual environments (terminal, excel, word, powerpoint, arxiv, pdf-tools): one per
+  server under ``<tools dir>/venvs/``, built from the server's fully pinned
+  ``mcp_servers/<name>-requirements.txt``, named after its pins and the interpreter: the
+  emulator's own, or, for a server that needs a newer Python (pdf-tools: 3.12), a
+  ``python3.X`` already on the machine (:func:`find_python`; never downloaded). Where there
+  is none, setup skips that server and ``missing`` names the Python it needs;
 - the emulator's own interpreter (git): a dependency of the emulator extra, nothing to do.
 
 The tools dir is ``$KLAVIS_EMULATOR_TOOLS_DIR`` or the per-user cache folder
@@ -21,12 +24,17 @@ Measured on a 2-core machine, fresh tools dir and ``node_modules``, warm pip and
 the terminal venv 10.8 s, excel 11.9 s (33 pins), word 18.9 s (82 pins): 46.5 s in all, up
 from about 17 s for filesystem + terminal; 0.5 s when everything is installed. The venvs are
 built one after another (building them in parallel is not tried yet: on two cores the pip
-installs would compete for the CPU).
+installs would compete for the CPU). powerpoint (41 pins), arxiv (47) and pdf-tools (75, with
+pyenv's Python 3.12.1) add 48 s, 62 s and 32 s on that machine while other jobs shared its
+cores: 142 s (172 s on a second fresh tools dir, of which 48 s CPU time in setup's own
+processes), so a fresh setup now takes about three times as long.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import glob
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -56,11 +64,14 @@ from ._mcp_catalog import (
 
 __all__ = [
     "TOOLS_DIR_ENV",
+    "FoundPython",
     "McpSetupError",
     "McpToolPaths",
     "default_tools_dir",
+    "find_python",
     "find_tools",
     "installed_version",
+    "missing_python",
     "setup_mcp_servers",
 ]
 
@@ -91,16 +102,129 @@ def _package_dir(install: NpmPackage) -> Path:
     return Path("node_modules", *install.package.split("/"))
 
 
-def _venv_dir(tools_dir: Path, install: OwnVenv) -> Path:
-    """A server's venv: named after its pins and the interpreter that builds it."""
+def _venv_name(install: OwnVenv, tag: str) -> str:
+    """A server's venv folder name: its pins and the interpreter's ``tag`` (``py311``)."""
     digest = hashlib.sha256((PACKAGE_DIR / install.requirements).read_bytes()).hexdigest()[:12]
-    python = f"py{sys.version_info[0]}{sys.version_info[1]}"
-    return tools_dir / "venvs" / f"{install.distribution}-{install.version}-{python}-{digest}"
+    return f"{install.distribution}-{install.version}-{tag}-{digest}"
+
+
+def _venv_dir(tools_dir: Path, install: OwnVenv, python: tuple[int, int]) -> Path:
+    """A server's venv: named after its pins and the interpreter (``python``) that builds it."""
+    return tools_dir / "venvs" / _venv_name(install, f"py{python[0]}{python[1]}")
+
+
+def _own_python_suffices(install: OwnVenv) -> bool:
+    return sys.version_info[:2] >= install.min_python
+
+
+_NEWEST_MINOR: Final = 14
+"""``find_python`` asks for ``python3.X`` from the server's minimum up to ``3.14``."""
+
+_PROBE: Final = "import sys; print(sys.executable); print(*sys.version_info[:2])"
+
+
+def _probe(candidate: str, minimum: tuple[int, int]) -> FoundPython | None:
+    """``candidate``'s real executable if it runs and is at least ``minimum``, else None.
+
+    Run rather than trusted by name: a pyenv shim ``python3.12`` is on PATH even where
+    pyenv does not select that version, and then fails ("command not found").
+    """
+    try:
+        done = subprocess.run(
+            [candidate, "-I", "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.split("\n")
+    if done.returncode != 0 or len(lines) < 2:
+        return None
+    try:
+        major, minor = (int(part) for part in lines[1].split())
+    except ValueError:
+        return None
+    if (major, minor) < minimum or not lines[0]:
+        return None
+    return FoundPython(Path(lines[0]), (major, minor))
+
+
+def _candidates(minor: int) -> Iterator[str]:
+    """Where a ``python3.<minor>`` may be, in order: PATH, pyenv's versions, uv's."""
+    name = f"python3.{minor}"
+    on_path = shutil.which(name)
+    if on_path:
+        yield on_path
+    pyenv_root = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")
+    yield from sorted(glob.glob(f"{glob.escape(pyenv_root)}/versions/3.{minor}.*/bin/{name}"))
+    uv = shutil.which("uv")
+    if uv is not None:  # an interpreter uv already manages; UV_PYTHON_DOWNLOADS: never fetch
+        try:
+            done = subprocess.run(
+                [uv, "python", "find", "--no-project", f"3.{minor}"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+                env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+            )
+        except (OSError, subprocess.SubprocessError):
+            return
+        if done.returncode == 0 and done.stdout.strip():
+            yield done.stdout.strip()
+
+
+@functools.cache
+def find_python(minimum: tuple[int, int]) -> FoundPython | None:
+    """A Python interpreter of version ``minimum`` or newer already on this machine.
+
+    The emulator's own when it is new enough; otherwise, for each ``3.X`` from ``minimum``
+    up (the oldest first: the server's pins were frozen with it), ``python3.X`` on PATH,
+    then pyenv's installed versions (``$PYENV_ROOT/versions/3.X.*``), then an interpreter uv
+    manages (``uv python find``), each run once to check it. Nothing is downloaded. The
+    answer is kept for the life of the process (it runs a few subprocesses).
+    """
+    if sys.version_info[:2] >= minimum:
+        return FoundPython(Path(sys.executable), (sys.version_info[0], sys.version_info[1]))
+    for minor in range(minimum[1], _NEWEST_MINOR + 1):
+        for candidate in _candidates(minor):
+            found = _probe(candidate, minimum)
+            if found is not None:
+                return found
+    return None
+
+
+def missing_python(server: str) -> str | None:
+    """Why ``server`` cannot be installed here for want of an interpreter (a sentence naming
+    the Python it needs), or None (its interpreter is here, or it needs none of its own)."""
+    entry = CATALOG.get(server)
+    if entry is None or not isinstance(entry.install, OwnVenv):
+        return None
+    install = entry.install
+    if _own_python_suffices(install) or find_python(install.min_python) is not None:
+        return None
+    wanted = ".".join(map(str, install.min_python))
+    return (
+        f"{install.distribution} needs Python {wanted} or newer, and none was found on this "
+        f"machine (python3.{install.min_python[1]} or newer on PATH, pyenv's or uv's "
+        f"interpreters; the emulator runs on {sys.version.split()[0]}): install Python "
+        f"{wanted}, then {_SETUP_FIX}."
+    )
 
 
 def _node_dirs(tools_dir: Path) -> tuple[Path, ...]:
     """Folders that may hold the npm install, in order of preference."""
     return (PACKAGE_DIR, tools_dir / "node")
+
+
+@dataclass(frozen=True)
+class FoundPython:
+    """An interpreter on this machine: its real executable and its ``(major, minor)``."""
+
+    executable: Path
+    version: tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -139,13 +263,9 @@ class McpToolPaths:
                     "pip install 'klavis-sandbox[emulator]'."
                 )
         elif server not in self.programs:
-            if sys.version_info[:2] < install.min_python:
-                wanted = ".".join(map(str, install.min_python))
-                return (
-                    f"{install.distribution} needs Python {wanted} or newer to build its "
-                    f"environment; the emulator runs on {sys.version.split()[0]}."
-                )
-            return f"the {install.distribution} environment is not installed: {_SETUP_FIX}."
+            return missing_python(server) or (
+                f"the {install.distribution} environment is not installed: {_SETUP_FIX}."
+            )
         return None
 
 
@@ -158,9 +278,16 @@ def _npm_program(tools_dir: Path, install: NpmPackage) -> Path | None:
 
 
 def _venv_program(tools_dir: Path, install: OwnVenv) -> Path | None:
-    venv = _venv_dir(tools_dir, install)
-    script = venv / "bin" / install.script
-    return script if (venv / _DONE_MARKER).is_file() and script.is_file() else None
+    if _own_python_suffices(install):
+        venvs = [_venv_dir(tools_dir, install, (sys.version_info[0], sys.version_info[1]))]
+    else:  # built with another interpreter: whichever one setup found (no probing here)
+        pattern = glob.escape(_venv_name(install, "@")).replace("@", "py3*")
+        venvs = sorted((tools_dir / "venvs").glob(pattern))
+    for venv in venvs:
+        script = venv / "bin" / install.script
+        if (venv / _DONE_MARKER).is_file() and script.is_file() and script.resolve().exists():
+            return script
+    return None
 
 
 def find_tools(tools_dir: Path | None = None) -> McpToolPaths:
@@ -276,11 +403,11 @@ def _lock_is_current(folder: Path) -> bool:
     return True
 
 
-def _make_venv(venv: Path, install: OwnVenv, log: Callable[[str], None]) -> None:
+def _make_venv(venv: Path, install: OwnVenv, python: Path, log: Callable[[str], None]) -> None:
     requirements = PACKAGE_DIR / install.requirements
     shutil.rmtree(venv, ignore_errors=True)
-    log(f"creating the {install.distribution} venv in {venv}")
-    _run([sys.executable, "-m", "venv", str(venv)], cwd=None, what="python -m venv")
+    log(f"creating the {install.distribution} venv in {venv} (with {python})")
+    _run([str(python), "-m", "venv", str(venv)], cwd=None, what="python -m venv")
     _run(
         [
             str(venv / "bin" / "python"),
@@ -350,9 +477,13 @@ def setup_mcp_servers(
             install = CATALOG[name].install
             if not isinstance(install, OwnVenv):
                 continue
-            venv = _venv_dir(tools, install)
+            python = find_python(install.min_python)
+            if python is None:  # not installable here; `missing` says why, setup goes on
+                say(f"{name}: skipped: {missing_python(name)}")
+                continue
+            venv = _venv_dir(tools, install, python.version)
             if force or not (venv / _DONE_MARKER).is_file():
                 started = time.monotonic()
-                _make_venv(venv, install, say)
+                _make_venv(venv, install, python.executable, say)
                 say(f"{install.distribution} venv ready in {time.monotonic() - started:.1f} s")
     return find_tools(tools)

@@ -115,7 +115,7 @@ class Sandbox:
 
 @pytest.fixture
 def sandbox(emulator_mcp: EmulatorServer) -> Iterator[Sandbox]:
-    box = Sandbox(emulator_mcp, ["filesystem", "git", "terminal", "arxiv"])
+    box = Sandbox(emulator_mcp, ["filesystem", "git", "terminal", "canvas"])
     yield box
     box.http.delete(f"/local-sandbox/{box.id}")
     box.http.close()
@@ -361,12 +361,12 @@ def test_a_server_the_sandbox_does_not_hold_answers_404(emulator_mcp: EmulatorSe
 
 
 def test_a_server_the_emulator_does_not_host_answers_a_clear_error(sandbox: Sandbox) -> None:
-    answer = httpx.post(sandbox.urls["arxiv"], json={})
+    answer = httpx.post(sandbox.urls["canvas"], json={})
     assert answer.status_code == 501
-    assert "does not host the 'arxiv' MCP server" in answer.json()["detail"]
+    assert "does not host the 'canvas' MCP server" in answer.json()["detail"]
 
     with pytest.raises(workflows.ServerError) as caught:
-        client.list_tools(sandbox.urls["arxiv"])
+        client.list_tools(sandbox.urls["canvas"])
     assert caught.value.status_code == 501
     assert "does not host" in caught.value.message
 

@@ -172,7 +172,7 @@ def test_a_read_only_folder_under_tmp_stays_visible(folder_under_tmp: Path, bwra
 
 def test_unknown_server_is_refused(fake_tools: McpToolPaths, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not host"):
-        launch_spec("arxiv", tmp_path, fake_tools, bwrap=None)
+        launch_spec("canvas", tmp_path, fake_tools, bwrap=None)
 
 
 def test_missing_tools_say_how_to_install_them() -> None:
@@ -182,7 +182,7 @@ def test_missing_tools_say_how_to_install_them() -> None:
     assert "klavis-emulator setup" in (no_package.missing("filesystem") or "")
     assert "mcp-server-git" in (nothing.missing("git") or "")
     assert "klavis-emulator setup" in (nothing.missing("terminal") or "")
-    assert nothing.missing("arxiv") is None
+    assert nothing.missing("canvas") is None
 
 
 def test_setup_is_silent_when_everything_is_installed() -> None:
