@@ -24,6 +24,8 @@ the missing ones lived only in a 501 message.
 
 from __future__ import annotations
 
+import json
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,7 @@ __all__ = [
     "NotHosted",
     "NpmPackage",
     "OwnVenv",
+    "SystemProgram",
     "server_entry",
 ]
 
@@ -99,6 +102,24 @@ class NotHosted:
 Install = NpmPackage | OwnVenv | EmulatorPython | NotHosted
 
 
+@dataclass(frozen=True)
+class SystemProgram:
+    """A program a server needs from the machine, not from a package registry: the
+    distribution's package (found on ``PATH``; under ``/usr``, so confined servers see it)."""
+
+    names: tuple[str, ...]
+    """Executable names tried in order on ``PATH``; the first is the program's key."""
+    apt: str
+    """The Debian/Ubuntu package that provides it (named in the "not installed" answer)."""
+    why: str
+    """What the server does with it."""
+
+    @property
+    def key(self) -> str:
+        """The name :attr:`LaunchContext.system` and ``McpToolPaths.system`` use."""
+        return self.names[0]
+
+
 # ---------------------------------------------------------------------- launching
 
 
@@ -115,6 +136,10 @@ class LaunchContext:
     tmp: str
     """The server's private temporary folder as it sees it (``/tmp`` when confined)."""
     command_timeout: int
+    system: Mapping[str, Path] = field(default_factory=dict)
+    """The :class:`SystemProgram` s the server needs, by key, where they were found."""
+    confined: bool = False
+    """Whether the server runs inside the bubblewrap confinement."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +163,10 @@ class McpServer:
     private_tmp: bool = False
     """Unconfined, give the process ``TMPDIR`` in a per-sandbox folder outside the
     workspace (confined, ``/tmp`` is a private tmpfs anyway)."""
+    needs: tuple[SystemProgram, ...] = ()
+    """Programs from the distribution it needs (missing: the URL answers 503 naming them)."""
+    network: bool = False
+    """Confined, share the emulator's network namespace (default: none at all)."""
 
     @property
     def hosted(self) -> bool:
@@ -313,6 +342,79 @@ def _pdf_tools(ctx: LaunchContext) -> LaunchParts:
     )
 
 
+RIPGREP: Final = SystemProgram(("rg",), "ripgrep", "desktop-commander searches with it")
+
+DESKTOP_COMMANDER_CONFIG: Final = ".claude-server-commander/config.json"
+"""Where desktop-commander reads its configuration, relative to ``$HOME`` (its
+``os.homedir()``): the launch points ``HOME`` at the sandbox's private temporary folder
+(confined, the private ``/tmp``), so no two sandboxes share it and nothing lands in the
+emulator user's home."""
+
+
+def _desktop_commander_config(workspace: str) -> str:
+    # Written before each start, so the server never creates its defaults, which allow the
+    # whole file system (`allowedDirectories: []`) and send telemetry (`telemetryEnabled`).
+    # blockedCommands is empty: its defaults (sudo, mount, shutdown...) are a convenience
+    # list, not a boundary; the confinement is the boundary. A tool call may change this
+    # config (set_config_value), only for its own sandbox and until the server restarts.
+    return json.dumps(
+        {
+            "allowedDirectories": [workspace],
+            "blockedCommands": [],
+            "defaultShell": "/bin/bash",
+            "telemetryEnabled": False,
+            "fileReadLineLimit": 1000,
+            "fileWriteLineLimit": 50,
+            "pendingWelcomeOnboarding": False,
+            "welcomeOnboardingEligible": False,
+        }
+    )
+
+
+_WRITE_THEN_EXEC: Final = (
+    'mkdir -p -- "$(dirname -- "$1")" && printf %s "$2" > "$1" && shift 2 && exec "$@"'
+)
+"""``sh -c`` script: write ``$2`` to the file ``$1`` (its folder created), then become the
+command that follows."""
+
+
+def _data_url(source: str) -> str:
+    return "data:text/javascript," + urllib.parse.quote(source, safe="")
+
+
+def _module_alias_hook(specifier: str, module_source: str) -> str:
+    """A ``node --import`` argument that makes ``import(specifier)`` load ``module_source``
+    (a customization hook registered with ``node:module``'s ``register``, Node >= 18.19)."""
+    hooks = (
+        "export async function resolve(specifier, context, next) {"
+        f" return specifier === {json.dumps(specifier)}"
+        f" ? {{ url: {json.dumps(_data_url(module_source))}, shortCircuit: true }}"
+        " : next(specifier, context); }"
+    )
+    return _data_url(
+        f"import {{ register }} from 'node:module'; register({json.dumps(_data_url(hooks))});"
+    )
+
+
+def _desktop_commander(ctx: LaunchContext) -> LaunchParts:
+    # It finds ripgrep first through @vscode/ripgrep (whose 1.18 takes rg from a per-platform
+    # npm package), then `which rg`, then /usr/bin/rg...: there is no variable to name it. The
+    # hook answers its `import('@vscode/ripgrep')` with the distribution's rg, so searches use
+    # the rg the emulator found (and said missing) rather than a binary from the npm tree.
+    # Rejected: `npm ci --omit=optional` (drops sharp's prebuilt libvips too), deleting the
+    # platform package after `npm ci` (the install would no longer match the lock).
+    assert ctx.node is not None
+    config = f"{ctx.tmp}/{DESKTOP_COMMANDER_CONFIG}"
+    rg = ctx.system[RIPGREP.key]
+    return LaunchParts(
+        ("/bin/sh", "-c", _WRITE_THEN_EXEC, "sh", config,
+         _desktop_commander_config(ctx.workspace), str(ctx.node), "--import",
+         _module_alias_hook("@vscode/ripgrep", f"export const rgPath = {json.dumps(str(rg))};"),
+         str(ctx.program), "--no-onboarding"),
+        {"HOME": ctx.tmp, "TMPDIR": ctx.tmp, "SHELL": "/bin/bash"},
+    )  # fmt: skip
+
+
 _NOT_PACKAGED: Final = "the emulator does not package it yet (it could run offline: {})"
 
 CATALOG: Final[Mapping[str, McpServer]] = {
@@ -420,11 +522,11 @@ CATALOG: Final[Mapping[str, McpServer]] = {
         ),
         McpServer(
             "desktop-commander",
-            NotHosted(
-                _NOT_PACKAGED.format("@wonderwhy-er/desktop-commander on npm"),
-                offline_feasible=True,
-            ),
-            "terminal sessions, processes and file editing",
+            NpmPackage("@wonderwhy-er/desktop-commander", "0.2.52", "dist/index.js"),
+            "terminal sessions, processes, file editing and ripgrep search in the workspace",
+            _desktop_commander,
+            private_tmp=True,
+            needs=(RIPGREP,),
         ),
         McpServer(
             "code-executor",

@@ -135,7 +135,11 @@ def launch_spec(
     if entry is None or isinstance(entry.install, NotHosted) or entry.launch is None:
         raise ValueError(f"the emulator does not host the {server!r} MCP server")
     program = tools.program(server)
-    if program is None or (isinstance(entry.install, NpmPackage) and tools.node is None):
+    if (
+        program is None
+        or (isinstance(entry.install, NpmPackage) and tools.node is None)
+        or any(need.key not in tools.system for need in entry.needs)
+    ):
         raise ValueError(f"the {server!r} MCP server is not installed: {tools.missing(server)}")
     confine = bwrap is not None
     seen = CONFINED_WORKSPACE if confine else str(workspace)
@@ -154,12 +158,16 @@ def launch_spec(
             workspace=seen,
             tmp=tmp,
             command_timeout=command_timeout,
+            system={need.key: tools.system[need.key] for need in entry.needs},
+            confined=confine,
         )
     )
     env = _common_env()
     env.update(parts.env)
     argv = list(parts.argv)
     read_only = [*_install_roots(server, program, tools), *parts.read_only]
+    # programs from the distribution live under /usr (mounted anyway); elsewhere, their prefix
+    read_only += [_prefix_of(tools.system[need.key]) for need in entry.needs]
 
     if bwrap is None:
         setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
@@ -175,7 +183,11 @@ def launch_spec(
         )
     env.update(_confined_env())
     wrapper = bwrap_args(
-        bwrap, workspace=workspace, env=dict(sorted(env.items())), read_only=read_only
+        bwrap,
+        workspace=workspace,
+        env=dict(sorted(env.items())),
+        read_only=read_only,
+        network=entry.network,
     )
     return LaunchSpec(
         command=wrapper[0],

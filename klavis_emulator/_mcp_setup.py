@@ -2,10 +2,10 @@
 
 Generic over :data:`~klavis_emulator._mcp_catalog.CATALOG`, by install kind:
 
-- npm packages (filesystem, localmemory, code-runner): pinned by ``mcp_servers/package.json``
-  + ``package-lock.json`` beside this module, all installed by one ``npm ci`` into
-  ``mcp_servers/node_modules`` (or, when the package folder is not writable, into
-  ``<tools dir>/node``);
+- npm packages (filesystem, localmemory, code-runner, desktop-commander): pinned by
+  ``mcp_servers/package.json`` + ``package-lock.json`` beside this module, all installed by
+  one ``npm ci`` into ``mcp_servers/node_modules`` (or, when the package folder is not
+  writable, into ``<tools dir>/node``);
 - own virtual environments (terminal, excel, word, powerpoint, arxiv, pdf-tools): one per
   server under ``<tools dir>/venvs/``, built from the server's fully pinned
   ``mcp_servers/<name>-requirements.txt``, named after its pins and the interpreter: the
@@ -22,7 +22,9 @@ already there.
 Measured on a 2-core machine, fresh tools dir and ``node_modules``, warm pip and npm caches:
 ``npm ci`` of the three npm servers 4.3 s (5.5 s for the filesystem server alone before),
 the terminal venv 10.8 s, excel 11.9 s (33 pins), word 18.9 s (82 pins): 46.5 s in all, up
-from about 17 s for filesystem + terminal; 0.5 s when everything is installed. The venvs are
+from about 17 s for filesystem + terminal; 0.5 s when everything is installed.
+desktop-commander brings 620 more npm packages (puppeteer, sharp, pdf and office libraries):
+``npm ci`` of the lock then took 57.1 s on the same machine (warm npm cache), +53 s. The venvs are
 built one after another (building them in parallel is not tried yet: on two cores the pip
 installs would compete for the CPU). powerpoint (41 pins), arxiv (47) and pdf-tools (75, with
 pyenv's Python 3.12.1) add 48 s, 62 s and 32 s on that machine while other jobs shared its
@@ -236,6 +238,8 @@ class McpToolPaths:
     programs: Mapping[str, Path] = field(default_factory=dict)
     """Server name -> its program: the npm package's entry script (run with ``node``), the
     console script in its own venv, or the emulator's interpreter."""
+    system: Mapping[str, Path] = field(default_factory=dict)
+    """:class:`~klavis_emulator._mcp_catalog.SystemProgram` key -> where it was found."""
 
     def program(self, server: str) -> Path | None:
         """The program of ``server``, or None when it is not installed here."""
@@ -266,6 +270,12 @@ class McpToolPaths:
             return missing_python(server) or (
                 f"the {install.distribution} environment is not installed: {_SETUP_FIX}."
             )
+        for needed in entry.needs:
+            if needed.key not in self.system:
+                return (
+                    f"{needed.key} is not installed ({needed.why}): install the "
+                    f"distribution's package, e.g. `apt-get install {needed.apt}`."
+                )
         return None
 
 
@@ -306,7 +316,12 @@ def find_tools(tools_dir: Path | None = None) -> McpToolPaths:
             found = Path(sys.executable)
         if found is not None:
             programs[name] = found
-    return McpToolPaths(node=Path(node) if node else None, programs=programs)
+    system: dict[str, Path] = {}
+    for needed in {needed for name in HOSTED_SERVERS for needed in CATALOG[name].needs}:
+        where = next(filter(None, map(shutil.which, needed.names)), None)
+        if where is not None:
+            system[needed.key] = Path(where)
+    return McpToolPaths(node=Path(node) if node else None, programs=programs, system=system)
 
 
 def installed_version(server: str, tools: McpToolPaths) -> str | None:
@@ -352,10 +367,18 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _run(argv: list[str], *, cwd: Path | None, what: str) -> None:
+def _run(
+    argv: list[str], *, cwd: Path | None, what: str, env: Mapping[str, str] | None = None
+) -> None:
     try:
         done = subprocess.run(
-            argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=900
+            argv,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+            env={**os.environ, **env} if env else None,
         )
     except FileNotFoundError as exc:
         raise McpSetupError(f"{what} failed: {argv[0]} is not installed") from exc
@@ -379,11 +402,18 @@ def _npm_ci(target: Path, log: Callable[[str], None]) -> None:
         for name in ("package.json", "package-lock.json"):
             shutil.copyfile(PACKAGE_DIR / name, target / name)
     log(f"npm ci in {target}")
+    # --ignore-scripts: no package of the lock needs its install script offline, and three
+    # would reach the network: desktop-commander's postinstall reports the install (telemetry)
+    # and checks ripgrep, puppeteer's (a dependency of its md-to-pdf) downloads a Chrome,
+    # sharp's only checks its prebuilt libvips (an npm package). The servers' tests pass
+    # without any of them.
     _run(
-        [npm, "ci", "--omit=dev", "--no-audit", "--no-fund", "--loglevel=error"],
+        [npm, "ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund",
+         "--loglevel=error"],
         cwd=target,
         what="npm ci",
-    )
+        env={"PUPPETEER_SKIP_DOWNLOAD": "1", "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"},
+    )  # fmt: skip
 
 
 def _lock_is_current(folder: Path) -> bool:

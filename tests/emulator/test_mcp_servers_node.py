@@ -1,0 +1,191 @@
+"""desktop-commander and playwright, end to end: a sandbox on an in-process emulator, its MCP
+URL opened with the official client, ``list_tools`` and real tool calls.
+
+Each test runs twice: in the session's confinement mode (where bubblewrap is installed, the
+servers must be confined) and unconfined (``KLAVIS_EMULATOR_CONFINE=0``). Both servers need
+a program of the distribution (ripgrep, Chromium): where it or the npm install is missing,
+the test skips naming what is missing, and the test of the 503 answer checks that the URL
+says the same; an installed server that does not work fails.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from unittest import mock
+
+import httpx
+import pytest
+
+pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp (emulator extra)")
+
+from klavis_emulator import EmulatorServer
+from klavis_emulator.__main__ import _check_rows
+from klavis_emulator._bwrap import CONFINE_ENV, confine_setting_from_env
+from klavis_emulator._mcp_catalog import CATALOG, DESKTOP_COMMANDER_CONFIG, NpmPackage
+from klavis_emulator._mcp_host import McpHost
+from klavis_emulator._mcp_setup import McpToolPaths, find_tools
+from workflows import _mcp as client
+
+NEW_SERVERS = ("desktop-commander",)
+TOOLS = find_tools()
+MISSING = {server: TOOLS.missing(server) for server in NEW_SERVERS}
+
+
+@pytest.fixture(scope="module", params=["session", "unconfined"])
+def emulator(request: pytest.FixtureRequest) -> Iterator[EmulatorServer]:
+    """An emulator hosting MCP servers, in the session's confinement mode or unconfined."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "unconfined":
+            patch.setenv(CONFINE_ENV, "0")
+        server = EmulatorServer().start()
+    try:
+        yield server
+    finally:
+        host(server).shutdown(wait=15)
+        server.stop()
+
+
+def host(server: EmulatorServer) -> McpHost:
+    found: McpHost = server.app.state.mcp
+    return found
+
+
+class Sandbox:
+    """A sandbox holding one server: its MCP URL and workspace (host path and as seen)."""
+
+    def __init__(self, server: EmulatorServer, name: str, *, skip_missing: bool = True) -> None:
+        if skip_missing and MISSING[name]:
+            pytest.skip(f"{name}: {MISSING[name]}")
+        self.server = server
+        self.http = httpx.Client(
+            base_url=server.base_url,
+            headers={"Authorization": f"Bearer srv-{secrets.token_hex(8)}"},
+            timeout=60,
+        )
+        answer = self.http.post("/local-sandbox", json={"server_names": [name]})
+        assert answer.status_code == 201, answer.text
+        body = answer.json()
+        self.id: str = body["local_sandbox_id"]
+        self.url: str = body["servers"][0]["mcp_server_url"]
+        self.workspace: Path = server.state.workspace_path(self.id)
+        self.seen = host(server).workspace_as_seen(self.id)
+
+    def close(self) -> None:
+        self.http.delete(f"/local-sandbox/{self.id}")
+        self.http.close()
+
+
+@pytest.fixture
+def make_sandbox(emulator: EmulatorServer) -> Iterator[Callable[..., Sandbox]]:
+    """Acquire sandboxes on the module's emulator; released after the test."""
+    made: list[Sandbox] = []
+
+    def make(name: str, *, skip_missing: bool = True) -> Sandbox:
+        box = Sandbox(emulator, name, skip_missing=skip_missing)
+        made.append(box)
+        return box
+
+    yield make
+    for box in made:
+        box.close()
+
+
+def _assert_confinement(server: EmulatorServer, request: pytest.FixtureRequest) -> None:
+    """Unconfined when asked; confined wherever bubblewrap is installed otherwise."""
+    mode: str = request.node.callspec.params["emulator"]
+    if mode == "unconfined":
+        assert not host(server).confined
+    elif shutil.which("bwrap") is not None and confine_setting_from_env() != "off":
+        assert host(server).confined
+
+
+# ---------------------------------------------------------------------- desktop-commander
+
+
+def test_desktop_commander_writes_reads_and_searches_the_workspace(
+    make_sandbox: Callable[..., Sandbox], emulator: EmulatorServer, request: pytest.FixtureRequest
+) -> None:
+    box = make_sandbox("desktop-commander")
+    names = {tool.name for tool in client.list_tools(box.url)}
+    assert {"write_file", "read_file", "start_search", "get_config"} <= names
+    _assert_confinement(emulator, request)
+
+    target = f"{box.seen}/todo.txt"
+    wrote = client.call_tool(
+        box.url, "write_file", {"path": target, "content": "buy milk\nfind the needle-42\n"}
+    )
+    assert not wrote.is_error, wrote.text
+    assert (box.workspace / "todo.txt").read_text(encoding="utf-8").startswith("buy milk")
+    read = client.call_tool(box.url, "read_file", {"path": target})
+    assert "needle-42" in read.text, read.text
+
+    search = client.call_tool(
+        box.url,
+        "start_search",
+        {"path": box.seen, "pattern": "needle-42", "searchType": "content"},
+    )
+    assert not search.is_error, search.text
+    text = search.text
+    if "todo.txt" not in text:  # the search still runs: read its results (it waits for them)
+        session = next(word.strip("`'\".,:") for word in text.split() if word.startswith("search_"))
+        more = client.call_tool(box.url, "get_more_search_results", {"sessionId": session})
+        text = more.text
+    assert "todo.txt" in text, text
+
+
+def test_desktop_commander_keeps_to_the_workspace_and_its_private_config(
+    make_sandbox: Callable[..., Sandbox], emulator: EmulatorServer, request: pytest.FixtureRequest
+) -> None:
+    home_config = Path.home() / DESKTOP_COMMANDER_CONFIG
+    before = home_config.stat().st_mtime_ns if home_config.exists() else None
+    box = make_sandbox("desktop-commander")
+    config = client.call_tool(box.url, "get_config", {})
+    assert box.seen in config.text, config.text
+    assert '"telemetryEnabled": false' in config.text, config.text
+    outside = client.call_tool(box.url, "read_file", {"path": "/etc/hostname"})
+    assert outside.is_error, outside.text
+    _assert_confinement(emulator, request)
+    # its configuration is in the sandbox's private folder: not in the workspace (it would
+    # be dumped), not in the emulator user's home (shared by every sandbox)
+    assert not (box.workspace / DESKTOP_COMMANDER_CONFIG).exists()
+    after = home_config.stat().st_mtime_ns if home_config.exists() else None
+    assert after == before
+
+
+# ---------------------------------------------------------------------- missing pieces
+
+
+@pytest.mark.parametrize(("server", "package"), [("desktop-commander", "ripgrep")])
+def test_a_missing_system_program_is_named_by_check_and_by_a_503(
+    server: str, package: str, emulator: EmulatorServer
+) -> None:
+    """Without the distribution's program, ``check`` says not installed and the URL answers
+    503, both naming the package to install (whether or not the npm install is here)."""
+    install = CATALOG[server].install
+    assert isinstance(install, NpmPackage)
+    entry = Path("/nonexistent/node_modules", install.package, install.entry)
+    without = McpToolPaths(node=Path("/usr/bin/node"), programs={server: entry}, system={})
+    problem = without.missing(server)
+    assert problem is not None
+    assert f"apt-get install {package}" in problem
+    rows = {row[0]: row for row in _check_rows(without, "confined", [server])}
+    assert rows[server][1] == "no"
+    assert rows[server][3] == problem
+
+    http = httpx.Client(
+        base_url=emulator.base_url, headers={"Authorization": f"Bearer srv-{secrets.token_hex(8)}"}
+    )
+    acquired = http.post("/local-sandbox", json={"server_names": [server]})
+    assert acquired.status_code == 201, acquired.text
+    url = acquired.json()["servers"][0]["mcp_server_url"]
+    try:
+        with mock.patch.object(McpHost, "tools", return_value=without):
+            answer = httpx.post(url, json={})
+    finally:
+        http.delete(f"/local-sandbox/{acquired.json()['local_sandbox_id']}")
+        http.close()
+    assert answer.status_code == 503, answer.text
+    assert f"apt-get install {package}" in answer.json()["detail"]
