@@ -334,6 +334,8 @@ def installed_version(server: str, tools: McpToolPaths) -> str | None:
         if isinstance(install, NpmPackage):
             package_json = program.parent
             while package_json.name != install.package.split("/")[-1]:
+                if package_json.parent == package_json:  # not inside its package folder
+                    return None
                 package_json = package_json.parent
             version = json.loads((package_json / "package.json").read_text("utf-8"))["version"]
             return str(version)
