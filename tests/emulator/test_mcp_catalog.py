@@ -133,3 +133,14 @@ def test_setup_only_refuses_names_it_cannot_install(tmp_path: Path) -> None:
     done = _command("setup", "--only", "nope", "--tools-dir", str(tmp_path))
     assert done.returncode == 2
     assert "'nope' is not an MCP server" in done.stderr
+
+
+def test_the_version_of_an_npm_program_outside_its_package_is_unknown(tmp_path: Path) -> None:
+    import dataclasses
+
+    from klavis_emulator._mcp_setup import find_tools, installed_version
+
+    tools = find_tools()
+    stray = tmp_path / "bin" / "index.js"  # no folder named after the package above it
+    moved = dataclasses.replace(tools, programs={**tools.programs, "filesystem": stray})
+    assert installed_version("filesystem", moved) is None
