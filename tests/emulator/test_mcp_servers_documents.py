@@ -225,7 +225,7 @@ def test_pdf_tools_without_a_python_3_12_answers_503_and_check_says_so() -> None
     with mock.patch.object(_mcp_setup, "find_python", return_value=None):
         problem = McpToolPaths(node=None).missing("pdf-tools")
         rows = {row[0]: row for row in cli._check_rows(McpToolPaths(node=None), "-", ["pdf-tools"])}
-        server = EmulatorServer(EmulatorConfig(host_mcp=True)).start()
+        server = EmulatorServer(EmulatorConfig(host_mcp=True, mcp_at_acquire=False)).start()
         try:
             http = httpx.Client(
                 base_url=server.base_url,

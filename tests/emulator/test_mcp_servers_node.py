@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp (emulator extra)")
 
-from klavis_emulator import EmulatorServer
+from klavis_emulator import EmulatorConfig, EmulatorServer
 from klavis_emulator.__main__ import _check_rows
 from klavis_emulator._bwrap import CONFINE_ENV, confine_setting_from_env
 from klavis_emulator._mcp_catalog import CATALOG, DESKTOP_COMMANDER_CONFIG, NpmPackage
@@ -36,11 +36,12 @@ MISSING = {server: TOOLS.missing(server) for server in NEW_SERVERS}
 
 @pytest.fixture(scope="module", params=["session", "unconfined"])
 def emulator(request: pytest.FixtureRequest) -> Iterator[EmulatorServer]:
-    """An emulator hosting MCP servers, in the session's confinement mode or unconfined."""
+    """An emulator hosting MCP servers, in the session's confinement mode or unconfined;
+    they start on first use (a test replaces what is installed before its first request)."""
     with pytest.MonkeyPatch.context() as patch:
         if request.param == "unconfined":
             patch.setenv(CONFINE_ENV, "0")
-        server = EmulatorServer().start()
+        server = EmulatorServer(EmulatorConfig(mcp_at_acquire=False)).start()
     try:
         yield server
     finally:
