@@ -10,22 +10,26 @@ installed server that does not work fails.
 
 from __future__ import annotations
 
-import secrets
-import shutil
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp (emulator extra)")
 
 from klavis_emulator import EmulatorServer
-from klavis_emulator._bwrap import CONFINE_ENV, confine_setting_from_env
 from klavis_emulator._mcp_catalog import MEMORY_FILE
-from klavis_emulator._mcp_host import McpHost
 from klavis_emulator._mcp_setup import find_tools
+from tests.emulator.mcp_servers import (
+    MODES,
+    assert_confinement,
+    host,
+    hosting_emulator,
+    mode_of,
+    sandbox_maker,
+)
+from tests.emulator.mcp_servers import ServerSandbox as Sandbox
 from workflows import _mcp as client
 
 NEW_SERVERS = ("localmemory", "code-runner", "excel", "word")
@@ -33,71 +37,18 @@ TOOLS = find_tools()
 MISSING = {server: TOOLS.missing(server) for server in NEW_SERVERS}
 
 
-@pytest.fixture(scope="module", params=["session", "unconfined"])
+@pytest.fixture(scope="module", params=MODES)
 def emulator(request: pytest.FixtureRequest) -> Iterator[EmulatorServer]:
     """An emulator hosting MCP servers, in the session's confinement mode or unconfined."""
-    with pytest.MonkeyPatch.context() as patch:
-        if request.param == "unconfined":
-            patch.setenv(CONFINE_ENV, "0")
-        server = EmulatorServer().start()
-    try:
+    with hosting_emulator(request.param) as server:
         yield server
-    finally:
-        host(server).shutdown(wait=15)
-        server.stop()
-
-
-def host(server: EmulatorServer) -> McpHost:
-    found: McpHost = server.app.state.mcp
-    return found
-
-
-class Sandbox:
-    """A sandbox holding one server: its MCP URL and workspace (host path and as seen)."""
-
-    def __init__(self, server: EmulatorServer, name: str) -> None:
-        if MISSING[name]:
-            pytest.skip(f"{name}: {MISSING[name]}")
-        self.server = server
-        self.http = httpx.Client(
-            base_url=server.base_url,
-            headers={"Authorization": f"Bearer srv-{secrets.token_hex(8)}"},
-            timeout=60,
-        )
-        answer = self.http.post("/local-sandbox", json={"server_names": [name]})
-        assert answer.status_code == 201, answer.text
-        body = answer.json()
-        self.id: str = body["local_sandbox_id"]
-        self.url: str = body["servers"][0]["mcp_server_url"]
-        self.workspace: Path = server.state.workspace_path(self.id)
-        self.seen = host(server).workspace_as_seen(self.id)
-
-    def close(self) -> None:
-        self.http.delete(f"/local-sandbox/{self.id}")
-        self.http.close()
 
 
 @pytest.fixture
-def make_sandbox(emulator: EmulatorServer) -> Iterator[Callable[[str], Sandbox]]:
+def make_sandbox(emulator: EmulatorServer) -> Iterator[Callable[..., Sandbox]]:
     """Acquire sandboxes on the module's emulator; released after the test."""
-    made: list[Sandbox] = []
-
-    def make(name: str) -> Sandbox:
-        box = Sandbox(emulator, name)
-        made.append(box)
-        return box
-
-    yield make
-    for box in made:
-        box.close()
-
-
-def _assert_confinement(server: EmulatorServer, mode: str) -> None:
-    """Unconfined when asked; confined wherever bubblewrap is installed otherwise."""
-    if mode == "unconfined":
-        assert not host(server).confined
-    elif shutil.which("bwrap") is not None and confine_setting_from_env() != "off":
-        assert host(server).confined
+    with sandbox_maker(emulator, MISSING) as make:
+        yield make
 
 
 def _xml_text(path: Path) -> str:
@@ -109,18 +60,13 @@ def _xml_text(path: Path) -> str:
         )
 
 
-def _mode(request: pytest.FixtureRequest) -> str:
-    mode: str = request.node.callspec.params["emulator"]
-    return mode
-
-
 def test_localmemory_keeps_its_graph_in_the_workspace(
     make_sandbox: Callable[[str], Sandbox], emulator: EmulatorServer, request: pytest.FixtureRequest
 ) -> None:
     box = make_sandbox("localmemory")
     names = {tool.name for tool in client.list_tools(box.url)}
     assert {"create_entities", "read_graph", "search_nodes"} <= names
-    _assert_confinement(emulator, _mode(request))
+    assert_confinement(emulator, mode_of(request))
 
     made = client.call_tool(
         box.url,
@@ -140,7 +86,7 @@ def test_code_runner_runs_a_snippet_in_the_workspace_with_a_private_tmp(
 ) -> None:
     box = make_sandbox("code-runner")
     assert [tool.name for tool in client.list_tools(box.url)] == ["run-code"]
-    _assert_confinement(emulator, _mode(request))
+    assert_confinement(emulator, mode_of(request))
 
     snippet = (
         "const fs = require('fs'), os = require('os');\n"
@@ -168,7 +114,7 @@ def test_excel_creates_a_workbook_and_writes_a_cell(
     box = make_sandbox("excel")
     names = {tool.name for tool in client.list_tools(box.url)}
     assert {"create_workbook", "write_range", "read_range"} <= names
-    _assert_confinement(emulator, _mode(request))
+    assert_confinement(emulator, mode_of(request))
 
     book = f"{box.seen}/book.xlsx"
     made = client.call_tool(box.url, "create_workbook", {"path": book})
@@ -190,7 +136,7 @@ def test_word_creates_a_document_with_a_paragraph(
     box = make_sandbox("word")
     names = {tool.name for tool in client.list_tools(box.url)}
     assert {"create_document", "add_paragraph", "get_document_text"} <= names
-    _assert_confinement(emulator, _mode(request))
+    assert_confinement(emulator, mode_of(request))
 
     document = f"{box.seen}/report.docx"
     made = client.call_tool(box.url, "create_document", {"filename": document, "title": "R"})

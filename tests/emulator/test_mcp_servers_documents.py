@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 import sys
 import zipfile
 from collections.abc import Callable, Iterator
@@ -27,10 +26,18 @@ pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp 
 
 from klavis_emulator import EmulatorConfig, EmulatorServer, _mcp_setup
 from klavis_emulator import __main__ as cli
-from klavis_emulator._bwrap import CONFINE_ENV, confine_setting_from_env
 from klavis_emulator._mcp_catalog import ARXIV_STORAGE
 from klavis_emulator._mcp_host import McpHost
 from klavis_emulator._mcp_setup import McpToolPaths, find_tools
+from tests.emulator.mcp_servers import (
+    MODES,
+    assert_confinement,
+    host,
+    hosting_emulator,
+    mode_of,
+    sandbox_maker,
+)
+from tests.emulator.mcp_servers import ServerSandbox as Sandbox
 from workflows import _mcp as client
 
 NEW_SERVERS = ("powerpoint", "arxiv", "pdf-tools")
@@ -38,72 +45,18 @@ TOOLS = find_tools()
 MISSING = {server: TOOLS.missing(server) for server in NEW_SERVERS}
 
 
-@pytest.fixture(scope="module", params=["session", "unconfined"])
+@pytest.fixture(scope="module", params=MODES)
 def emulator(request: pytest.FixtureRequest) -> Iterator[EmulatorServer]:
     """An emulator hosting MCP servers, in the session's confinement mode or unconfined."""
-    with pytest.MonkeyPatch.context() as patch:
-        if request.param == "unconfined":
-            patch.setenv(CONFINE_ENV, "0")
-        server = EmulatorServer().start()
-    try:
+    with hosting_emulator(request.param) as server:
         yield server
-    finally:
-        host(server).shutdown(wait=15)
-        server.stop()
-
-
-def host(server: EmulatorServer) -> McpHost:
-    found: McpHost = server.app.state.mcp
-    return found
-
-
-class Sandbox:
-    """A sandbox holding one server: its MCP URL and workspace (host path and as seen)."""
-
-    def __init__(self, server: EmulatorServer, name: str) -> None:
-        if MISSING[name]:
-            pytest.skip(f"{name}: {MISSING[name]}")
-        self.server = server
-        self.http = httpx.Client(
-            base_url=server.base_url,
-            headers={"Authorization": f"Bearer doc-{secrets.token_hex(8)}"},
-            timeout=60,
-        )
-        answer = self.http.post("/local-sandbox", json={"server_names": [name]})
-        assert answer.status_code == 201, answer.text
-        body = answer.json()
-        self.id: str = body["local_sandbox_id"]
-        self.url: str = body["servers"][0]["mcp_server_url"]
-        self.workspace: Path = server.state.workspace_path(self.id)
-        self.seen = host(server).workspace_as_seen(self.id)
-
-    def close(self) -> None:
-        self.http.delete(f"/local-sandbox/{self.id}")
-        self.http.close()
 
 
 @pytest.fixture
-def make_sandbox(emulator: EmulatorServer) -> Iterator[Callable[[str], Sandbox]]:
+def make_sandbox(emulator: EmulatorServer) -> Iterator[Callable[..., Sandbox]]:
     """Acquire sandboxes on the module's emulator; released after the test."""
-    made: list[Sandbox] = []
-
-    def make(name: str) -> Sandbox:
-        box = Sandbox(emulator, name)
-        made.append(box)
-        return box
-
-    yield make
-    for box in made:
-        box.close()
-
-
-def _assert_confinement(server: EmulatorServer, request: pytest.FixtureRequest) -> None:
-    """Unconfined when asked; confined wherever bubblewrap is installed otherwise."""
-    mode: str = request.node.callspec.params["emulator"]
-    if mode == "unconfined":
-        assert not host(server).confined
-    elif shutil.which("bwrap") is not None and confine_setting_from_env() != "off":
-        assert host(server).confined
+    with sandbox_maker(emulator, MISSING) as make:
+        yield make
 
 
 def test_powerpoint_saves_a_presentation_with_a_slide_in_the_workspace(
@@ -112,7 +65,7 @@ def test_powerpoint_saves_a_presentation_with_a_slide_in_the_workspace(
     box = make_sandbox("powerpoint")
     names = {tool.name for tool in client.list_tools(box.url)}
     assert {"create_presentation", "add_slide", "save_presentation"} <= names
-    _assert_confinement(emulator, request)
+    assert_confinement(emulator, mode_of(request))
 
     made = client.call_tool(box.url, "create_presentation", {"id": "deck"})
     assert not made.is_error, made.text
@@ -155,7 +108,7 @@ def test_arxiv_lists_and_reads_papers_stored_in_the_workspace_and_search_fails_o
     box = make_sandbox("arxiv")
     names = {tool.name for tool in client.list_tools(box.url)}
     assert {"search_papers", "download_paper", "list_papers", "read_paper"} <= names
-    _assert_confinement(emulator, request)
+    assert_confinement(emulator, mode_of(request))
 
     _store_paper(box.workspace / ARXIV_STORAGE, "2401.00001", "A Stored Paper", "hello arxiv")
     listed = client.call_tool(box.url, "list_papers", {})
@@ -205,7 +158,7 @@ def test_pdf_tools_reads_a_pdf_in_the_workspace_and_refuses_one_outside(
     box = make_sandbox("pdf-tools")
     names = {tool.name for tool in client.list_tools(box.url)}
     assert {"read_pdf_pages", "get_pdf_info", "merge_pdfs", "search_pdf_content"} <= names
-    _assert_confinement(emulator, request)
+    assert_confinement(emulator, mode_of(request))
 
     (box.workspace / "doc.pdf").write_bytes(_minimal_pdf("hello from pdf"))
     info = client.call_tool(box.url, "get_pdf_info", {"pdf_file_path": f"{box.seen}/doc.pdf"})

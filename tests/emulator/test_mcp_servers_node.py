@@ -11,7 +11,6 @@ says the same; an installed server that does not work fails.
 from __future__ import annotations
 
 import secrets
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from unittest import mock
@@ -21,12 +20,19 @@ import pytest
 
 pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp (emulator extra)")
 
-from klavis_emulator import EmulatorConfig, EmulatorServer
+from klavis_emulator import EmulatorServer
 from klavis_emulator.__main__ import _check_rows
-from klavis_emulator._bwrap import CONFINE_ENV, confine_setting_from_env
 from klavis_emulator._mcp_catalog import CATALOG, DESKTOP_COMMANDER_CONFIG, NpmPackage
 from klavis_emulator._mcp_host import McpHost
 from klavis_emulator._mcp_setup import McpToolPaths, find_tools
+from tests.emulator.mcp_servers import (
+    MODES,
+    assert_confinement,
+    hosting_emulator,
+    mode_of,
+    sandbox_maker,
+)
+from tests.emulator.mcp_servers import ServerSandbox as Sandbox
 from workflows import _mcp as client
 
 NEW_SERVERS = ("desktop-commander",)
@@ -34,73 +40,19 @@ TOOLS = find_tools()
 MISSING = {server: TOOLS.missing(server) for server in NEW_SERVERS}
 
 
-@pytest.fixture(scope="module", params=["session", "unconfined"])
+@pytest.fixture(scope="module", params=MODES)
 def emulator(request: pytest.FixtureRequest) -> Iterator[EmulatorServer]:
     """An emulator hosting MCP servers, in the session's confinement mode or unconfined;
     they start on first use (a test replaces what is installed before its first request)."""
-    with pytest.MonkeyPatch.context() as patch:
-        if request.param == "unconfined":
-            patch.setenv(CONFINE_ENV, "0")
-        server = EmulatorServer(EmulatorConfig(mcp_at_acquire=False)).start()
-    try:
+    with hosting_emulator(request.param, mcp_at_acquire=False) as server:
         yield server
-    finally:
-        host(server).shutdown(wait=15)
-        server.stop()
-
-
-def host(server: EmulatorServer) -> McpHost:
-    found: McpHost = server.app.state.mcp
-    return found
-
-
-class Sandbox:
-    """A sandbox holding one server: its MCP URL and workspace (host path and as seen)."""
-
-    def __init__(self, server: EmulatorServer, name: str, *, skip_missing: bool = True) -> None:
-        if skip_missing and MISSING[name]:
-            pytest.skip(f"{name}: {MISSING[name]}")
-        self.server = server
-        self.http = httpx.Client(
-            base_url=server.base_url,
-            headers={"Authorization": f"Bearer srv-{secrets.token_hex(8)}"},
-            timeout=60,
-        )
-        answer = self.http.post("/local-sandbox", json={"server_names": [name]})
-        assert answer.status_code == 201, answer.text
-        body = answer.json()
-        self.id: str = body["local_sandbox_id"]
-        self.url: str = body["servers"][0]["mcp_server_url"]
-        self.workspace: Path = server.state.workspace_path(self.id)
-        self.seen = host(server).workspace_as_seen(self.id)
-
-    def close(self) -> None:
-        self.http.delete(f"/local-sandbox/{self.id}")
-        self.http.close()
 
 
 @pytest.fixture
 def make_sandbox(emulator: EmulatorServer) -> Iterator[Callable[..., Sandbox]]:
     """Acquire sandboxes on the module's emulator; released after the test."""
-    made: list[Sandbox] = []
-
-    def make(name: str, *, skip_missing: bool = True) -> Sandbox:
-        box = Sandbox(emulator, name, skip_missing=skip_missing)
-        made.append(box)
-        return box
-
-    yield make
-    for box in made:
-        box.close()
-
-
-def _assert_confinement(server: EmulatorServer, request: pytest.FixtureRequest) -> None:
-    """Unconfined when asked; confined wherever bubblewrap is installed otherwise."""
-    mode: str = request.node.callspec.params["emulator"]
-    if mode == "unconfined":
-        assert not host(server).confined
-    elif shutil.which("bwrap") is not None and confine_setting_from_env() != "off":
-        assert host(server).confined
+    with sandbox_maker(emulator, MISSING) as make:
+        yield make
 
 
 # ---------------------------------------------------------------------- desktop-commander
@@ -112,7 +64,7 @@ def test_desktop_commander_writes_reads_and_searches_the_workspace(
     box = make_sandbox("desktop-commander")
     names = {tool.name for tool in client.list_tools(box.url)}
     assert {"write_file", "read_file", "start_search", "get_config"} <= names
-    _assert_confinement(emulator, request)
+    assert_confinement(emulator, mode_of(request))
 
     target = f"{box.seen}/todo.txt"
     wrote = client.call_tool(
@@ -148,7 +100,7 @@ def test_desktop_commander_keeps_to_the_workspace_and_its_private_config(
     assert '"telemetryEnabled": false' in config.text, config.text
     outside = client.call_tool(box.url, "read_file", {"path": "/etc/hostname"})
     assert outside.is_error, outside.text
-    _assert_confinement(emulator, request)
+    assert_confinement(emulator, mode_of(request))
     # its configuration is in the sandbox's private folder: not in the workspace (it would
     # be dumped), not in the emulator user's home (shared by every sandbox)
     assert not (box.workspace / DESKTOP_COMMANDER_CONFIG).exists()

@@ -1,0 +1,118 @@
+"""What the end-to-end tests of the hosted MCP servers share: an emulator hosting them (in the
+session's confinement mode or unconfined), sandboxes holding one server, and the check that a
+server runs confined wherever bubblewrap is installed."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import httpx
+import pytest
+
+from klavis_emulator import EmulatorConfig, EmulatorServer
+from klavis_emulator._bwrap import CONFINE_ENV, confine_setting_from_env
+from klavis_emulator._mcp_host import McpHost
+
+__all__ = [
+    "MODES",
+    "ServerSandbox",
+    "assert_confinement",
+    "hosting_emulator",
+    "host",
+    "mode_of",
+    "sandbox_maker",
+]
+
+MODES = ("session", "unconfined")
+"""The confinement modes each server's tests run in (the module fixture's params)."""
+
+
+@contextlib.contextmanager
+def hosting_emulator(mode: str, *, mcp_at_acquire: bool = True) -> Iterator[EmulatorServer]:
+    """An emulator hosting MCP servers, in the session's confinement mode or unconfined."""
+    with pytest.MonkeyPatch.context() as patch:
+        if mode == "unconfined":
+            patch.setenv(CONFINE_ENV, "0")
+        server = EmulatorServer(EmulatorConfig(mcp_at_acquire=mcp_at_acquire)).start()
+    try:
+        yield server
+    finally:
+        host(server).shutdown(wait=15)
+        server.stop()
+
+
+def host(server: EmulatorServer) -> McpHost:
+    """The emulator's MCP host."""
+    found: McpHost = server.app.state.mcp
+    return found
+
+
+class ServerSandbox:
+    """A sandbox holding one server: its MCP URL and workspace (host path and as seen). A
+    server that is not installed here skips the test, naming what is missing."""
+
+    def __init__(
+        self,
+        server: EmulatorServer,
+        name: str,
+        missing: Mapping[str, str | None],
+        *,
+        skip_missing: bool = True,
+    ) -> None:
+        if skip_missing and missing.get(name):
+            pytest.skip(f"{name}: {missing[name]}")
+        self.server = server
+        self.http = httpx.Client(
+            base_url=server.base_url,
+            headers={"Authorization": f"Bearer srv-{secrets.token_hex(8)}"},
+            timeout=60,
+        )
+        answer = self.http.post("/local-sandbox", json={"server_names": [name]})
+        assert answer.status_code == 201, answer.text
+        body = answer.json()
+        self.id: str = body["local_sandbox_id"]
+        self.url: str = body["servers"][0]["mcp_server_url"]
+        self.workspace: Path = server.state.workspace_path(self.id)
+        self.seen = host(server).workspace_as_seen(self.id)
+
+    def close(self) -> None:
+        """Release the sandbox."""
+        self.http.delete(f"/local-sandbox/{self.id}")
+        self.http.close()
+
+
+@contextlib.contextmanager
+def sandbox_maker(
+    server: EmulatorServer, missing: Mapping[str, str | None]
+) -> Iterator[Callable[..., ServerSandbox]]:
+    """A function that acquires sandboxes on ``server``; all released on exit."""
+    made: list[ServerSandbox] = []
+
+    def make(name: str, *, skip_missing: bool = True) -> ServerSandbox:
+        box = ServerSandbox(server, name, missing, skip_missing=skip_missing)
+        made.append(box)
+        return box
+
+    try:
+        yield make
+    finally:
+        for box in made:
+            box.close()
+
+
+def mode_of(request: pytest.FixtureRequest) -> str:
+    """The confinement mode of the test's module emulator."""
+    mode: str = request.node.callspec.params["emulator"]
+    return mode
+
+
+def assert_confinement(server: EmulatorServer, mode: str) -> None:
+    """Unconfined when asked; confined wherever bubblewrap is installed otherwise."""
+    if mode == "unconfined":
+        assert not host(server).confined
+    elif shutil.which("bwrap") is not None and confine_setting_from_env() != "off":
+        assert host(server).confined
