@@ -21,10 +21,11 @@ if [ ! -f "$stamp" ]; then
 fi
 export PATH="$VENV/bin:$PATH"
 # The MCP servers the emulator hosts (every one of its catalog): one npm ci for filesystem,
-# localmemory and code-runner (needs Node.js >= 18), a venv each for terminal, excel and word.
-# Idempotent, ~0.5 s when already done; on a fresh tools dir ~47 s with a
-# warm pip/npm cache (before excel and word: ~17 s). scripts/demo does
-# not need them and goes on without; scripts/test does.
+# localmemory, code-runner and desktop-commander (needs Node.js >= 18), a venv each for
+# terminal, excel, word, powerpoint, arxiv and pdf-tools (with a Python 3.12 if the machine has
+# one). Idempotent, ~0.5 s when already done; on a fresh tools dir several minutes (see
+# klavis_emulator/_mcp_setup.py for the measurements). scripts/demo does not need them and goes
+# on without; scripts/test does.
 if ! klavis-emulator setup -q; then
     if [ "${MCP_SERVERS_OPTIONAL:-0}" = 1 ]; then
         echo "warning: the emulator's MCP servers are not installed (see above); going on" >&2
