@@ -251,25 +251,36 @@ class McpToolPaths:
         None as well for servers the emulator does not host (see
         :attr:`~klavis_emulator._mcp_catalog.NotHosted.reason` for those).
         """
+        outside = self.missing_outside(server)
+        if outside is not None:
+            return outside
+        entry = CATALOG.get(server)
+        if entry is None or isinstance(entry.install, NotHosted) or server in self.programs:
+            return None
+        install = entry.install
+        if isinstance(install, NpmPackage):
+            return f"the npm package {install.package} is not installed: {_SETUP_FIX}."
+        if isinstance(install, EmulatorPython):
+            return (
+                f"the PyPI package {install.distribution} is not installed: "
+                "pip install 'klavis-sandbox[emulator]'."
+            )
+        return f"the {install.distribution} environment is not installed: {_SETUP_FIX}."
+
+    def missing_outside(self, server: str) -> str | None:
+        """The part of :meth:`missing` that the project cannot install itself: Node.js, a
+        program of the distribution, a Python version. (Tests skip for these only; what
+        ``klavis-emulator setup`` installs must be there.)"""
         entry = CATALOG.get(server)
         if entry is None or isinstance(entry.install, NotHosted):
             return None
         install = entry.install
-        if isinstance(install, NpmPackage):
-            if self.node is None:
-                return "Node.js (`node`) is not on PATH; install Node.js 18 or newer."
-            if server not in self.programs:
-                return f"the npm package {install.package} is not installed: {_SETUP_FIX}."
-        elif isinstance(install, EmulatorPython):
-            if server not in self.programs:
-                return (
-                    f"the PyPI package {install.distribution} is not installed: "
-                    "pip install 'klavis-sandbox[emulator]'."
-                )
-        elif server not in self.programs:
-            return missing_python(server) or (
-                f"the {install.distribution} environment is not installed: {_SETUP_FIX}."
-            )
+        if isinstance(install, NpmPackage) and self.node is None:
+            return "Node.js (`node`) is not on PATH; install Node.js 18 or newer."
+        if isinstance(install, OwnVenv) and server not in self.programs:
+            needs_python = missing_python(server)
+            if needs_python is not None:
+                return needs_python
         for needed in entry.needs:
             if needed.key not in self.system:
                 return (

@@ -53,7 +53,8 @@ def host(server: EmulatorServer) -> McpHost:
 
 class ServerSandbox:
     """A sandbox holding one server: its MCP URL and workspace (host path and as seen). A
-    server that is not installed here skips the test, naming what is missing."""
+    test skips only when ``missing`` names a piece the project cannot install (Node.js, a
+    distribution program, a Python version: ``McpToolPaths.missing_outside``)."""
 
     def __init__(
         self,

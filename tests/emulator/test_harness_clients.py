@@ -108,7 +108,7 @@ def test_an_mcp_atlas_style_client_opens_every_hosted_server(emulator: EmulatorS
             http.delete(f"/local-sandbox/{answer.json()['local_sandbox_id']}")
 
     hosted = {a for a, n in ATLAS.items() if not isinstance(CATALOG[n].install, NotHosted)}
-    installed = {a for a in hosted if TOOLS.missing(ATLAS[a]) is None}
+    installed = {a for a in hosted if TOOLS.missing_outside(ATLAS[a]) is None}
     for alias in installed:
         names = outcome[alias]
         assert isinstance(names, list), f"{alias}: {names}"

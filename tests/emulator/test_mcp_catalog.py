@@ -144,3 +144,19 @@ def test_the_version_of_an_npm_program_outside_its_package_is_unknown(tmp_path: 
     stray = tmp_path / "bin" / "index.js"  # no folder named after the package above it
     moved = dataclasses.replace(tools, programs={**tools.programs, "filesystem": stray})
     assert installed_version("filesystem", moved) is None
+
+
+def test_only_pieces_the_project_cannot_install_count_as_outside() -> None:
+    from klavis_emulator._mcp_setup import McpToolPaths
+
+    no_node = McpToolPaths(node=None)
+    assert "Node.js" in (no_node.missing_outside("filesystem") or "")
+    assert no_node.missing("filesystem") == no_node.missing_outside("filesystem")
+    # node is there but our npm install is not: a project failure, never a reason to skip
+    no_install = McpToolPaths(node=Path("/usr/bin/node"), system={"rg": Path("/usr/bin/rg")})
+    assert no_install.missing_outside("filesystem") is None
+    assert "klavis-emulator setup" in (no_install.missing("filesystem") or "")
+    assert no_install.missing_outside("terminal") is None
+    assert "klavis-emulator setup" in (no_install.missing("terminal") or "")
+    no_rg = McpToolPaths(node=Path("/usr/bin/node"))
+    assert "apt-get install ripgrep" in (no_rg.missing_outside("desktop-commander") or "")

@@ -3,9 +3,9 @@ its MCP URL opened with the official client, ``list_tools`` and one real tool ca
 writes the workspace.
 
 Each test runs twice: in the session's confinement mode (where bubblewrap is installed, the
-servers must be confined) and unconfined (``KLAVIS_EMULATOR_CONFINE=0``). A server that is
-not installed here skips naming what is missing (``klavis-emulator setup`` installs it); an
-installed server that does not work fails.
+servers must be confined) and unconfined (``KLAVIS_EMULATOR_CONFINE=0``). A test skips only
+when something the project cannot install is missing here (Node.js), naming it; a server that
+``klavis-emulator setup`` should have installed, or that does not work, fails.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from workflows import _mcp as client
 
 NEW_SERVERS = ("localmemory", "code-runner", "excel", "word")
 TOOLS = find_tools()
-MISSING = {server: TOOLS.missing(server) for server in NEW_SERVERS}
+MISSING = {server: TOOLS.missing_outside(server) for server in NEW_SERVERS}
 
 
 @pytest.fixture(scope="module", params=MODES)

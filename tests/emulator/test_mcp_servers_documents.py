@@ -3,10 +3,10 @@ URL opened with the official client, ``list_tools`` and one real tool call that 
 reads the workspace.
 
 Each test runs twice: in the session's confinement mode (where bubblewrap is installed, the
-servers must be confined) and unconfined (``KLAVIS_EMULATOR_CONFINE=0``). A server that is
-not installed here skips naming what is missing (``klavis-emulator setup`` installs it;
-pdf-tools also needs a Python 3.12 on the machine); an installed server that does not work
-fails.
+servers must be confined) and unconfined (``KLAVIS_EMULATOR_CONFINE=0``). A test skips only
+when something the project cannot install is missing here (pdf-tools needs a Python 3.12 on
+the machine), naming it; a server that ``klavis-emulator setup`` should have installed, or
+that does not work, fails.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from workflows import _mcp as client
 
 NEW_SERVERS = ("powerpoint", "arxiv", "pdf-tools")
 TOOLS = find_tools()
-MISSING = {server: TOOLS.missing(server) for server in NEW_SERVERS}
+MISSING = {server: TOOLS.missing_outside(server) for server in NEW_SERVERS}
 
 
 @pytest.fixture(scope="module", params=MODES)

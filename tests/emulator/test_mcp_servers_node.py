@@ -2,10 +2,10 @@
 URL opened with the official client, ``list_tools`` and real tool calls.
 
 Each test runs twice: in the session's confinement mode (where bubblewrap is installed, the
-servers must be confined) and unconfined (``KLAVIS_EMULATOR_CONFINE=0``). Both servers need
-a program of the distribution (ripgrep, Chromium): where it or the npm install is missing,
-the test skips naming what is missing, and the test of the 503 answer checks that the URL
-says the same; an installed server that does not work fails.
+servers must be confined) and unconfined (``KLAVIS_EMULATOR_CONFINE=0``). The server needs
+a program of the distribution (ripgrep): where it is missing, the test skips naming it, and
+the test of the 503 answer checks that the URL says the same; a missing npm install (which
+``klavis-emulator setup`` makes) or a server that does not work fails.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from workflows import _mcp as client
 
 NEW_SERVERS = ("desktop-commander",)
 TOOLS = find_tools()
-MISSING = {server: TOOLS.missing(server) for server in NEW_SERVERS}
+MISSING = {server: TOOLS.missing_outside(server) for server in NEW_SERVERS}
 
 
 @pytest.fixture(scope="module", params=MODES)
