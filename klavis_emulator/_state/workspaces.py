@@ -70,9 +70,8 @@ class Workspaces(SandboxPart):
                     f"{region!r}: PUT a tar.gz to the URL from POST /local-sandbox/"
                     f"{sandbox_id}/upload-url?region={region} first."
                 )
-            staging = self._tmp / f"staging-{uuid.uuid4()}"
+            staging = self._staged_copy(workspace)
             try:
-                copy_tree(workspace, staging)
                 count = extract_archive(archive, staging, self._archive_limits)
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -86,10 +85,9 @@ class Workspaces(SandboxPart):
         ``leave_out``), all or nothing, like :meth:`initialize`."""
         with self._db.sandbox_lock(sandbox_id):
             workspace = self._sandboxes.workspace_locked(tenant, sandbox_id)
-            staging = self._tmp / f"staging-{uuid.uuid4()}"
+            staging = self._staged_copy(folder)
+            left_out = staging / leave_out
             try:
-                copy_tree(folder, staging)
-                left_out = staging / leave_out
                 if left_out.is_dir() and not left_out.is_symlink():
                     shutil.rmtree(left_out)
             except BaseException:
@@ -97,6 +95,17 @@ class Workspaces(SandboxPart):
                 raise
             self._swap_contents(workspace, staging)
         self._sandboxes.touch(sandbox_id)
+
+    def _staged_copy(self, folder: Path) -> Path:
+        """A copy of ``folder`` in the staging area, whose contents :meth:`_swap_contents`
+        then moves into a workspace (nothing is left behind if the copy fails)."""
+        staging = self._tmp / f"staging-{uuid.uuid4()}"
+        try:
+            copy_tree(folder, staging)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return staging
 
     def dump(self, tenant: str, sandbox_id: str, base_url: str) -> SignedUrl:
         """Archive the workspace (members ``.`` and ``./name``) behind a signed ``GET`` URL."""
