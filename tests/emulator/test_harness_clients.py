@@ -21,9 +21,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-
-pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp (emulator extra)")
-
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 

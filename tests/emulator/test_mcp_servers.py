@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp (emulator extra)")
-
 from klavis_emulator import EmulatorServer
 from klavis_emulator._mcp_catalog import MEMORY_FILE
 from klavis_emulator._mcp_setup import find_tools

@@ -22,8 +22,6 @@ from unittest import mock
 import httpx
 import pytest
 
-pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp (emulator extra)")
-
 from klavis_emulator import EmulatorConfig, EmulatorServer, _mcp_setup
 from klavis_emulator import __main__ as cli
 from klavis_emulator._mcp_catalog import ARXIV_STORAGE

@@ -18,8 +18,6 @@ from unittest import mock
 import httpx
 import pytest
 
-pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp (emulator extra)")
-
 from klavis_emulator import EmulatorServer
 from klavis_emulator.__main__ import _check_rows
 from klavis_emulator._mcp_catalog import CATALOG, DESKTOP_COMMANDER_CONFIG, NpmPackage
