@@ -25,6 +25,7 @@ the missing ones lived only in a 501 message.
 from __future__ import annotations
 
 import json
+import tempfile
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +35,9 @@ from typing import Final
 __all__ = [
     "ARXIV_STORAGE",
     "CATALOG",
+    "CHROMIUM",
     "HOSTED_SERVERS",
+    "PLAYWRIGHT_OUTPUT",
     "TERMINAL_ALLOWED_COMMANDS",
     "EmulatorPython",
     "Install",
@@ -113,6 +116,8 @@ class SystemProgram:
     """The Debian/Ubuntu package that provides it (named in the "not installed" answer)."""
     why: str
     """What the server does with it."""
+    paths: tuple[str, ...] = ()
+    """Absolute paths tried, in order, when none of :attr:`names` is on ``PATH``."""
 
     @property
     def key(self) -> str:
@@ -415,6 +420,69 @@ def _desktop_commander(ctx: LaunchContext) -> LaunchParts:
     )  # fmt: skip
 
 
+CHROMIUM: Final = SystemProgram(
+    ("chromium", "chromium-browser"),
+    "chromium",
+    "playwright drives it; nothing is downloaded",
+    paths=("/usr/bin/chromium", "/usr/lib/chromium/chromium"),
+)
+
+PLAYWRIGHT_OUTPUT: Final = ".playwright-mcp"
+"""Where playwright saves files it names itself (screenshots, PDFs, snapshots, downloads),
+relative to the workspace: the package's own default (``<cwd>/.playwright-mcp``), given
+explicitly so it does not depend on the working folder. Files the caller names resolve
+against the workspace (the server's working folder: it gets no MCP roots)."""
+
+PLAYWRIGHT_CONFIG: Final = "playwright-mcp.json"
+"""Its configuration file, written to the sandbox's private temporary folder at each start."""
+
+CHROMIUM_FLAGS: Final[tuple[str, ...]] = (
+    # the machine may be offline, and the browser has no business calling Google's hosts:
+    # no background requests (safe browsing, variations, translation...), no component
+    # updates, no sync, no first-run tasks; no GPU process (headless, there is none)
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",  # a confined /dev/shm is small: shared memory in /tmp
+)
+"""Chromium flags added to Playwright's own."""
+
+
+def _playwright_config() -> str:
+    # browserName chromium with no channel: the default channel ("chrome") would look for
+    # Google Chrome and turn Chromium's own sandbox on (see `--no-sandbox` below).
+    launch = {"args": list(CHROMIUM_FLAGS)}
+    return json.dumps({"browser": {"browserName": "chromium", "launchOptions": launch}})
+
+
+def _playwright(ctx: LaunchContext) -> LaunchParts:
+    # --isolated: the browser profile lives in memory (the rest in the private /tmp).
+    # --no-sandbox: Chromium refuses its own sandbox when run as root ("Running as root
+    # without --no-sandbox is not supported", measured with Chromium 156 unconfined and in
+    # bubblewrap), and needs user namespaces for it otherwise: where they are missing or
+    # restricted, which is where an emulator runs unconfined, the browser would not start.
+    # The boundary is the confinement around the whole server (bubblewrap: its own mount,
+    # PID and IPC namespaces, read-only system, only the workspace writable); unconfined,
+    # every hosted server runs with the emulator user's rights anyway.
+    # TMPDIR: Playwright and Chromium make Unix sockets under it, and abort when a socket's
+    # path passes the 107 bytes a socket name may have ("Socket path too long", "Socket
+    # directory path is too long (114 bytes)", seen unconfined with the private folder
+    # under the emulator's data folder): unconfined, the system's temporary folder (they
+    # remove what they made there when the browser closes); confined, the private /tmp.
+    assert ctx.node is not None
+    tmp = ctx.tmp if ctx.confined else tempfile.gettempdir()
+    config = f"{ctx.tmp}/{PLAYWRIGHT_CONFIG}"
+    return LaunchParts(
+        ("/bin/sh", "-c", _WRITE_THEN_EXEC, "sh", config, _playwright_config(),
+         str(ctx.node), str(ctx.program), "--config", config,
+         "--executable-path", str(ctx.system[CHROMIUM.key]), "--headless", "--isolated",
+         "--no-sandbox", "--output-dir", f"{ctx.workspace}/{PLAYWRIGHT_OUTPUT}"),
+        {"HOME": ctx.tmp, "TMPDIR": tmp, "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"},
+    )  # fmt: skip
+
+
 _NOT_PACKAGED: Final = "the emulator does not package it yet (it could run offline: {})"
 
 CATALOG: Final[Mapping[str, McpServer]] = {
@@ -529,6 +597,20 @@ CATALOG: Final[Mapping[str, McpServer]] = {
             needs=(RIPGREP,),
         ),
         McpServer(
+            "playwright",
+            NpmPackage("@playwright/mcp", "0.0.83", "cli.js"),
+            "a headless Chromium: open pages, read them, click, fill forms, save "
+            f"screenshots and PDFs (automatically named ones in <workspace>/"
+            f"{PLAYWRIGHT_OUTPUT})",
+            _playwright,
+            private_tmp=True,
+            needs=(CHROMIUM,),
+            # Pages on loopback (a site the test or the agent serves) must load: the server
+            # shares the emulator's network namespace; the Chromium flags above keep the
+            # browser from calling Google's hosts of its own accord.
+            network=True,
+        ),
+        McpServer(
             "code-executor",
             NotHosted(
                 "the service's code executor runs code in an execution environment the "
@@ -561,14 +643,6 @@ CATALOG: Final[Mapping[str, McpServer]] = {
                 "which the service deploys and the emulator does not have"
             ),
             "Canvas LMS courses, assignments, users",
-        ),
-        McpServer(
-            "playwright",
-            NotHosted(
-                "it drives a browser that Playwright downloads from its own CDN (not a "
-                "package registry), and web pages need the network"
-            ),
-            "browser automation",
         ),
     )
 }

@@ -2,7 +2,7 @@
 
 Generic over :data:`~klavis_emulator._mcp_catalog.CATALOG`, by install kind:
 
-- npm packages (filesystem, localmemory, code-runner, desktop-commander): pinned by
+- npm packages (filesystem, localmemory, code-runner, desktop-commander, playwright): pinned by
   ``mcp_servers/package.json`` + ``package-lock.json`` beside this module, all installed by
   one ``npm ci`` into ``mcp_servers/node_modules`` (or, when the package folder is not
   writable, into ``<tools dir>/node``);
@@ -24,7 +24,10 @@ Measured on a 2-core machine, fresh tools dir and ``node_modules``, warm pip and
 the terminal venv 10.8 s, excel 11.9 s (33 pins), word 18.9 s (82 pins): 46.5 s in all, up
 from about 17 s for filesystem + terminal; 0.5 s when everything is installed.
 desktop-commander brings 620 more npm packages (puppeteer, sharp, pdf and office libraries):
-``npm ci`` of the lock then took 57.1 s on the same machine (warm npm cache), +53 s. The venvs are
+``npm ci`` of the lock then took 57.1 s on the same machine (warm npm cache), +53 s.
+playwright adds three packages (``@playwright/mcp``, ``playwright``, ``playwright-core``; no
+browser: the distribution's Chromium is used); ``npm ci`` of that lock took 33.6 s on a
+2-core machine with a warm npm cache (timings of ``npm ci`` vary with the machine's load). The venvs are
 built one after another (building them in parallel is not tried yet: on two cores the pip
 installs would compete for the CPU). powerpoint (41 pins), arxiv (47) and pdf-tools (75, with
 pyenv's Python 3.12.1) add 48 s, 62 s and 32 s on that machine while other jobs shared its
@@ -311,6 +314,10 @@ def _venv_program(tools_dir: Path, install: OwnVenv) -> Path | None:
     return None
 
 
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
 def find_tools(tools_dir: Path | None = None) -> McpToolPaths:
     """Locate the installed servers (cheap: a few ``stat`` calls)."""
     tools = tools_dir if tools_dir is not None else default_tools_dir()
@@ -330,6 +337,8 @@ def find_tools(tools_dir: Path | None = None) -> McpToolPaths:
     system: dict[str, Path] = {}
     for needed in {needed for name in HOSTED_SERVERS for needed in CATALOG[name].needs}:
         where = next(filter(None, map(shutil.which, needed.names)), None)
+        if where is None:
+            where = next((path for path in needed.paths if _executable(path)), None)
         if where is not None:
             system[needed.key] = Path(where)
     return McpToolPaths(node=Path(node) if node else None, programs=programs, system=system)

@@ -1,12 +1,17 @@
 """What the end-to-end tests of the hosted MCP servers share: an emulator hosting them (in the
-session's confinement mode or unconfined), sandboxes holding one server, and the check that a
-server runs confined wherever bubblewrap is installed."""
+session's confinement mode or unconfined), sandboxes holding one server, the check that a
+server runs confined wherever bubblewrap is installed, and a web site on loopback for the
+browser."""
 
 from __future__ import annotations
 
 import contextlib
+import http.server
+import io
 import secrets
 import shutil
+import tarfile
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -23,6 +28,7 @@ __all__ = [
     "assert_confinement",
     "hosting_emulator",
     "host",
+    "loopback_site",
     "mode_of",
     "sandbox_maker",
 ]
@@ -80,8 +86,23 @@ class ServerSandbox:
         self.workspace: Path = server.state.workspace_path(self.id)
         self.seen = host(server).workspace_as_seen(self.id)
 
+    def dumped(self) -> dict[str, bytes]:
+        """The workspace as ``GET /local-sandbox/{id}/dump`` archives it: member -> bytes."""
+        answer = self.http.get(f"/local-sandbox/{self.id}/dump")
+        assert answer.status_code == 200, answer.text
+        archive = httpx.get(answer.json()["download_url"], timeout=60)
+        assert archive.status_code == 200, archive.text
+        with tarfile.open(fileobj=io.BytesIO(archive.content), mode="r:gz") as tar:
+            return {
+                member.name.removeprefix("./"): tar.extractfile(member).read()  # type: ignore[union-attr]
+                for member in tar.getmembers()
+                if member.isfile()
+            }
+
     def close(self) -> None:
-        """Release the sandbox."""
+        """Release the sandbox (once: later calls do nothing)."""
+        if self.http.is_closed:
+            return
         self.http.delete(f"/local-sandbox/{self.id}")
         self.http.close()
 
@@ -117,3 +138,32 @@ def assert_confinement(server: EmulatorServer, mode: str) -> None:
         assert not host(server).confined
     elif shutil.which("bwrap") is not None and confine_setting_from_env() != "off":
         assert host(server).confined
+
+
+@contextlib.contextmanager
+def loopback_site(pages: Mapping[str, str]) -> Iterator[str]:
+    """A web site on 127.0.0.1 (a free port) serving ``pages`` (path -> HTML) from a thread;
+    yields its base URL (``http://127.0.0.1:PORT``) and stops it on exit."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            page = pages.get(self.path)
+            body = (page if page is not None else "not found").encode("utf-8")
+            self.send_response(200 if page is not None else 404)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # the test's output is not the place for an access log
+
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=site.serve_forever, name="loopback-site", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{site.server_address[1]}"
+    finally:
+        site.shutdown()
+        site.server_close()
+        thread.join()

@@ -2,38 +2,46 @@
 URL opened with the official client, ``list_tools`` and real tool calls.
 
 Each test runs twice: in the session's confinement mode (where bubblewrap is installed, the
-servers must be confined) and unconfined (``KLAVIS_EMULATOR_CONFINE=0``). The server needs
-a program of the distribution (ripgrep): where it is missing, the test skips naming it, and
-the test of the 503 answer checks that the URL says the same; a missing npm install (which
-``klavis-emulator setup`` makes) or a server that does not work fails.
+servers must be confined) and unconfined (``KLAVIS_EMULATOR_CONFINE=0``). Each server needs
+a program of the distribution (ripgrep, Chromium): where it is missing, the test skips naming
+it, and the test of the 503 answer checks that the URL says the same; a missing npm install
+(which ``klavis-emulator setup`` makes) or a server that does not work fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from unittest import mock
 
 import httpx
+import psutil
 import pytest
 
 from klavis_emulator import EmulatorServer
 from klavis_emulator.__main__ import _check_rows
-from klavis_emulator._mcp_catalog import CATALOG, DESKTOP_COMMANDER_CONFIG, NpmPackage
+from klavis_emulator._mcp_catalog import (
+    CATALOG,
+    DESKTOP_COMMANDER_CONFIG,
+    PLAYWRIGHT_OUTPUT,
+    NpmPackage,
+)
 from klavis_emulator._mcp_host import McpHost
 from klavis_emulator._mcp_setup import McpToolPaths, find_tools
 from tests.emulator.mcp_servers import (
     MODES,
     assert_confinement,
     hosting_emulator,
+    loopback_site,
     mode_of,
     sandbox_maker,
 )
 from tests.emulator.mcp_servers import ServerSandbox as Sandbox
 from workflows import _mcp as client
 
-NEW_SERVERS = ("desktop-commander",)
+NEW_SERVERS = ("desktop-commander", "playwright")
 TOOLS = find_tools()
 MISSING = {server: TOOLS.missing_outside(server) for server in NEW_SERVERS}
 
@@ -106,10 +114,90 @@ def test_desktop_commander_keeps_to_the_workspace_and_its_private_config(
     assert after == before
 
 
+# ---------------------------------------------------------------------- playwright
+
+MARKER = f"loopback-marker-{secrets.token_hex(4)}"
+PAGE = f"<html><head><title>Loopback</title></head><body><h1>{MARKER}</h1></body></html>"
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[str]:
+    """A page on loopback (``/index.html``, holding :data:`MARKER`), served by a thread."""
+    with loopback_site({"/index.html": PAGE}) as url:
+        yield url
+
+
+def _is_chromium(process: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return process.name().startswith(("chromium", "chrome"))
+    return False
+
+
+def _browser_processes(box: Sandbox) -> list[psutil.Process]:
+    """The Chromium processes of ``box``'s playwright server: in the process tree of the
+    server (the emulator's child whose command line names the workspace), and Chromium's
+    crash handlers, which leave that tree (their parent becomes init; unconfined, their
+    command line names the server's private folder, which carries the sandbox id)."""
+    found: dict[int, psutil.Process] = {}
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if str(box.workspace) in " ".join(child.cmdline()):
+                found.update((p.pid, p) for p in child.children(recursive=True))
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if _is_chromium(process) and box.id in " ".join(process.cmdline()):
+                found[process.pid] = process
+    return [process for process in found.values() if _is_chromium(process)]
+
+
+def _still_running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Wait (up to 30 s) for ``processes`` to end; those still running (zombies are ended)."""
+    _, alive = psutil.wait_procs(processes, timeout=30)
+    running = []
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.status() != psutil.STATUS_ZOMBIE:
+                running.append(process)
+    return running
+
+
+def test_playwright_reads_a_page_on_loopback_and_saves_a_screenshot_then_release_ends_chromium(
+    make_sandbox: Callable[..., Sandbox],
+    emulator: EmulatorServer,
+    request: pytest.FixtureRequest,
+    site: str,
+) -> None:
+    box = make_sandbox("playwright")
+    names = {tool.name for tool in client.list_tools(box.url)}
+    assert {"browser_navigate", "browser_snapshot", "browser_take_screenshot"} <= names
+    assert_confinement(emulator, mode_of(request))
+
+    opened = client.call_tool(box.url, "browser_navigate", {"url": f"{site}/index.html"})
+    assert not opened.is_error, opened.text
+    snapshot = client.call_tool(box.url, "browser_snapshot", {})
+    assert MARKER in snapshot.text, snapshot.text
+    # a name of ours lands in the workspace; an automatic one in <workspace>/.playwright-mcp
+    named = client.call_tool(box.url, "browser_take_screenshot", {"filename": "page.png"})
+    assert not named.is_error, named.text
+    automatic = client.call_tool(box.url, "browser_take_screenshot", {})
+    assert not automatic.is_error, automatic.text
+    dumped = box.dumped()
+    assert dumped["page.png"].startswith(b"\x89PNG")
+    automatic_files = [name for name in dumped if name.startswith(f"{PLAYWRIGHT_OUTPUT}/")]
+    assert any(name.endswith(".png") for name in automatic_files), sorted(dumped)
+
+    browsers = _browser_processes(box)
+    assert browsers, "no Chromium process found under the playwright server"
+    box.close()
+    assert _still_running(browsers) == []
+
+
 # ---------------------------------------------------------------------- missing pieces
 
 
-@pytest.mark.parametrize(("server", "package"), [("desktop-commander", "ripgrep")])
+@pytest.mark.parametrize(
+    ("server", "package"), [("desktop-commander", "ripgrep"), ("playwright", "chromium")]
+)
 def test_a_missing_system_program_is_named_by_check_and_by_a_503(
     server: str, package: str, emulator: EmulatorServer
 ) -> None:
