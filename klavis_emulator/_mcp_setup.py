@@ -24,15 +24,15 @@ Measured on a 2-core machine, fresh tools dir and ``node_modules``, warm pip and
 the terminal venv 10.8 s, excel 11.9 s (33 pins), word 18.9 s (82 pins): 46.5 s in all, up
 from about 17 s for filesystem + terminal; 0.5 s when everything is installed.
 desktop-commander brings 620 more npm packages (puppeteer, sharp, pdf and office libraries):
-``npm ci`` of the lock then took 57.1 s on the same machine (warm npm cache), +53 s.
-playwright adds three packages (``@playwright/mcp``, ``playwright``, ``playwright-core``; no
-browser: the distribution's Chromium is used); ``npm ci`` of that lock took 33.6 s on a
-2-core machine with a warm npm cache (timings of ``npm ci`` vary with the machine's load). The venvs are
+``npm ci`` of the lock then took 57.1 s on the same machine (warm npm cache), +53 s. The venvs are
 built one after another (building them in parallel is not tried yet: on two cores the pip
 installs would compete for the CPU). powerpoint (41 pins), arxiv (47) and pdf-tools (75, with
 pyenv's Python 3.12.1) add 48 s, 62 s and 32 s on that machine while other jobs shared its
 cores: 142 s (172 s on a second fresh tools dir, of which 48 s CPU time in setup's own
 processes), so a fresh setup now takes about three times as long.
+playwright adds three npm packages (``@playwright/mcp``, ``playwright``, ``playwright-core``;
+no browser: the distribution's Chromium is used); ``npm ci`` of that lock took 33.6 s on a
+2-core machine with a warm npm cache.
 """
 
 from __future__ import annotations

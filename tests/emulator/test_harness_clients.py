@@ -7,15 +7,26 @@ aliases of its own (``cli-mcp-server`` for the terminal server, ``memory`` for l
 Here: every server the emulator hosts and has installed must open, list and answer a call; a
 server it does not host must refuse clearly (501, with a JSON-RPC error saying why, which the
 SDK raises with that message) instead of hanging the harness or failing without a reason.
+
+MCPMark's client (its ``KlavisLocalSandbox`` and ``MCPHttpServer``) acquires with
+``benchmark=MCP_Mark`` and ``ttl_seconds=7200``, maps each server's name to its URL, opens a
+session per URL inside an ``AsyncExitStack`` (initialize under a timeout), lists tools once,
+calls them, then reads the workspace back with ``GET /dump`` and its signed URL and extracts the
+tar.gz. Here: filesystem and playwright in one sandbox, a page served on loopback read by the
+browser (its heading is written by the page's script, so only a browser sees it), written to a
+file through filesystem, found in the dump.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
+import re
 import secrets
-from collections.abc import Iterator
+import tarfile
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
@@ -27,6 +38,7 @@ from mcp.client.streamable_http import streamable_http_client
 from klavis_emulator import EmulatorServer
 from klavis_emulator._mcp_catalog import CATALOG, NotHosted
 from klavis_emulator._mcp_setup import find_tools
+from tests.emulator.mcp_servers import loopback_site
 
 # MCP-Atlas's servers, under the names its tool prefixes use
 ATLAS = {
@@ -124,3 +136,107 @@ def test_an_mcp_atlas_style_client_opens_every_hosted_server(emulator: EmulatorS
     )
     with contextlib.suppress(TypeError):
         json.dumps(outcome)  # what a harness would log
+
+
+# ---------------------------------------------------------------------- MCPMark
+
+MARK_TOKEN = secrets.token_hex(4)
+MARK_PAGE = (
+    "<html><head><title>MCPMark task</title></head><body><h1 id='answer'>loading</h1>"
+    f"<script>document.getElementById('answer').textContent = 'answer-' + (6 * 7) + "
+    f"'-{MARK_TOKEN}';</script></body></html>"
+)
+MARK_ANSWER = f"answer-42-{MARK_TOKEN}"
+
+
+@contextlib.asynccontextmanager
+async def _mark_session(url: str) -> AsyncIterator[ClientSession]:
+    """A session opened as MCPMark's ``MCPHttpServer.start`` opens it (an exit stack, the
+    URL without a trailing slash, ``initialize`` under its 30 s timeout)."""
+    async with contextlib.AsyncExitStack() as stack:
+        read, write = await stack.enter_async_context(streamable_http_client(url.rstrip("/")))
+        session = await stack.enter_async_context(ClientSession(read, write))
+        await asyncio.wait_for(session.initialize(), timeout=30)
+        yield session
+
+
+def _text(result: Any) -> str:
+    return "\n".join(part.text for part in result.content if getattr(part, "text", None))
+
+
+async def _mark_task(urls: dict[str, str], page: str) -> dict[str, Any]:
+    """What an MCPMark agent does for a browsing task: list both servers' tools, open the
+    page, read it, write what it read to a file in the workspace."""
+    with anyio.fail_after(120):
+        return await _mark_steps(urls, page)
+
+
+async def _mark_steps(urls: dict[str, str], page: str) -> dict[str, Any]:
+    async with (
+        _mark_session(urls["filesystem"]) as files,
+        _mark_session(urls["playwright"]) as web,
+    ):
+        tools = {
+            name: [tool.model_dump()["name"] for tool in (await session.list_tools()).tools]
+            for name, session in (("filesystem", files), ("playwright", web))
+        }
+        opened = await web.call_tool("browser_navigate", {"url": page})
+        snapshot = await web.call_tool("browser_snapshot", {})
+        found = re.search(r"answer-\d+-[0-9a-f]+", _text(snapshot))
+        allowed = _text(await files.call_tool("list_allowed_directories", {}))
+        workspace = allowed.strip().splitlines()[-1]
+        wrote = await files.call_tool(
+            "write_file",
+            {"path": f"{workspace}/answer.txt", "content": found[0] if found else "not found"},
+        )
+    return {
+        "tools": tools,
+        "opened": (opened.is_error, _text(opened)),
+        "snapshot": _text(snapshot),
+        "wrote": (wrote.is_error, _text(wrote)),
+    }
+
+
+def test_an_mcpmark_style_client_reads_a_page_and_writes_what_it_read(
+    emulator: EmulatorServer,
+) -> None:
+    for server in ("filesystem", "playwright"):
+        if TOOLS.missing_outside(server):
+            pytest.skip(f"{server}: {TOOLS.missing_outside(server)}")
+    headers = {"Authorization": f"Bearer mark-{secrets.token_hex(8)}"}
+    with (
+        loopback_site({"/task.html": MARK_PAGE}) as site,
+        httpx.Client(base_url=emulator.base_url, headers=headers, timeout=120) as http,
+    ):
+        answer = http.post(
+            "/local-sandbox",
+            json={
+                "server_names": ["filesystem", "playwright"],
+                "benchmark": "MCP_Mark",
+                "ttl_seconds": 7200,
+            },
+        )
+        assert answer.status_code == 201, answer.text
+        sandbox_id = answer.json()["local_sandbox_id"]
+        urls = {s["server_name"]: s["mcp_server_url"] for s in answer.json()["servers"]}
+        try:
+            outcome = asyncio.run(_mark_task(urls, f"{site}/task.html"))
+            dump = http.get(f"/local-sandbox/{sandbox_id}/dump")
+            assert dump.status_code == 200, dump.text
+            archive = httpx.get(dump.json()["download_url"], timeout=300)
+            assert archive.status_code == 200
+            with tarfile.open(fileobj=io.BytesIO(archive.content), mode="r:gz") as tar:
+                dumped = {
+                    member.name.removeprefix("./"): tar.extractfile(member).read()  # type: ignore[union-attr]
+                    for member in tar.getmembers()
+                    if member.isfile()
+                }
+        finally:
+            assert http.delete(f"/local-sandbox/{sandbox_id}").status_code == 200
+
+    assert {"write_file", "list_allowed_directories"} <= set(outcome["tools"]["filesystem"])
+    assert {"browser_navigate", "browser_snapshot"} <= set(outcome["tools"]["playwright"])
+    assert outcome["opened"][0] is False, outcome["opened"][1]
+    assert MARK_ANSWER in outcome["snapshot"], outcome["snapshot"]
+    assert outcome["wrote"][0] is False, outcome["wrote"][1]
+    assert dumped["answer.txt"].decode("utf-8") == MARK_ANSWER
