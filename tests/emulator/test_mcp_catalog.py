@@ -160,3 +160,20 @@ def test_only_pieces_the_project_cannot_install_count_as_outside() -> None:
     assert "klavis-emulator setup" in (no_install.missing("terminal") or "")
     no_rg = McpToolPaths(node=Path("/usr/bin/node"))
     assert "apt-get install ripgrep" in (no_rg.missing_outside("desktop-commander") or "")
+    no_chromium = McpToolPaths(node=Path("/usr/bin/node"), system={"rg": Path("/usr/bin/rg")})
+    assert "apt-get install chromium" in (no_chromium.missing_outside("playwright") or "")
+
+
+def test_a_distribution_program_off_path_is_found_at_its_known_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from klavis_emulator._mcp_catalog import CHROMIUM
+    from klavis_emulator._mcp_setup import find_tools
+
+    known = next((Path(p) for p in CHROMIUM.paths if Path(p).is_file()), None)
+    if known is None:
+        pytest.skip("needs Chromium: apt-get install chromium")
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: nothing found on PATH
+    system = find_tools().system
+    assert system[CHROMIUM.key] == known
+    assert "rg" not in system  # ripgrep has no known paths: missing

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -107,6 +108,35 @@ def test_confined_servers_see_the_workspace_at_data(
     venv = str(cli_server.parent.parent)
     assert venv in args  # the server's own venv is mounted (read-only)
     assert args[args.index("--") + 1] == str(cli_server)
+
+
+def test_only_playwright_shares_the_network_and_its_browser_is_the_distributions(
+    fake_tools: McpToolPaths, tmp_path: Path, bwrap: str
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    cli = tmp_path / "pkg" / "node_modules" / "@playwright" / "mcp" / "cli.js"
+    cli.parent.mkdir(parents=True)
+    cli.write_text("")
+    chromium = Path("/usr/bin/chromium")  # nothing is run: any path would do
+    tools = McpToolPaths(
+        node=fake_tools.node,
+        programs={**fake_tools.programs, "playwright": cli},
+        system={"chromium": chromium},
+    )
+    browser = list(launch_spec("playwright", workspace, tools, bwrap=bwrap).args)
+    files = list(launch_spec("filesystem", workspace, tools, bwrap=bwrap).args)
+
+    assert "--share-net" in browser[: browser.index("--")]  # pages on loopback load
+    assert "--share-net" not in files
+    command = browser[browser.index("--") + 1 :]
+    assert command[command.index("--executable-path") + 1] == str(chromium)
+    assert {"--headless", "--isolated", "--no-sandbox"} <= set(command)
+    assert command[command.index("--output-dir") + 1] == f"{CONFINED_WORKSPACE}/.playwright-mcp"
+    config = json.loads(command[command.index("sh") + 2])  # written to the private /tmp
+    args = config["browser"]["launchOptions"]["args"]
+    assert {"--disable-background-networking", "--disable-component-update"} <= set(args)
+    assert "channel" not in config["browser"]["launchOptions"]  # not Google Chrome
 
 
 def test_a_confined_process_sees_only_its_workspace(
