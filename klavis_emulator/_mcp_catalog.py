@@ -25,7 +25,6 @@ the missing ones lived only in a 501 message.
 from __future__ import annotations
 
 import json
-import tempfile
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -145,6 +144,8 @@ class LaunchContext:
     """The :class:`SystemProgram` s the server needs, by key, where they were found."""
     confined: bool = False
     """Whether the server runs inside the bubblewrap confinement."""
+    system_tmp: str = "/tmp"  # noqa: S108 - a path as the server sees it, not made here
+    """The system's temporary folder as the server sees it (confined, the private ``/tmp``)."""
 
 
 @dataclass(frozen=True)
@@ -469,17 +470,16 @@ def _playwright(ctx: LaunchContext) -> LaunchParts:
     # TMPDIR: Playwright and Chromium make Unix sockets under it, and abort when a socket's
     # path passes the 107 bytes a socket name may have ("Socket path too long", "Socket
     # directory path is too long (114 bytes)", seen unconfined with the private folder
-    # under the emulator's data folder): unconfined, the system's temporary folder (they
-    # remove what they made there when the browser closes); confined, the private /tmp.
+    # under the emulator's data folder): the system's temporary folder (they remove what
+    # they made there when the browser closes; confined, it is the private /tmp).
     assert ctx.node is not None
-    tmp = ctx.tmp if ctx.confined else tempfile.gettempdir()
     config = f"{ctx.tmp}/{PLAYWRIGHT_CONFIG}"
     return LaunchParts(
         ("/bin/sh", "-c", _WRITE_THEN_EXEC, "sh", config, _playwright_config(),
          str(ctx.node), str(ctx.program), "--config", config,
          "--executable-path", str(ctx.system[CHROMIUM.key]), "--headless", "--isolated",
          "--no-sandbox", "--output-dir", f"{ctx.workspace}/{PLAYWRIGHT_OUTPUT}"),
-        {"HOME": ctx.tmp, "TMPDIR": tmp, "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"},
+        {"HOME": ctx.tmp, "TMPDIR": ctx.system_tmp, "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"},
     )  # fmt: skip
 
 

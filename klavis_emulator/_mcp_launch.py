@@ -3,12 +3,12 @@
 When the emulator confines (decided once at startup, see :mod:`klavis_emulator._bwrap`,
 which also builds the ``bwrap`` command line shared with executions), a server runs in its
 own mount, PID, network (unless its catalog entry says ``network``: playwright, whose
-browser must reach pages on loopback) and IPC namespaces with only ``/usr``, ``/etc``, the interpreters
-and the server's own files mounted read-only and the sandbox's workspace mounted read-write
-at ``/data`` (the real service's default ``AGENT_WORKSPACE``), so tool paths match the
-cloud. ``--die-with-parent`` ends it with the emulator, whatever happens to the emulator.
-Otherwise the server runs unconfined on the workspace's host path (and, where ``setpriv``
-exists, still dies with its parent).
+browser must reach pages on loopback) and IPC namespaces with only ``/usr``, ``/etc``, the
+interpreters and the server's own files mounted read-only and the sandbox's workspace
+mounted read-write at ``/data`` (the real service's default ``AGENT_WORKSPACE``), so tool
+paths match the cloud. ``--die-with-parent`` ends it with the emulator, whatever happens to
+the emulator. Otherwise the server runs unconfined on the workspace's host path (and, where
+``setpriv`` exists, still dies with its parent).
 
 What each server runs (program, arguments, environment, extra mounts) comes from its
 entry in :data:`~klavis_emulator._mcp_catalog.CATALOG`; this module adds what all servers
@@ -161,6 +161,7 @@ def launch_spec(
             command_timeout=command_timeout,
             system={need.key: tools.system[need.key] for need in entry.needs},
             confined=confine,
+            system_tmp=PRIVATE_TMP if confine else tempfile.gettempdir(),
         )
     )
     env = _common_env()
