@@ -448,7 +448,9 @@ CHROMIUM_FLAGS: Final[tuple[str, ...]] = (
     "--disable-gpu",
     "--disable-dev-shm-usage",  # a confined /dev/shm is small: shared memory in /tmp
 )
-"""Chromium flags added to Playwright's own."""
+"""Chromium flags added to Playwright's own. (Not ``--disable-crashpad-for-testing``, which
+would spare the two crash-handler processes: with it Debian's Chromium 156 crashed its network
+service at every start, "FD ownership violation", and no page loaded.)"""
 
 
 def _playwright_config() -> str:
