@@ -13,9 +13,11 @@ import ipaddress
 import json
 from typing import Any, Final
 
+import anyio.to_thread
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ._peers import peer_is_sandboxed
 from ._state import tenant_for_token
 
 __all__ = [
@@ -135,6 +137,13 @@ async def _send_401(send: Send, detail: str, scheme: str = "Bearer") -> None:
     await send_json(send, 401, {"detail": detail}, {"WWW-Authenticate": scheme})
 
 
+def _from_a_sandbox(scope: Scope) -> bool:
+    client, server = scope.get("client"), scope.get("server")
+    if not client or not server:
+        return False
+    return peer_is_sandboxed((str(client[0]), int(client[1])), (str(server[0]), int(server[1])))
+
+
 def _is_loopback(scope: Scope) -> bool:
     client = scope.get("client")
     if not client:
@@ -157,13 +166,16 @@ class ControlAccessMiddleware:
     Without one, only loopback clients (127.0.0.0/8, ::1) are answered and others get 403:
     tests and a local emulator keep working as before, a reachable one is not open to all.
 
-    "Loopback" means every process of this machine that can reach its loopback, which is
-    why an execution's own code must not be one: a confined ``main.py`` has no network, and
-    the networked requirements install runs none of the archive's code (wheels only, see
-    :mod:`klavis_emulator._runner`; pip's own ``GET``s of the control routes only read).
-    Unconfined executions and ``--allow-network`` are opt-outs: their ``main.py`` can do
-    whatever the emulator's user can, calling these routes included, unless a control token
-    is set, which closes them to every client that does not send it.
+    "Loopback" means every process of this machine that can reach its loopback, except the
+    emulator's own sandboxes: a confined ``main.py`` has no network, the networked
+    requirements install runs none of the archive's code (wheels only, see
+    :mod:`klavis_emulator._runner`; pip's own ``GET``s of the control routes only read), and
+    the confined processes that do share the network (the playwright server and its browser,
+    executions with ``--allow-network``) are recognised by the socket they connect from and
+    refused (403, :func:`~klavis_emulator._peers.peer_is_sandboxed`). Unconfined executions
+    and servers are opt-outs: they can do whatever the emulator's user can, calling these
+    routes included, unless a control token is set, which closes them to every client that
+    does not send it.
     """
 
     def __init__(self, app: ASGIApp, token: str | None) -> None:
@@ -177,7 +189,7 @@ class ControlAccessMiddleware:
             and is_control_path(scope["path"])
             and (scope["method"], scope["path"]) not in _PUBLIC_CONTROL_ROUTES
         ):
-            refusal = self._refusal(scope)
+            refusal = await self._refusal(scope)
             if refusal is not None:
                 status, detail = refusal
                 if status == 401:
@@ -187,9 +199,14 @@ class ControlAccessMiddleware:
                 return
         await self.app(scope, receive, send)
 
-    def _refusal(self, scope: Scope) -> tuple[int, str] | None:
+    async def _refusal(self, scope: Scope) -> tuple[int, str] | None:
         if self.token is None:
             if _is_loopback(scope):
+                if await anyio.to_thread.run_sync(_from_a_sandbox, scope):
+                    return 403, (
+                        "The emulator's control routes (/_emulator/...) do not answer a "
+                        "sandbox's own processes (this request comes from inside one)."
+                    )
                 return None
             return 403, (
                 "The emulator's control routes (/_emulator/...) answer only loopback clients: "

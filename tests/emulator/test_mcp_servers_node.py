@@ -33,6 +33,7 @@ from klavis_emulator._mcp_setup import McpToolPaths, find_tools
 from tests.emulator.mcp_servers import (
     MODES,
     assert_confinement,
+    host,
     hosting_emulator,
     loopback_site,
     mode_of,
@@ -228,3 +229,31 @@ def test_a_missing_system_program_is_named_by_check_and_by_a_503(
         http.close()
     assert answer.status_code == 503, answer.text
     assert f"apt-get install {package}" in answer.json()["detail"]
+
+
+def test_playwright_cannot_reach_the_control_routes_of_its_emulator(
+    make_sandbox: Callable[..., Sandbox], emulator: EmulatorServer, request: pytest.FixtureRequest
+) -> None:
+    """The playwright server shares the emulator's network (its browser loads pages on
+    loopback), so a tenant's page or code reaches the emulator's loopback port; the control
+    routes, which answer loopback clients without a token, must still refuse it when it runs
+    confined. Unconfined servers are the documented opt-out: they run as the emulator's user
+    (the writes below set what is already set, so the module's emulator is unchanged)."""
+    box = make_sandbox("playwright")
+    assert_confinement(emulator, mode_of(request))
+    faults = f"{emulator.base_url}/_emulator/faults"
+    assert httpx.get(faults).status_code == 200  # the user's own loopback client is answered
+    opened = client.call_tool(box.url, "browser_navigate", {"url": faults})
+    assert not opened.is_error, opened.text
+    page = client.call_tool(box.url, "browser_snapshot", {}).text
+    code = (
+        f"async (page) => {{ const r = await page.request.post({faults!r}, "
+        "{data: {rate: 0}}); return 'status=' + r.status(); }"
+    )
+    posted = client.call_tool(box.url, "browser_run_code_unsafe", {"code": code})
+    if host(emulator).confined:
+        assert "do not answer a sandbox's own processes" in page, page
+        assert "status=403" in posted.text, posted.text
+    else:
+        assert "do not answer" not in page, page
+        assert "status=200" in posted.text, posted.text
