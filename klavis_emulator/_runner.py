@@ -60,9 +60,11 @@ network namespace without the host's loopback (slirp4netns ``--disable-host-loop
 pasta) is not installed here and would be one more tool that can fail.
 
 The same rule holds unconfined, so an execution behaves alike with and without bubblewrap.
-Unconfined runs and ``--allow-network`` are opt-outs: ``main.py`` can then do whatever the
-emulator's user can, including calling the control routes on loopback, unless the emulator
-was started with ``--control-token``.
+Unconfined runs are an opt-out: ``main.py`` can then do whatever the emulator's user can,
+including calling the control routes on loopback, unless the emulator was started with
+``--control-token``. ``--allow-network`` is one too (the machine's loopback services are
+reachable), but a confined run's control requests are refused all the same: the emulator
+recognises the socket as a sandbox's (:mod:`klavis_emulator._peers`).
 
 A run has a time limit (all steps together); past it the process group is killed and the
 run fails. :meth:`ExecutionRun.kill` stops a run without reporting an outcome (used on

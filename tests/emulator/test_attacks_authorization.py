@@ -210,11 +210,12 @@ except urllib.error.HTTPError as exc:
 
 
 @pytest.mark.parametrize("with_token", [False, True])
-def test_a_run_with_the_network_reaches_the_control_routes_unless_a_token_is_set(
+def test_a_run_with_the_network_reaches_the_control_routes_only_unconfined_and_without_a_token(
     tmp_path: Path, with_token: bool
 ) -> None:
-    """``allow_network`` (and an unconfined emulator) is an opt-out: ``main.py`` can do what
-    the emulator's user can, loopback control routes included; a control token closes them."""
+    """``allow_network`` gives ``main.py`` the machine's loopback. Confined, its control
+    requests are still refused (the emulator recognises a sandbox's socket); unconfined (the
+    opt-out) it can do what the emulator's user can; a control token closes them to both."""
     from tests.helpers import Executions
 
     secret = f"control-{uuid.uuid4().hex}" if with_token else None
@@ -235,6 +236,9 @@ def test_a_run_with_the_network_reaches_the_control_routes_unless_a_token_is_set
             moved = getattr(server.state.clock, "offset") - offset  # noqa: B009
             if with_token:
                 assert "STATUS 401" in logs, logs
+                assert moved == 0
+            elif server.state.run_settings.confinement.enabled:
+                assert "STATUS 403" in logs, logs
                 assert moved == 0
             else:
                 assert "STATUS 200" in logs, logs
