@@ -262,11 +262,17 @@ class AsyncLocalSandbox(SandboxBase):
         ignore: Sequence[str] = (),
         gitignore: bool = True,
         max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
+        preserve_mtime: bool = False,
         progress: bool | None = None,
     ) -> int:
         """Add a local folder's files; see LocalSandbox.seed_directory."""
         entries = await asyncio.to_thread(
-            plan_directory, path, ignore=ignore, gitignore=gitignore, max_file_size=max_file_size
+            plan_directory,
+            path,
+            ignore=ignore,
+            gitignore=gitignore,
+            max_file_size=max_file_size,
+            preserve_mtime=preserve_mtime,
         )
         await self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
