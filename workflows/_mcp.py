@@ -446,9 +446,12 @@ class McpSession:
         self._thread.start()
         try:
             ready.result(self._wait)
-        except TimeoutError:
+        except concurrent.futures.TimeoutError:
             self.close()
             raise ApiTimeoutError("the MCP session did not open in time") from None
+        except BaseException:
+            self.close()  # the helper thread ends with the failed opening: wait for it
+            raise
         return self
 
     async def _serve(self, ready: concurrent.futures.Future[None]) -> None:
@@ -481,7 +484,7 @@ class McpSession:
             return future.result(self._wait)
         except concurrent.futures.CancelledError:
             raise McpError("the MCP session ended during the call") from None
-        except TimeoutError:
+        except concurrent.futures.TimeoutError:
             future.cancel()
             raise ApiTimeoutError("the MCP call did not finish in time") from None
 
