@@ -33,6 +33,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -484,11 +485,16 @@ def _cmd_demo(args: argparse.Namespace, ui: _Output) -> int:
 
 
 def _epilog() -> str:
-    codes = "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
-    return (
-        "Data goes to stdout, messages to stderr (-q silences them); --json prints the data as "
-        f"JSON.\n{CAPABILITY_NOTE}.\n\nexit status:\n{codes}"
+    codes = "\n".join(
+        textwrap.fill(meaning, 78, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
+        for code, meaning in EXIT_CODES.items()
     )
+    prose = textwrap.fill(
+        "Data goes to stdout, messages to stderr (-q silences them); --json prints the data as "
+        f"JSON. {CAPABILITY_NOTE}.",
+        78,
+    )
+    return f"{prose}\n\nexit status:\n{codes}"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -363,6 +363,34 @@ def test_reap_releases_what_the_ledger_holds(cli: Cli) -> None:
     assert cli("reap") == (0, "", "nothing to release\n")
 
 
+def test_the_readme_cli_walkthrough_runs_as_a_script(
+    env: dict[str, str], conn: dict[str, str], tmp_path: Path
+) -> None:
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    section = readme.split("\n## The CLI\n", 1)[1]
+    script = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "a.txt").write_text("A")
+    (tmp_path / "project" / "noise.log").write_text("left out")
+    (tmp_path / "main.py").write_text("print('hi from main.py')\n")
+    scripts_dir = Path(sys.executable).parent  # where the install put `klavis-sandbox`
+    assert (scripts_dir / "klavis-sandbox").exists()
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        capture_output=True,
+        text=True,
+        env={**env, "PATH": f"{scripts_dir}{os.pathsep}{env['PATH']}"},
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "hi from main.py" in done.stdout
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.txt"]
+    assert json.loads((tmp_path / "sandbox.json").read_text())["servers"][0]["name"] == "git"
+    assert list_sandboxes(api_key=conn["api_key"], base_url=conn["base_url"]) == []
+
+
 def test_demo_runs_on_the_embedded_emulator(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KLAVIS_")}
     env["KLAVIS_SANDBOX_STATE_DIR"] = str(tmp_path)
