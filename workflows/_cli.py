@@ -73,7 +73,9 @@ CAPABILITY_NOTE = (
 )
 
 # Archive formats a user may reasonably ask for and that `dump -o` does not write: refused by
-# name before anything is sent rather than written as a folder called "x.zip".
+# name before anything is sent rather than written as a folder called "x.zip". A .zip is not
+# offered: it would be a re-encoding of every member (not the service's archive), and zip has no
+# portable way to keep the workspace's symbolic links and modes.
 _REFUSED_SUFFIXES = (".zip", ".7z", ".rar", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst")
 
 
@@ -246,10 +248,21 @@ def _dump_target(output: str, force: bool) -> _DumpTarget:
     if empty_folder and not any(path.iterdir()):
         return _DumpTarget(path, kind, replace=False)  # nothing there to lose
     if not force:
-        what = "a folder that is not empty" if path.is_dir() else "there"
+        if path.is_symlink():
+            what = "a symlink"
+        elif path.is_dir():
+            what = "a folder that is not empty"
+        else:
+            what = "a file"
         raise InvalidInputError(
             f"dump -o {output!r}: it already exists ({what}); pass --force to replace it "
             "(its current contents are deleted, not merged), or name a new path"
+        )
+    here = Path.cwd().resolve()
+    if not path.is_symlink() and (path.resolve() == here or path.resolve() in here.parents):
+        raise InvalidInputError(
+            f"dump -o {output!r} --force would replace the current folder (or one holding it); "
+            "name a folder inside it, or run the command from elsewhere"
         )
     return _DumpTarget(path, kind, replace=True)
 
@@ -371,12 +384,11 @@ def _report_releases(
         error = None if r.error is None else str(r.error)
         if outcome == "not_found":
             error = "no such sandbox (not of this API key, or released already)"
-            failed = failed or not ignore_missing
         records.append({"sandbox_id": r.sandbox_id, "outcome": outcome, "error": error})
         if outcome == "released":
             ui.note(f"released {r.sandbox_id}")
         elif outcome == "already_released":
-            ui.note(f"{r.sandbox_id} was already released (its TTL ran out, or another client)")
+            ui.note(f"{r.sandbox_id} was already released (by its TTL, or by another client)")
         elif outcome == "not_found" and ignore_missing:
             ui.note(f"{r.sandbox_id}: no such sandbox (ignored)")
         else:
@@ -633,9 +645,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(run=_cmd_reap)
 
-    p = sub.add_parser(
-        "demo", parents=[quiet], help="walk the lifecycle (embedded emulator without a key)"
-    )
+    p = sub.add_parser("demo", help="walk the lifecycle (embedded emulator without a key)")
     p.add_argument("--count", type=int, default=4, help="sandboxes for the bulk step")
     p.set_defaults(run=_cmd_demo)
     return parser
@@ -650,7 +660,7 @@ def main(
     ``SystemExit(2)`` as argparse does.
     """
     args = _parser().parse_args(argv)
-    ui = _Output(out or sys.stdout, err or sys.stderr, quiet=args.quiet)
+    ui = _Output(out or sys.stdout, err or sys.stderr, quiet=getattr(args, "quiet", False))
     try:
         code: int = args.run(args, ui)
     except BrokenPipeError:

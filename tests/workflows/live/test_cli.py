@@ -171,6 +171,13 @@ def test_dump_refuses_an_existing_path_unless_forced_and_then_replaces(
     assert (mine / "a.txt").read_text() == "from the sandbox"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "mine", "proj", "state"]
 
+    for here in (".", ".."):  # the folder the command runs in is never replaced
+        ran = cli("dump", sandbox_id, "-o", here, "--force")
+        assert (ran.code, "current folder" in ran.err) == (1, True)
+    (tmp_path / "alink").symlink_to(mine)
+    assert "(a symlink)" in cli("dump", sandbox_id, "-o", str(tmp_path / "alink")).err
+    (tmp_path / "alink").unlink()
+
     archive = tmp_path / "ws.tar.gz"
     archive.write_bytes(b"old")
     assert cli("dump", sandbox_id, "-o", str(archive)).code == 1

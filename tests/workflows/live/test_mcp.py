@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -69,6 +70,9 @@ def test_a_blocking_session_serves_many_calls(conn: dict[str, str]) -> None:
             assert not wrote.is_error, wrote.text
             assert fs.call_tool("read_text_file", {"path": f"{root}/a.txt"}).text == "by agent"
             assert fs.call_tool("no_such_tool").is_error  # a tool's failure is a result
+            with ThreadPoolExecutor(4) as pool:  # calls from several threads share the session
+                texts = list(pool.map(lambda _: fs.call_tool("list_allowed_directories"), "abcd"))
+            assert {t.text for t in texts} == {fs.call_tool("list_allowed_directories").text}
             assert _session_threads()
         assert "closed" in repr(fs)
         with pytest.raises(McpError, match="closed"):
