@@ -164,7 +164,9 @@ class Snapshot(Mapping[str, bytes]):
 
         Contents are copied into one anonymous temporary file (as a dump's are), so the
         snapshot stays valid while the folder changes; ``close()`` frees it. Empty folders are
-        not files, so they are not entries (as in a dump's snapshot).
+        not files, so they are not entries (as in a dump's snapshot). Reading a big folder
+        takes a while: async code runs it in a thread,
+        ``await asyncio.to_thread(Snapshot.from_directory, path)``.
         """
         entries = plan_directory(
             path, ignore=ignore, gitignore=gitignore, max_file_size=max_file_size
