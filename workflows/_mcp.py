@@ -398,7 +398,8 @@ class McpSession:
     code) lives on an event loop of its own in a helper thread, from :meth:`open` (or entering
     ``with``) to :meth:`close` (or leaving it); each call waits for its answer. One session
     saves the connection and initialisation that every ``sb.call_tool(...)`` pays (20 calls to
-    the emulator's filesystem server: 7.2 s one by one, 0.9 s in one session). Errors are
+    the emulator's filesystem server: 7.2 s one by one, 0.9 s in one session; ``scripts/bench
+    --only mcp`` measures it as ``mcp_session_speedup``). Errors are
     those of the module's conveniences (:class:`McpError`, :class:`ApiConnectionError`, a
     tool's failure in ``ToolResult.is_error``...); ``timeout`` bounds opening and each call.
     Calls from several threads are allowed (the SDK multiplexes them).
