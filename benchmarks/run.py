@@ -18,7 +18,7 @@ disk moves the seed and dump figures more than any code change.
 | soak | soak_completed_fraction, soak_lost_files, soak_leaked_sandboxes |
 | interrupt | interrupt_leaked_sandboxes |
 | hostile | hostile_emulator_peak_rss_mb, hostile_client_peak_rss_mb, hostile_inputs_refused |
-| mcp | mcp_first_call_s |
+| mcp | mcp_first_call_s, mcp_session_speedup |
 """
 
 from __future__ import annotations

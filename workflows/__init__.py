@@ -42,7 +42,7 @@ from ._errors import (
 )
 from ._execution import AsyncExecution, Execution
 from ._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger
-from ._mcp import ToolInfo, ToolResult
+from ._mcp import McpSession, ToolInfo, ToolResult
 from ._models import BENCHMARKS, SERVER_NAMES, SandboxInfo, ServerInfo
 from ._reap import async_reap, held_sandboxes, reap
 from ._recipes import (
@@ -93,6 +93,7 @@ __all__ = [
     "SERVER_NAMES",
     "AsyncExecution",
     "Execution",
+    "McpSession",
     "ServerData",
     "ToolInfo",
     "ToolResult",

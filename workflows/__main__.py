@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
-from ._cli import main
+from ._cli import main_entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main_entry()

@@ -44,10 +44,12 @@ from ._mcp import (
 )
 from ._models import SandboxInfo, check_acquire, check_sandbox_id
 from ._ownership import disown, ledger_of, own
+from ._sandbox import LocalSandbox
 from ._sandbox_base import SandboxBase
 from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
+from ._twin_docs import share_docstrings
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -110,6 +112,9 @@ class AsyncLocalSandbox(SandboxBase):
 
     ``sb = await AsyncLocalSandbox.acquire(...)`` works too; then ``await sb.release()``.
     """
+
+    # Methods without a docstring here get LocalSandbox's, adapted (``await`` in the examples),
+    # when the module is imported: see the share_docstrings call below the class.
 
     def __init__(
         self,
@@ -196,11 +201,6 @@ class AsyncLocalSandbox(SandboxBase):
         base_url: str | None = None,
         timeout: float | None = None,
     ) -> builtins.list[SandboxInfo]:
-        """Every active sandbox of this API key (async).
-
-        >>> for info in await AsyncLocalSandbox.list():  # doctest: +SKIP
-        ...     print(info.id, info.status)
-        """
         return await async_list_sandboxes(api_key=api_key, base_url=base_url, timeout=timeout)
 
     @classmethod
@@ -244,13 +244,11 @@ class AsyncLocalSandbox(SandboxBase):
         return PendingSandbox(make)
 
     async def refresh(self) -> SandboxInfo:
-        """Fetch the sandbox's current details."""
         self._info = await self._driver.run(get_flow(self.id))
         return self._info
 
     # ----------------------------------------------------------------- workspace
     async def seed(self, files: Mapping[str, str | bytes], *, progress: bool | None = None) -> int:
-        """Add files from a mapping of relative path to text or bytes; see LocalSandbox.seed."""
         entries = plan_mapping(files)
         await self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
@@ -262,11 +260,16 @@ class AsyncLocalSandbox(SandboxBase):
         ignore: Sequence[str] = (),
         gitignore: bool = True,
         max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
+        preserve_mtime: bool = False,
         progress: bool | None = None,
     ) -> int:
-        """Add a local folder's files; see LocalSandbox.seed_directory."""
         entries = await asyncio.to_thread(
-            plan_directory, path, ignore=ignore, gitignore=gitignore, max_file_size=max_file_size
+            plan_directory,
+            path,
+            ignore=ignore,
+            gitignore=gitignore,
+            max_file_size=max_file_size,
+            preserve_mtime=preserve_mtime,
         )
         await self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
@@ -277,7 +280,6 @@ class AsyncLocalSandbox(SandboxBase):
         await self._driver.run(seed_flow(self.id, entries, show))
 
     async def dump(self, *, progress: bool | None = None, timeout: float | None = None) -> Snapshot:
-        """Download the workspace as a read-only :class:`Snapshot`; see LocalSandbox.dump."""
         seconds = check_timeout(timeout)
         self._check_live()
         show = self._show(progress)
@@ -290,7 +292,6 @@ class AsyncLocalSandbox(SandboxBase):
         progress: bool | None = None,
         timeout: float | None = None,
     ) -> Path:
-        """Save the workspace to a folder or a .tar.gz file; see LocalSandbox.dump_to."""
         target = dump_to_target(path)
         seconds = check_timeout(timeout)
         self._check_live()
@@ -298,7 +299,6 @@ class AsyncLocalSandbox(SandboxBase):
         return await self._driver.run(dump_to_flow(self.id, target, self.limits, show, seconds))
 
     async def reset(self) -> None:
-        """Reset the sandbox and its servers to their initial state."""
         self._check_live()
         await self._driver.run(reset_flow(self.id))
 
@@ -316,7 +316,6 @@ class AsyncLocalSandbox(SandboxBase):
     async def list_tools(
         self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT
     ) -> builtins.list[ToolInfo]:
-        """The tools one of the sandbox's MCP servers offers."""
         return await async_list_tools(self.mcp_url(server), timeout=timeout)
 
     async def call_tool(
@@ -327,7 +326,6 @@ class AsyncLocalSandbox(SandboxBase):
         *,
         timeout: float = DEFAULT_MCP_TIMEOUT,
     ) -> ToolResult:
-        """Call a tool of one of the sandbox's MCP servers; see LocalSandbox.call_tool."""
         return await async_call_tool(self.mcp_url(server), tool, arguments, timeout=timeout)
 
     # ----------------------------------------------------------------- executions, data
@@ -340,7 +338,7 @@ class AsyncLocalSandbox(SandboxBase):
         name: str | None = None,
         progress: bool | None = None,
     ) -> AsyncExecution:
-        """Run a Python script in the sandbox (see LocalSandbox.execute); returns its handle.
+        """Run a Python script in the sandbox, in the background; returns its async handle.
 
         ``main`` is the script's text, or a ``Path`` to a file. ``requirements`` are pip
         requirement lines installed first; ``files`` adds more files beside ``main.py``. The
@@ -361,14 +359,10 @@ class AsyncLocalSandbox(SandboxBase):
     async def initialize_server_data(
         self, server: str, data: Mapping[str, Any] | None = None, *, default: bool = False
     ) -> str:
-        """Load a data document into ``google_cloud``, ``poste_email_toolathlon`` or ``canvas``
-        (``default=True`` loads the service's built-in document). Returns the service's message.
-        """
         body = self._data_request(server, data)
         return await self._driver.run(initialize_data_flow(self.id, server, body, default=default))
 
     async def dump_server_data(self, server: str) -> ServerData:
-        """The current data document of google_cloud, poste_email_toolathlon or canvas."""
         self._data_request(server, None)
         return await self._driver.run(dump_data_flow(self.id, server))
 
@@ -420,3 +414,22 @@ class AsyncLocalSandbox(SandboxBase):
                 self.id,
                 release_error,
             )
+
+
+share_docstrings(
+    LocalSandbox,
+    AsyncLocalSandbox,
+    [
+        "list",
+        "refresh",
+        "seed",
+        "seed_directory",
+        "dump",
+        "dump_to",
+        "reset",
+        "list_tools",
+        "call_tool",
+        "initialize_server_data",
+        "dump_server_data",
+    ],
+)

@@ -25,6 +25,7 @@ from ._models import body_dict
 from ._reconcile import is_ambiguous
 from ._seed_plan import SourceFile, plan_mapping
 from ._snapshot import Snapshot
+from ._twin_docs import share_docstrings
 
 __all__ = [
     "TERMINAL_STATUSES",
@@ -310,24 +311,39 @@ class Execution(_ExecutionBase):
 
 
 class AsyncExecution(_ExecutionBase):
-    """The asyncio twin of :class:`Execution`: ``async for text in run.logs()``."""
+    """The asyncio twin of :class:`Execution`: ``async for text in run.logs()``.
+
+    >>> run = await sb.execute("print('hi')")  # doctest: +SKIP
+    >>> async for text in run.logs():  # doctest: +SKIP
+    ...     print(text, end="")
+    hi
+    >>> await run.wait()  # doctest: +SKIP
+    'completed'
+    """
+
+    # status, logs and export_artifacts get Execution's docstrings, adapted, at import (see
+    # workflows._twin_docs); the share_docstrings call is below the class.
 
     _driver: AsyncDriver
 
     async def status(self) -> str:
-        """``pending``, ``running``, ``completed`` or ``failed``."""
         return await self._driver.run(status_flow(self.sandbox_id, self.name))
 
     async def logs(self, *, follow: bool = True) -> AsyncIterator[str]:
-        """Yield the output as text as it arrives, until the execution has finished."""
         follower = LogFollower(self.sandbox_id, self.name, follow=follow)
         while (text := await self._driver.run(follower.next_text())) is not None:
             yield text
 
     async def wait(self, timeout: float | None = None) -> str:
-        """Wait until the execution finishes; returns ``completed`` or ``failed``."""
+        """Wait until the execution finishes; returns ``completed`` or ``failed``.
+
+        Raises ExecutionTimeoutError if ``timeout`` seconds pass first (the execution keeps
+        running).
+        """
         return await self._driver.run(wait_flow(self.sandbox_id, self.name, timeout))
 
     async def export_artifacts(self) -> Snapshot:
-        """The files the script left in its working directory; see Execution.export_artifacts."""
         return await self._driver.run(self._artifacts())
+
+
+share_docstrings(Execution, AsyncExecution, ["status", "logs", "export_artifacts"])

@@ -107,7 +107,7 @@ class _SourceReader:
 
 def _tarinfo(entry: SourceFile) -> tarfile.TarInfo:
     info = tarfile.TarInfo(entry.name)
-    info.mtime = ARCHIVE_MTIME
+    info.mtime = ARCHIVE_MTIME if entry.mtime is None else entry.mtime
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     if entry.is_dir:
@@ -169,9 +169,10 @@ def write_archive(
 ) -> int:
     """Write ``entries`` to ``out`` as a reproducible tar.gz; return the compressed size.
 
-    The archive is PAX format, sorted by name, with every mtime :data:`ARCHIVE_MTIME`, uid/gid 0,
-    empty owner names, modes 0o644/0o755 (links 0o777), and a gzip header without a time or a
-    file name: the same entries give the same bytes whatever the files' times or owners on disk.
+    The archive is PAX format, sorted by name, with every mtime :data:`ARCHIVE_MTIME` (unless an
+    entry carries its own, from ``preserve_mtime=True``), uid/gid 0, empty owner names, modes
+    0o644/0o755 (links 0o777), and a gzip header without a time or a file name: the same entries
+    give the same bytes whatever the files' times or owners on disk.
     Parent folders are implied (not written); empty folders (``is_dir``) are.
 
     Compression is ISA-L at ``compresslevel`` (0-3; 1 is fast and close to zlib's 6 in size).

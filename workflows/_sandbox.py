@@ -29,7 +29,15 @@ from ._flows import (
     seed_flow,
 )
 from ._ledger import Ledger
-from ._mcp import DEFAULT_MCP_TIMEOUT, ToolInfo, ToolResult, call_tool, list_tools, open_session
+from ._mcp import (
+    DEFAULT_MCP_TIMEOUT,
+    McpSession,
+    ToolInfo,
+    ToolResult,
+    call_tool,
+    list_tools,
+    open_session,
+)
 from ._models import SandboxInfo, check_acquire, check_sandbox_id
 from ._ownership import disown, ledger_of, own
 from ._sandbox_base import SandboxBase
@@ -190,6 +198,7 @@ class LocalSandbox(SandboxBase):
         ignore: Sequence[str] = (),
         gitignore: bool = True,
         max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
+        preserve_mtime: bool = False,
         progress: bool | None = None,
     ) -> int:
         """Add a local folder's files to the workspace, streamed from disk.
@@ -198,10 +207,21 @@ class LocalSandbox(SandboxBase):
         gitignore syntax, plus ``ignore=`` patterns; never follows a symlink out of the folder;
         a file over ``max_file_size`` raises FileTooLargeError naming it. Returns the file count.
 
+        Files arrive with one fixed modification time (2000-01-01) by default, so the same
+        folder always packs to the same bytes (a reproducible archive, cacheable and comparable).
+        ``preserve_mtime=True`` sends each file's time from disk instead, for build tools in
+        the sandbox (make, ninja, pytest's caches) that compare modification times.
+        :meth:`Snapshot.from_directory` reads a folder with the same rules, to compare with a
+        dump.
+
         >>> sb.seed_directory("./project", ignore=["*.log"])  # doctest: +SKIP
         """
         entries = plan_directory(
-            path, ignore=ignore, gitignore=gitignore, max_file_size=max_file_size
+            path,
+            ignore=ignore,
+            gitignore=gitignore,
+            max_file_size=max_file_size,
+            preserve_mtime=preserve_mtime,
         )
         self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
@@ -277,8 +297,21 @@ class LocalSandbox(SandboxBase):
 
             async with sb.mcp("filesystem") as session:
                 tools = await session.list_tools()
+
+        Plain (not async) code uses :meth:`mcp_session`.
         """
         return open_session(self.mcp_url(server), timeout=timeout)
+
+    def mcp_session(self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT) -> McpSession:
+        """An open, blocking :class:`~workflows.McpSession` with one of the sandbox's servers,
+        for many calls over one connection (close it, or use it in ``with``)::
+
+            with sb.mcp_session("git") as git:
+                print(git.call_tool("git_status", {"repo_path": "/data"}).text)
+
+        ``timeout`` bounds opening and each call.
+        """
+        return McpSession(self.mcp_url(server), timeout=timeout).open()
 
     def list_tools(
         self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT

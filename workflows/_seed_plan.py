@@ -75,7 +75,9 @@ class SourceFile:
 
     ``name`` is the normalised POSIX relative path inside the archive (``"a/b.txt"``); ``mode`` is
     ``0o644`` or ``0o755`` for files (from the owner's exec bit), ``0o755`` for folders and
-    ``0o777`` for links.
+    ``0o777`` for links. ``mtime`` is the modification time to pack (seconds since the epoch,
+    from disk with ``preserve_mtime=True``); None packs the fixed
+    :data:`~workflows._archive.ARCHIVE_MTIME`.
     """
 
     name: str
@@ -85,6 +87,7 @@ class SourceFile:
     data: bytes | None = None
     link_target: str | None = None
     is_dir: bool = False
+    mtime: float | None = None
 
 
 def _as_bytes(key: str, value: object) -> bytes:
@@ -235,6 +238,7 @@ def plan_directory(
     ignore: Sequence[str] | str = (),
     gitignore: bool = True,
     max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
+    preserve_mtime: bool = False,
 ) -> list[SourceFile]:
     """Plan the archive for the folder ``root``, sorted by name.
 
@@ -269,6 +273,10 @@ def plan_directory(
     disk are kept, so the workspace's shape survives; folders that only the ignore rules emptied
     are left out (``*.pyc`` should not leave a trail of empty ``__pycache__`` folders). Missing
     ``root``, or not a folder: :class:`InvalidInputError`.
+
+    With ``preserve_mtime=True`` every entry carries its modification time from disk (to the
+    sub-second, in the archive's PAX headers); by default none does and the archive gets one
+    fixed time, so the same files always give the same bytes.
     """
     shown_root = os.fspath(root)
     try:
@@ -294,6 +302,9 @@ def plan_directory(
     def shown(rel: str) -> str:
         return os.path.join(shown_root, rel)
 
+    def mtime_of(st: os.stat_result) -> float | None:
+        return st.st_mtime if preserve_mtime else None
+
     def add_link(entry_path: str, rel: str) -> None:
         target = os.path.realpath(entry_path)
         if target != real_root and not target.startswith(real_root.rstrip(os.sep) + os.sep):
@@ -303,7 +314,15 @@ def plan_directory(
             )
         link_dir = os.path.join(real_root, os.path.dirname(rel))
         rel_target = os.path.relpath(target, link_dir).replace(os.sep, "/")
-        planned.append(SourceFile(name=rel, size=0, mode=_LINK_MODE, link_target=rel_target))
+        planned.append(
+            SourceFile(
+                name=rel,
+                size=0,
+                mode=_LINK_MODE,
+                link_target=rel_target,
+                mtime=mtime_of(os.lstat(entry_path)),
+            )
+        )
 
     def walk(abs_dir: str, rel_dir: str, rules: list[IgnoreRules], in_git: bool) -> int:
         """Plan one folder; return how many entries it contributed."""
@@ -371,13 +390,25 @@ def plan_directory(
             if not walk(entry.path, rel, [] if entering_git else rules, entering_git) and (
                 not _has_entries(entry.path)
             ):
-                planned.append(SourceFile(name=rel, size=0, mode=_DIR_MODE, is_dir=True))
+                planned.append(
+                    SourceFile(
+                        name=rel,
+                        size=0,
+                        mode=_DIR_MODE,
+                        is_dir=True,
+                        mtime=mtime_of(entry.stat(follow_symlinks=False)),
+                    )
+                )
         elif entry.is_file(follow_symlinks=False):
             st = entry.stat(follow_symlinks=False)
             if max_file_size is not None and st.st_size > max_file_size:
                 raise FileTooLargeError(shown(rel), size=st.st_size, limit=max_file_size)
             mode = _EXEC_MODE if st.st_mode & stat.S_IXUSR else _FILE_MODE
-            planned.append(SourceFile(name=rel, size=st.st_size, mode=mode, path=Path(entry.path)))
+            planned.append(
+                SourceFile(
+                    name=rel, size=st.st_size, mode=mode, path=Path(entry.path), mtime=mtime_of(st)
+                )
+            )
         else:
             kind = _special_kind(entry.stat(follow_symlinks=False).st_mode)
             raise InvalidInputError(

@@ -7,7 +7,7 @@ import os
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType, TracebackType
@@ -15,7 +15,7 @@ from typing import IO, NamedTuple
 
 from workflows._errors import InvalidInputError
 from workflows._paths import link_target_in_tree
-from workflows._seed_plan import SeedContent, plan_mapping
+from workflows._seed_plan import DEFAULT_MAX_FILE_SIZE, SeedContent, plan_directory, plan_mapping
 
 __all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
 
@@ -140,6 +140,55 @@ class Snapshot(Mapping[str, bytes]):
     def from_mapping(cls, files: Mapping[str, SeedContent]) -> Snapshot:
         """Same as ``Snapshot(files)``."""
         return cls(files)
+
+    @classmethod
+    def from_directory(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        ignore: Sequence[str] = (),
+        gitignore: bool = True,
+        max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
+    ) -> Snapshot:
+        """A snapshot of a local folder, read with the rules of ``sb.seed_directory(path, ...)``.
+
+        The same arguments select the same files (``.gitignore``, ``.sandboxignore``,
+        ``ignore=``; links kept only inside the folder; a file over ``max_file_size`` refused):
+        what this snapshot holds is what seeding the folder would send. So a dump compares
+        with the folder it came from, with ``==`` or :meth:`diff`::
+
+            sb.seed_directory("./project", ignore=["*.log"])
+            ...  # an agent works in the sandbox
+            local = Snapshot.from_directory("./project", ignore=["*.log"])
+            print(local.diff(sb.dump()))  # + added, - removed, ~ modified, by the sandbox
+
+        Contents are copied into one anonymous temporary file (as a dump's are), so the
+        snapshot stays valid while the folder changes; ``close()`` frees it. Empty folders are
+        not files, so they are not entries (as in a dump's snapshot). Reading a big folder
+        takes a while: async code runs it in a thread,
+        ``await asyncio.to_thread(Snapshot.from_directory, path)``.
+        """
+        entries = plan_directory(
+            path, ignore=ignore, gitignore=gitignore, max_file_size=max_file_size
+        )
+        writer = _SnapshotWriter()
+        try:
+            for entry in entries:
+                if entry.link_target is not None:
+                    writer.link(entry.name, entry.link_target)
+                elif entry.path is not None:
+                    try:
+                        with open(entry.path, "rb") as reader:
+                            writer.add(entry.name, reader, mode=entry.mode)
+                    except OSError as exc:
+                        raise InvalidInputError(
+                            f"cannot read {os.fspath(entry.path)!r}: {exc.strerror or exc}; fix "
+                            "it or add it to ignore="
+                        ) from exc
+        except BaseException:
+            writer.abort()
+            raise
+        return writer.finish()
 
     def _setup(
         self,

@@ -171,6 +171,23 @@ def test_pack_directory_ignores_mtimes_and_owners(tmp_path: Path) -> None:
     assert "d" not in by_name
 
 
+def test_pack_directory_can_keep_mtimes_to_the_sub_second(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    (root / "empty").mkdir(parents=True)
+    (root / "f.txt").write_text("hello")
+    (root / "lnk").symlink_to("f.txt")
+    os.utime(root / "f.txt", ns=(1_600_000_000_250_000_000, 1_600_000_000_250_000_000))
+    os.utime(root / "empty", (1_500_000_000, 1_500_000_000))
+    os.utime(root / "lnk", (1_400_000_000, 1_400_000_000), follow_symlinks=False)
+    by_name = {m.name: m for m in members_of(pack_to_tempfile(plan_directory(root))[0].read())}
+    assert {m.mtime for m in by_name.values()} == {ARCHIVE_MTIME}
+    kept = pack_to_tempfile(plan_directory(root, preserve_mtime=True))[0].read()
+    by_name = {m.name: m for m in members_of(kept)}
+    assert by_name["f.txt"].mtime == 1_600_000_000.25  # a PAX header carries the fraction
+    assert by_name["empty"].mtime == 1_500_000_000
+    assert by_name["lnk"].mtime == 1_400_000_000
+
+
 def test_threaded_and_inline_compression_hold_the_same_tar() -> None:
     entries = plan_mapping({f"f{i}": os.urandom(1000) * (i + 1) for i in range(30)})
     inline, threaded = io.BytesIO(), io.BytesIO()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from workflows._archive import read_snapshot
 from workflows._errors import InvalidInputError, InvalidSeedPathError
 from workflows._pack import pack_to_tempfile
-from workflows._seed_plan import plan_mapping
+from workflows._seed_plan import plan_directory, plan_mapping
 from workflows._snapshot import ManifestEntry, Snapshot, SnapshotDiff
 
 FILES: dict[str, str | bytes] = {"a.txt": "alpha", "d/b.bin": b"\x00\x01\x02", "d/e/c.md": "# c"}
@@ -344,3 +344,39 @@ def test_to_directory_writes_links_relative(tmp_path: Path) -> None:
         snap.to_directory(tmp_path)
     snap.to_directory(tmp_path, overwrite=True)
     assert os.readlink(tmp_path / "l") == "a.txt"
+
+
+def test_from_directory_reads_what_seeding_the_folder_sends(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    (root / "src").mkdir(parents=True)
+    (root / "empty").mkdir()
+    (root / "src" / "main.py").write_text("print('hi')\n")
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "debug.log").write_text("noise")
+    (root / "notes.tmp").write_text("scratch")
+    (root / ".gitignore").write_text("*.log\n")
+    (root / "src" / "up").symlink_to("../run.sh")
+    for gitignore in (True, False):
+        snap = Snapshot.from_directory(root, ignore=["*.tmp"], gitignore=gitignore)
+        planned = plan_directory(root, ignore=["*.tmp"], gitignore=gitignore)
+        assert [*snap, *snap.links] == sorted(e.name for e in planned if not e.is_dir)
+        assert ("debug.log" in snap) is not gitignore
+    assert snap["src/main.py"] == b"print('hi')\n"
+    assert snap.is_executable("run.sh")
+    assert not snap.is_executable("src/main.py")
+    assert dict(snap.links) == {"src/up": "../run.sh"}
+    (root / "src" / "main.py").write_text("changed")  # the snapshot holds its own copy
+    assert snap.text("src/main.py") == "print('hi')\n"
+    assert (
+        str(snap.diff(Snapshot.from_directory(root))) == "- debug.log\n+ notes.tmp\n~ src/main.py"
+    )
+
+
+def test_from_directory_refuses_what_seeding_refuses(tmp_path: Path) -> None:
+    (tmp_path / "out").symlink_to("/etc")
+    with pytest.raises(InvalidInputError, match="outside the folder"):
+        Snapshot.from_directory(tmp_path)
+    with pytest.raises(InvalidInputError, match="no such folder"):
+        Snapshot.from_directory(tmp_path / "missing")
+    assert Snapshot.from_directory(tmp_path, ignore=["out"]) == {}

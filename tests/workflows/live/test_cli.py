@@ -1,85 +1,401 @@
-"""The ``klavis-sandbox`` CLI against the emulator (in-process ``main`` and one real subprocess)."""
+"""The ``klavis-sandbox`` CLI against the emulator: in-process ``main`` where only the streams
+matter, a real subprocess where the exit status, a closed pipe or a signal does."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
-from workflows._cli import main
+from workflows import LocalSandbox, Snapshot, list_sandboxes
+from workflows._cli import EXIT_CODES, main
 
-Cli = Callable[..., tuple[int, str]]
+
+class Ran(NamedTuple):
+    code: int
+    out: str
+    err: str
+
+
+Cli = Callable[..., Ran]
 
 
 @pytest.fixture
-def cli(conn: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+def env(conn: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The environment of a CLI pointed at the emulator as this test's tenant."""
     monkeypatch.setenv("KLAVIS_API_KEY", conn["api_key"])
     monkeypatch.setenv("KLAVIS_BASE_URL", conn["base_url"])
+    return dict(os.environ)
 
-    def run(*argv: str) -> tuple[int, str]:
-        out = io.StringIO()
-        code = main(list(argv), out=out)
-        return code, out.getvalue()
+
+@pytest.fixture
+def cli(env: dict[str, str]) -> Cli:
+    """``main`` in this process, its stdout and stderr captured apart."""
+
+    def run(*argv: str) -> Ran:
+        out, err = io.StringIO(), io.StringIO()
+        code = main(list(argv), out=out, err=err)
+        return Ran(code, out.getvalue(), err.getvalue())
 
     return run
 
 
-def test_acquire_list_seed_dump_release(
-    cli: Cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, out = cli("acquire", "filesystem", "git", "--ttl", "600")
-    assert code == 0
-    sandbox_id = out.splitlines()[0]
-    assert "git/mcp/?local_sandbox_id=" in out
+@pytest.fixture
+def shell(env: dict[str, str]) -> Cli:
+    """``python -m workflows`` as a subprocess, as a shell script runs it."""
 
-    code, out = cli("list")
-    assert code == 0
-    assert sandbox_id in out
-    assert out.startswith("ID")
-    code, out = cli("list", "--json")
-    assert [s["id"] for s in json.loads(out)] == [sandbox_id]
-    code, out = cli("get", sandbox_id)
-    assert "status:    occupied" in out
+    def run(*argv: str) -> Ran:
+        done = subprocess.run(
+            [sys.executable, "-m", "workflows", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        return Ran(done.returncode, done.stdout, done.stderr)
 
+    return run
+
+
+def test_acquire_prints_only_the_id_for_scripts(shell: Cli, conn: dict[str, str]) -> None:
+    ran = shell("acquire", "filesystem", "--ttl", "600")
+    assert ran.code == 0, ran.err
+    sandbox_id = ran.out.strip()
+    assert ran.out == f"{sandbox_id}\n"  # ID=$(klavis-sandbox acquire filesystem) works
+    assert f"klavis-sandbox release {sandbox_id}" in ran.err  # the hint is a message
+    assert [i.id for i in list_sandboxes(api_key=conn["api_key"], base_url=conn["base_url"])] == [
+        sandbox_id
+    ]  # still held after exit
+
+    quiet = shell("acquire", "git", "-q")
+    assert (quiet.code, quiet.err) == (0, "")
+    assert len(quiet.out.split()) == 1
+
+    full = shell("acquire", "git", "--json", "--quiet")
+    record = json.loads(full.out)
+    assert full.err == ""
+    assert record["servers"][0]["name"] == "git"
+    assert f"local_sandbox_id={record['id']}" in record["servers"][0]["mcp_server_url"]
+    assert "auth_data" not in record["servers"][0]
+
+
+def test_list_get_and_json(cli: Cli, conn: dict[str, str]) -> None:
+    assert cli("list") == (0, "", "no active sandboxes\n")
+    assert cli("list", "-q") == (0, "", "")
+    assert cli("list", "--json") == (0, "[]\n", "")
+    sandbox_id = cli("acquire", "filesystem", "git").out.strip()
+
+    listed = cli("list")
+    assert listed.out.splitlines()[0].split() == ["ID", "STATUS", "CREATED", "SERVERS"]
+    assert sandbox_id in listed.out.splitlines()[1]
+    assert [s["id"] for s in json.loads(cli("list", "--json").out)] == [sandbox_id]
+
+    shown = cli("get", sandbox_id)
+    assert "status:    occupied" in shown.out
+    assert "git/mcp/?local_sandbox_id=" in shown.out
+    assert "capabilities" in shown.err  # said where the URLs are printed
+    assert "capabilities" not in shown.out
+    assert cli("get", sandbox_id, "-q").err == ""
+    assert json.loads(cli("get", sandbox_id, "--json").out)["id"] == sandbox_id
+    cli("release", sandbox_id)
+
+
+def test_seed_and_dump_to_a_folder(cli: Cli, tmp_path: Path) -> None:
+    sandbox_id = cli("acquire", "filesystem", "-q").out.strip()
     project = tmp_path / "proj"
     project.mkdir()
     (project / "a.txt").write_text("A")
     (project / "skip.log").write_text("no")
-    code, out = cli("seed", sandbox_id, str(project), "--ignore", "*.log", "--no-progress")
-    assert (code, out.strip()) == (0, f"seeded 1 files into {sandbox_id}")
-    code, out = cli("dump", sandbox_id, "-o", str(tmp_path / "out"), "--no-progress")
-    assert code == 0
-    assert (tmp_path / "out" / "a.txt").read_text() == "A"
-    assert not (tmp_path / "out" / "skip.log").exists()
+    seeded = cli("seed", sandbox_id, str(project), "--ignore", "*.log", "--no-progress")
+    assert seeded == (0, "", f"seeded 1 files into {sandbox_id}\n")
+    assert json.loads(cli("seed", sandbox_id, str(project), "--json", "-q").out) == {
+        "sandbox_id": sandbox_id,
+        "files": 2,
+    }
 
-    code, out = cli("reap")
-    assert code == 0
-    assert f"released {sandbox_id}" in out
-    code, out = cli("release", "--all")
-    assert out.strip() == "nothing to release"
+    out = tmp_path / "out"
+    dumped = cli("dump", sandbox_id, "-o", str(out), "--json")
+    assert dumped.code == 0, dumped.err
+    assert json.loads(dumped.out) == {
+        "sandbox_id": sandbox_id,
+        "path": str(out),
+        "format": "folder",
+        "files": 2,
+        "links": 0,
+        "bytes": 3,
+    }
+    assert dumped.err == f"dumped {sandbox_id} to {out}\n"
+    assert Snapshot.from_directory(out) == {"a.txt": "A", "skip.log": "no"}
+    cli("release", sandbox_id)
 
 
-def test_release_by_id_and_errors(cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = cli("acquire", "git")
-    sandbox_id = out.splitlines()[0]
-    code, out = cli("release", sandbox_id)
-    assert (code, out.strip()) == (0, f"released {sandbox_id}")
-    code, _ = cli("get", sandbox_id)
-    assert code == 1
-    assert "404" in capsys.readouterr().err
-    code, _ = cli("release")
-    assert code == 1
-    code, _ = cli("acquire", "nope")
-    assert code == 1
-    err = capsys.readouterr().err
-    assert "valid names are" in err
-    assert os.environ["KLAVIS_API_KEY"] not in err
+def test_dump_refuses_an_existing_path_unless_forced_and_then_replaces(
+    cli: Cli, tmp_path: Path
+) -> None:
+    sandbox_id = cli("acquire", "filesystem", "-q").out.strip()
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "a.txt").write_text("from the sandbox")
+    cli("seed", sandbox_id, str(project), "-q")
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "a.txt").write_text("the user's own")
+    (mine / "keep.txt").write_text("also the user's")
+    refused = cli("dump", sandbox_id, "-o", str(mine))
+    assert refused.code == 1
+    assert "already exists" in refused.err
+    assert "--force" in refused.err
+    assert refused.out == ""
+    assert (mine / "a.txt").read_text() == "the user's own"  # nothing touched
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli("dump", sandbox_id, "-o", str(empty), "-q") == (0, "", "")  # nothing to lose
+    assert (empty / "a.txt").read_text() == "from the sandbox"
+
+    forced = cli("dump", sandbox_id, "-o", str(mine), "--force")
+    assert forced.code == 0, forced.err
+    assert "replacing" in forced.err
+    assert sorted(p.name for p in mine.iterdir()) == ["a.txt"]  # replaced, not merged
+    assert (mine / "a.txt").read_text() == "from the sandbox"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "mine", "proj", "state"]
+
+    for here in (".", ".."):  # the folder the command runs in is never replaced
+        ran = cli("dump", sandbox_id, "-o", here, "--force")
+        assert (ran.code, "current folder" in ran.err) == (1, True)
+    (tmp_path / "alink").symlink_to(mine)
+    assert "(a symlink)" in cli("dump", sandbox_id, "-o", str(tmp_path / "alink")).err
+    (tmp_path / "alink").unlink()
+
+    archive = tmp_path / "ws.tar.gz"
+    archive.write_bytes(b"old")
+    assert cli("dump", sandbox_id, "-o", str(archive)).code == 1
+    assert archive.read_bytes() == b"old"
+    assert cli("dump", sandbox_id, "-o", str(archive), "--force").code == 0
+    with tarfile.open(archive, "r:gz") as tar:
+        assert "./a.txt" in tar.getnames()
+    cli("release", sandbox_id)
+
+
+def test_dump_writes_archives_as_archives_and_refuses_zip(cli: Cli, tmp_path: Path) -> None:
+    sandbox_id = cli("acquire", "filesystem", "-q").out.strip()
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "a.txt").write_text("A")
+    cli("seed", sandbox_id, str(project), "-q")
+
+    for name in ("ws.tar.gz", "ws.tgz", "ws.tar"):
+        ran = cli("dump", sandbox_id, "-o", str(tmp_path / name), "--json", "-q")
+        assert ran.code == 0, ran.err
+        summary = json.loads(ran.out)
+        assert (summary["format"], summary["bytes"]) == (
+            name.split(".", 1)[1].replace("tgz", "tar.gz"),
+            (tmp_path / name).stat().st_size,
+        )
+        assert (tmp_path / name).is_file()
+        gzipped = (tmp_path / name).read_bytes()[:2] == b"\x1f\x8b"
+        assert gzipped == (name != "ws.tar")  # a .tar is a plain tar
+        with tarfile.open(tmp_path / name) as tar:
+            member = tar.extractfile("./a.txt")
+            assert member is not None
+            assert member.read() == b"A"
+
+    refused = cli("dump", sandbox_id, "-o", str(tmp_path / "ws.zip"))
+    assert refused.code == 1
+    assert ".zip archives are not written" in refused.err
+    assert not (tmp_path / "ws.zip").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "proj",
+        "state",
+        "ws.tar",
+        "ws.tar.gz",
+        "ws.tgz",
+    ]  # no staging folder left behind
+    cli("release", sandbox_id)
+
+
+def test_seed_can_keep_modification_times(cli: Cli, tmp_path: Path) -> None:
+    sandbox_id = cli("acquire", "filesystem", "-q").out.strip()
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "a.txt").write_text("A")
+    os.utime(project / "a.txt", (1_600_000_000, 1_600_000_000))
+    cli("seed", sandbox_id, str(project), "-q")
+    cli("dump", sandbox_id, "-o", str(tmp_path / "fixed.tar.gz"), "-q")
+    cli("seed", sandbox_id, str(project), "-q", "--preserve-mtime")
+    cli("dump", sandbox_id, "-o", str(tmp_path / "kept.tar.gz"), "-q")
+    times = {}
+    for name in ("fixed", "kept"):
+        with tarfile.open(tmp_path / f"{name}.tar.gz") as tar:
+            times[name] = tar.getmember("./a.txt").mtime
+    assert times == {"fixed": 946_684_800, "kept": 1_600_000_000}
+    cli("release", sandbox_id)
+
+
+def test_release_unknown_ids_and_our_expired_ones(cli: Cli, conn: dict[str, str]) -> None:
+    unknown = "00000000-0000-4000-8000-000000000000"
+    ran = cli("release", unknown)
+    assert ran.code == 1
+    assert f"{unknown}: no such sandbox" in ran.err
+    assert ran.out == ""
+    assert cli("release", unknown, "--ignore-not-found", "-q") == (0, "", "")
+    [record] = json.loads(cli("release", unknown, "--json", "-q").out)
+    assert (record["sandbox_id"], record["outcome"]) == (unknown, "not_found")
+    assert "no such sandbox" in record["error"]
+
+    sandbox_id = cli("acquire", "git", "-q").out.strip()
+    assert cli("release", sandbox_id) == (0, "", f"released {sandbox_id}\n")
+    assert cli("release", sandbox_id).code == 1  # released by us: now unknown, like kubectl
+
+    # acquired here, then released behind our back (as its TTL would): not an error
+    ours = cli("acquire", "git", "-q").out.strip()
+    assert LocalSandbox.attach(
+        ours, api_key=conn["api_key"], base_url=conn["base_url"]
+    ).release()  # attached: the ledger is not told
+    ran = cli("release", ours, "--json")
+    assert ran.code == 0
+    assert json.loads(ran.out)[0]["outcome"] == "already_released"
+    assert "already released" in ran.err
+
+    assert cli("release", "--all") == (0, "", "nothing to release\n")
+
+
+def test_usage_errors_version_and_documented_exit_codes(shell: Cli) -> None:
+    from workflows import __version__
+
+    assert shell("--version") == (0, f"klavis-sandbox {__version__}\n", "")
+    assert shell("release").code == 2  # neither ids nor --all
+    assert shell("nope").code == 2
+    assert shell("dump", "x").code == 2  # -o missing
+    helped = shell("--help")
+    for code in EXIT_CODES:
+        assert f"  {code} " in helped.out
+    assert "capabilities" in helped.out
+    ran = shell("acquire", "nope")
+    assert ran.code == 1
+    assert "valid names are" in ran.err
+    assert os.environ["KLAVIS_API_KEY"] not in ran.err
+
+
+def _with_closed_stdout(env: dict[str, str], *argv: str) -> tuple[int, str]:
+    """Run the CLI with a stdout whose reader has gone (``| head -1`` after it exited)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "workflows", *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    return done.returncode, done.stderr
+
+
+def test_a_closed_stdout_ends_quietly(env: dict[str, str], conn: dict[str, str]) -> None:
+    held = LocalSandbox.acquire(
+        ["git"], ttl_seconds=600, ledger=False, api_key=conn["api_key"], base_url=conn["base_url"]
+    )
+    for argv in (("list",), ("list", "--json"), ("get", held.id)):
+        code, err = _with_closed_stdout(env, *argv)
+        assert (code, err) == (141, ""), argv  # no BrokenPipeError traceback
+    held.release()
+
+    # the id of an acquired sandbox that nobody can read is a leak: it is released
+    code, err = _with_closed_stdout(env, "acquire", "filesystem")
+    assert code == 141
+    assert "stdout was closed before the sandbox id was read; released" in err
+    assert "Traceback" not in err
+    assert list_sandboxes(api_key=conn["api_key"], base_url=conn["base_url"]) == []
+
+
+def test_interrupt_exits_130(env: dict[str, str], cli: Cli, tmp_path: Path) -> None:
+    sandbox_id = cli("acquire", "filesystem", "-q").out.strip()
+    script = tmp_path / "slow.py"
+    script.write_text("import time\nprint('started', flush=True)\ntime.sleep(600)\n")
+    with subprocess.Popen(
+        [sys.executable, "-m", "workflows", "exec", sandbox_id, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "started\n"  # the script runs: Ctrl-C now
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1] == "klavis-sandbox: interrupted"
+    cli("release", sandbox_id)
+
+
+def test_exec_streams_output_and_exit_status(cli: Cli, tmp_path: Path) -> None:
+    sandbox_id = cli("acquire", "filesystem", "-q").out.strip()
+    good = tmp_path / "good.py"
+    good.write_text("print('from the sandbox')\n")
+    ran = cli("exec", sandbox_id, str(good))
+    own_lines = [line for line in ran.out.splitlines() if not line.startswith("[emulator]")]
+    assert (ran.code, own_lines) == (0, ["from the sandbox"])  # emulator notes vary by machine
+    assert "completed" in ran.err
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nprint('failing')\nsys.exit(2)\n")
+    ran = cli("exec", sandbox_id, str(bad), "--name", "bad-run", "-q")
+    assert ran.code == 1
+    assert "failing" in ran.out
+    assert ran.err == "klavis-sandbox: execution bad-run failed\n"  # failures show despite -q
+    cli("release", sandbox_id)
+
+
+def test_reap_releases_what_the_ledger_holds(cli: Cli) -> None:
+    sandbox_id = cli("acquire", "git", "-q").out.strip()
+    assert cli("reap", "--dry-run") == (0, f"{sandbox_id}\n", "")
+    assert json.loads(cli("reap", "--dry-run", "--json").out) == [sandbox_id]
+    ran = cli("reap", "--json")
+    assert (ran.code, json.loads(ran.out)[0]["outcome"]) == (0, "released")
+    assert cli("reap") == (0, "", "nothing to release\n")
+
+
+def test_the_readme_cli_walkthrough_runs_as_a_script(
+    env: dict[str, str], conn: dict[str, str], tmp_path: Path
+) -> None:
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    section = readme.split("\n## The CLI\n", 1)[1]
+    script = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "a.txt").write_text("A")
+    (tmp_path / "project" / "noise.log").write_text("left out")
+    (tmp_path / "main.py").write_text("print('hi from main.py')\n")
+    scripts_dir = Path(sys.executable).parent  # where the install put `klavis-sandbox`
+    assert (scripts_dir / "klavis-sandbox").exists()
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        capture_output=True,
+        text=True,
+        env={**env, "PATH": f"{scripts_dir}{os.pathsep}{env['PATH']}"},
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "hi from main.py" in done.stdout
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.txt"]
+    assert json.loads((tmp_path / "sandbox.json").read_text())["servers"][0]["name"] == "git"
+    assert list_sandboxes(api_key=conn["api_key"], base_url=conn["base_url"]) == []
 
 
 def test_demo_runs_on_the_embedded_emulator(tmp_path: Path) -> None:
@@ -99,19 +415,3 @@ def test_demo_runs_on_the_embedded_emulator(tmp_path: Path) -> None:
     assert "round-trip dump: ok: 3 files came back" in done.stdout
     assert "dump diff: 1 added, 0 removed, 1 modified" in done.stdout
     assert "sandboxes still listed: 0" in done.stdout
-
-
-def test_exec_streams_output_and_exit_status(cli: Cli, tmp_path: Path) -> None:
-    code, out = cli("acquire", "filesystem")
-    sandbox_id = out.splitlines()[0]
-    good = tmp_path / "good.py"
-    good.write_text("print('from the sandbox')\n")
-    code, out = cli("exec", sandbox_id, str(good))
-    own_lines = [line for line in out.splitlines() if not line.startswith("[emulator]")]
-    assert (code, own_lines) == (0, ["from the sandbox"])  # emulator notes vary by machine
-    bad = tmp_path / "bad.py"
-    bad.write_text("import sys\nprint('failing')\nsys.exit(2)\n")
-    code, out = cli("exec", sandbox_id, str(bad), "--name", "bad-run")
-    assert code == 1
-    assert "failing" in out
-    cli("release", sandbox_id)

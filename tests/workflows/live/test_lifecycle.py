@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tarfile
 from pathlib import Path
 
@@ -135,6 +136,45 @@ def test_seed_directory_honours_ignore_files(
         names = set(sb.dump())
     assert names == {".gitignore", ".sandboxignore", "keep.log", "src/main.py"}
     assert count == 4
+
+
+def test_a_dump_compares_with_the_folder_it_was_seeded_from(
+    face: Face, conn: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "main.py").write_text("print('hi')\n")
+    (project / "debug.log").write_text("noise")
+    (project / ".gitignore").write_text("*.log\n")
+    (project / "link").symlink_to("src/main.py")
+    with face.acquire(["filesystem"], **conn) as sb:
+        sb.seed_directory(project, ignore=["*.tmp"])
+        local = Snapshot.from_directory(project, ignore=["*.tmp"])
+        assert sb.dump() == local
+        assert "debug.log" not in local
+        assert dict(local.links) == {"link": "src/main.py"}
+        sb.seed({"src/main.py": "print('changed')\n", "new.txt": "n"})
+        diff = local.diff(sb.dump())
+    assert (diff.added, diff.removed, diff.modified) == (("new.txt",), (), ("src/main.py",))
+
+
+def test_seed_directory_can_keep_modification_times(
+    face: Face, conn: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "main.c").write_text("int main(void) { return 0; }\n")
+    (project / "Makefile").write_text("main: src/main.c\n")
+    os.utime(project / "src" / "main.c", (1_700_000_000, 1_700_000_000))
+    os.utime(project / "Makefile", (1_600_000_000, 1_600_000_000))
+    with face.acquire(["filesystem"], **conn) as sb:
+        sb.seed_directory(project)
+        fixed = sb.dump_to(tmp_path / "fixed")
+        sb.seed_directory(project, preserve_mtime=True)
+        kept = sb.dump_to(tmp_path / "kept")
+    assert os.stat(fixed / "Makefile").st_mtime == 946_684_800  # the reproducible default
+    assert os.stat(kept / "Makefile").st_mtime == 1_600_000_000  # through the service and back
+    assert os.stat(kept / "src" / "main.c").st_mtime == 1_700_000_000
 
 
 def test_round_trip_dump(face: Face, conn: dict[str, str]) -> None:

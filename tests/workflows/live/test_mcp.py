@@ -7,12 +7,23 @@ from __future__ import annotations
 
 import importlib
 import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from tests.helpers import Face, LoopThread, SilentService
-from workflows import ApiConnectionError, ApiTimeoutError, NotFoundError, _mcp, _mcp_compat
+from workflows import (
+    ApiConnectionError,
+    ApiTimeoutError,
+    LocalSandbox,
+    McpError,
+    McpSession,
+    NotFoundError,
+    _mcp,
+    _mcp_compat,
+)
 
 
 def test_tools_change_the_workspace_that_dump_returns(face: Face, conn: dict[str, str]) -> None:
@@ -44,6 +55,53 @@ def test_mcp_session_is_the_official_client(
                 return [t.name for t in listed.tools]
 
         assert "git_status" in loop_thread.run(tools())
+
+
+def _session_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "workflows-mcp-session"]
+
+
+def test_a_blocking_session_serves_many_calls(conn: dict[str, str]) -> None:
+    with LocalSandbox.acquire(["filesystem"], **conn) as sb:  # type: ignore[arg-type]
+        with sb.mcp_session("filesystem") as fs:
+            assert "write_file" in {t.name for t in fs.list_tools()}
+            root = fs.call_tool("list_allowed_directories").text.split()[-1]
+            wrote = fs.call_tool("write_file", {"path": f"{root}/a.txt", "content": "by agent"})
+            assert not wrote.is_error, wrote.text
+            assert fs.call_tool("read_text_file", {"path": f"{root}/a.txt"}).text == "by agent"
+            assert fs.call_tool("no_such_tool").is_error  # a tool's failure is a result
+            with ThreadPoolExecutor(4) as pool:  # calls from several threads share the session
+                texts = list(pool.map(lambda _: fs.call_tool("list_allowed_directories"), "abcd"))
+            assert {t.text for t in texts} == {fs.call_tool("list_allowed_directories").text}
+            assert _session_threads()
+        assert "closed" in repr(fs)
+        with pytest.raises(McpError, match="closed"):
+            fs.call_tool("list_allowed_directories")
+        assert sb.dump()["a.txt"] == b"by agent"
+    assert not _session_threads()  # closing ends the helper thread
+
+
+def test_a_blocking_session_outlived_by_its_sandbox_fails_cleanly(conn: dict[str, str]) -> None:
+    sb = LocalSandbox.acquire(["filesystem"], api_key=conn["api_key"], base_url=conn["base_url"])
+    session = sb.mcp_session("filesystem")
+    assert session.list_tools()
+    sb.release()
+    with pytest.raises((NotFoundError, McpError)):
+        session.call_tool("list_allowed_directories")
+    session.close()
+    session.close()  # idempotent
+    assert not _session_threads()
+
+
+def test_a_blocking_session_that_cannot_open_says_why() -> None:
+    with socket.socket() as bound:  # bound, never listening: connecting is refused
+        bound.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{bound.getsockname()[1]}/git/mcp/?local_sandbox_id=x"
+        with pytest.raises(ApiConnectionError, match="could not reach the MCP server"):
+            McpSession(url, timeout=10).open()
+    with SilentService() as silent, pytest.raises(ApiTimeoutError):
+        McpSession(f"{silent.url}/git/mcp/", timeout=0.5).open()
+    assert not _session_threads()
 
 
 def test_a_released_sandbox_tools_fail_cleanly(face: Face, conn: dict[str, str]) -> None:
