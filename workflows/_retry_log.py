@@ -10,8 +10,10 @@ library should neither print nor reconfigure the application's stamina, so:
 - :func:`routed` puts one :class:`RouteRetries` hook in front of whatever hooks stamina has
   (the defaults, or those the application set with ``stamina.instrumentation.
   set_on_retry_hooks``): a retry inside a marked context is logged at INFO on the ``workflows``
-  logger, every other retry goes to those hooks as before. If the application later sets hooks
-  of its own, the next retry context of the library puts the router back in front of them.
+  logger (the record carries ``workflows.retry_num`` and ``workflows.caused_by``, as stamina's
+  carry ``stamina.*``), every other retry goes to those hooks as before. If the application
+  later sets hooks of its own, the next retry context of the library puts the router back in
+  front of them.
 
 stamina has no per-context hook (its instrumentation is global by design), hence this module.
 """
@@ -54,12 +56,14 @@ class RouteRetries:
 
     def __call__(self, details: RetryDetails) -> AbstractContextManager[None] | None:
         if _OURS.get():
+            cause = describe(details.caused_by)
             log.info(
                 "retry %d in %.2f s (%.2f s waited so far) after %s",
                 details.retry_num,
                 details.wait_for,
                 details.waited_so_far,
-                describe(details.caused_by),
+                cause,
+                extra={"workflows.retry_num": details.retry_num, "workflows.caused_by": cause},
             )
             return None
         managers = [cm for hook in self.others if (cm := hook(details)) is not None]
