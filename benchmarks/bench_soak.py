@@ -50,7 +50,7 @@ class _Outcome:
 
 
 class _Tally(logging.Handler):
-    """Counts the retries stamina schedules and the sandboxes the library adopts."""
+    """Counts the retries the library schedules and the sandboxes it adopts."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -58,7 +58,7 @@ class _Tally(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if record.name.startswith("stamina") and "retry_scheduled" in message:
+        if "workflows.retry_num" in record.__dict__:  # the library's retries (see _retry_log)
             self.counts["retries_scheduled"] += 1
         elif "adopted it" in message:
             self.counts["adopted_after_failed_acquire"] += 1
@@ -68,9 +68,9 @@ class _Tally(logging.Handler):
 
 @contextlib.contextmanager
 def _tally() -> Iterator[_Tally]:
-    """Route the ``stamina`` and ``workflows`` loggers to a :class:`_Tally` (and off stderr)."""
+    """Route the ``workflows`` logger to a :class:`_Tally` (and off stderr)."""
     tally = _Tally()
-    loggers = [logging.getLogger(name) for name in ("stamina", "workflows")]
+    loggers = [logging.getLogger("workflows")]
     saved = [(lg.level, lg.propagate) for lg in loggers]
     for lg in loggers:
         lg.addHandler(tally)

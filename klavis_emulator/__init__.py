@@ -24,31 +24,49 @@ across restarts. Other modules follow sandboxes through
 
 from __future__ import annotations
 
-from ._app import create_app
-from ._archive import ArchiveLimits, ArchiveRejected, ArchiveTooLarge
-from ._bwrap import Confinement, ConfinementError, detect_confinement
-from ._clock import Clock, ManualClock, OffsetClock, SystemClock
-from ._config import EmulatorConfig, default_data_dir
-from ._faults import FaultSettings
-from ._middleware import CONTROL_TOKEN_HEADER
-from ._runner import EXECUTION_STATUSES
-from ._server import EmulatorServer
-from ._server_data import DATA_SERVERS
-from ._signing import SignatureError, SignedUrl, UrlSigner
-from ._state import (
-    BENCHMARKS,
-    LOCAL_SERVER_NAMES,
-    EmulatorError,
-    EmulatorState,
-    ExecutionRecord,
-    Region,
-    SandboxRecord,
-    ServerRecord,
-    UploadWriter,
-    tenant_for_token,
-)
+from typing import TYPE_CHECKING, Any
+
+from ._extra import EmulatorExtraMissing
+from ._extra import missing as _missing
+from ._extra import missing_message as _missing_message
+
+# Without the emulator extra the package still imports (so the command can say what to
+# install), and every name raises EmulatorExtraMissing with that one line.
+_MISSING = _missing()
+if _MISSING and not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise EmulatorExtraMissing(_missing_message(_MISSING), name=_MISSING[0])
+
+else:
+    from ._app import create_app
+    from ._archive import ArchiveLimits, ArchiveRejected, ArchiveTooLarge
+    from ._bwrap import Confinement, ConfinementError, detect_confinement
+    from ._clock import Clock, ManualClock, OffsetClock, SystemClock
+    from ._config import EmulatorConfig, default_data_dir
+    from ._faults import FaultSettings
+    from ._middleware import CONTROL_TOKEN_HEADER
+    from ._runner import EXECUTION_STATUSES
+    from ._server import EmulatorServer
+    from ._server_data import DATA_SERVERS
+    from ._signing import SignatureError, SignedUrl, UrlSigner
+    from ._state import (
+        BENCHMARKS,
+        LOCAL_SERVER_NAMES,
+        EmulatorError,
+        EmulatorState,
+        ExecutionRecord,
+        Region,
+        SandboxRecord,
+        ServerRecord,
+        UploadWriter,
+        tenant_for_token,
+    )
 
 __all__ = [
+    "EmulatorExtraMissing",
     "BENCHMARKS",
     "CONTROL_TOKEN_HEADER",
     "DATA_SERVERS",

@@ -5,9 +5,15 @@
 [--only NAMES] [--force] [-q]`` installs the MCP servers it hosts (all, or the named ones)
 and ``klavis-emulator check`` prints a table of every server of the contract: installed,
 version, confined, or why it is not available.
+
+Without the emulator extra it prints one line naming it and exits with code 1 (see ``_extra``).
 """
 
 from __future__ import annotations
+
+from ._extra import exit_if_missing
+
+exit_if_missing()  # before the imports that need the extra
 
 import argparse
 import dataclasses

@@ -25,10 +25,13 @@ from klavis_sandbox_client import AuthenticatedClient
 from klavis_sandbox_client.types import Response
 
 from ._config import Settings
-from ._errors import TransferError, TransferTimeoutError, UnsafeArchiveError
+from ._errors import ApiConnectionError, TransferError, TransferTimeoutError, UnsafeArchiveError
 from ._flows import Blocking, Call, Download, Flow, Sleep, Step, Upload
 from ._progress import Progress
+from ._reconcile import AcquireDidNotHappen
+from ._retry_log import routed
 from ._transport import (
+    after_retries,
     connection_error,
     make_async_client,
     make_sync_client,
@@ -255,9 +258,19 @@ class _DriverBase:
     def _retrying(self, on: Callable[[Exception], bool | float]) -> Any:
         """A stamina retry context (sync or async iterable) bounded by the settings' attempts
         and deadline."""
-        return stamina.retry_context(
-            on=on, attempts=self.settings.retry_attempts, timeout=self.settings.retry_deadline
+        return routed(
+            stamina.retry_context(
+                on=on, attempts=self.settings.retry_attempts, timeout=self.settings.retry_deadline
+            )
         )
+
+
+def gave_up(exc: Exception, attempts: int, seconds: float) -> Exception:
+    """The error to raise when retries ran out on ``exc``: a connection failure says what was
+    tried (:func:`after_retries`), any other error is itself."""
+    if isinstance(exc, ApiConnectionError):
+        return after_retries(exc, attempts, seconds)
+    return exc
 
 
 def _upload_headers(size: int) -> dict[str, str]:
@@ -304,18 +317,24 @@ class SyncDriver(_DriverBase):
         self, fn: Callable[..., Response[Any]], *, retry: bool, **kwargs: Any
     ) -> Response[Any]:
         """Run a generated ``*_detailed`` function; retry it only when ``retry`` says it is safe."""
+        started = time.monotonic()
         try:  # the common case, without the cost of a retry context
             return self._once(fn, kwargs)
         except Exception as exc:
             if not retry or retry_backoff(exc) is False:
                 raise
             first: Exception | None = exc
-        for attempt in self._retrying(retry_backoff):
-            with attempt:
-                if first is not None:  # replay the first failure so stamina backs off from it
-                    failure, first = first, None
-                    raise failure
-                return self._once(fn, kwargs)
+        tries = 1
+        try:
+            for attempt in self._retrying(retry_backoff):
+                with attempt:
+                    tries = attempt.num
+                    if first is not None:  # replay the first failure so stamina backs off from it
+                        failure, first = first, None
+                        raise failure
+                    return self._once(fn, kwargs)
+        except ApiConnectionError as exc:
+            raise after_retries(exc, tries, time.monotonic() - started) from exc.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
     def perform(self, step: Step) -> Any:
@@ -359,10 +378,19 @@ class SyncDriver(_DriverBase):
     def run_retrying(
         self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
     ) -> T:
-        """Run a fresh flow until it succeeds or ``on`` says the failure is final."""
-        for attempt in self._retrying(on):
-            with attempt:
-                return self.run(make_flow())
+        """Run a fresh flow until it succeeds or ``on`` says the failure is final.
+
+        A flow raises :class:`~workflows._reconcile.AcquireDidNotHappen` to be run again; when
+        the attempts run out, its cause is raised, saying how many attempts were made.
+        """
+        started, tries = time.monotonic(), 1
+        try:
+            for attempt in self._retrying(on):
+                with attempt:
+                    tries = attempt.num
+                    return self.run(make_flow())
+        except AcquireDidNotHappen as exc:
+            raise gave_up(exc.cause, tries, time.monotonic() - started) from exc.cause.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
     def upload(self, url: str, fileobj: IO[bytes], size: int, progress: Progress) -> None:
@@ -479,18 +507,24 @@ class AsyncDriver(_DriverBase):
         self, fn: Callable[..., Awaitable[Response[Any]]], *, retry: bool, **kwargs: Any
     ) -> Response[Any]:
         """Await a generated ``asyncio_detailed`` function; retried only when ``retry`` is safe."""
+        started = time.monotonic()
         try:  # the common case, without the cost of a retry context
             return await self._once(fn, kwargs)
         except Exception as exc:
             if not retry or retry_backoff(exc) is False:
                 raise
             first: Exception | None = exc
-        async for attempt in self._retrying(retry_backoff):
-            with attempt:
-                if first is not None:  # replay the first failure so stamina backs off from it
-                    failure, first = first, None
-                    raise failure
-                return await self._once(fn, kwargs)
+        tries = 1
+        try:
+            async for attempt in self._retrying(retry_backoff):
+                with attempt:
+                    tries = attempt.num
+                    if first is not None:  # replay the first failure so stamina backs off from it
+                        failure, first = first, None
+                        raise failure
+                    return await self._once(fn, kwargs)
+        except ApiConnectionError as exc:
+            raise after_retries(exc, tries, time.monotonic() - started) from exc.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def perform(self, step: Step) -> Any:
@@ -529,10 +563,19 @@ class AsyncDriver(_DriverBase):
     async def run_retrying(
         self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
     ) -> T:
-        """Run a fresh flow until it succeeds or ``on`` says the failure is final."""
-        async for attempt in self._retrying(on):
-            with attempt:
-                return await self.run(make_flow())
+        """Run a fresh flow until it succeeds or ``on`` says the failure is final.
+
+        A flow raises :class:`~workflows._reconcile.AcquireDidNotHappen` to be run again; when
+        the attempts run out, its cause is raised, saying how many attempts were made.
+        """
+        started, tries = time.monotonic(), 1
+        try:
+            async for attempt in self._retrying(on):
+                with attempt:
+                    tries = attempt.num
+                    return await self.run(make_flow())
+        except AcquireDidNotHappen as exc:
+            raise gave_up(exc.cause, tries, time.monotonic() - started) from exc.cause.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def upload(self, url: str, fileobj: IO[bytes], size: int, progress: Progress) -> None:

@@ -4,6 +4,7 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
 
     KlavisError
     ├── ConfigurationError          no API key, a malformed base URL, a bad .env file
+    │   └── MissingExtraError           an optional dependency is not installed (names the extra)
     ├── InvalidInputError (ValueError)   bad input caught before anything is sent
     │   ├── InvalidSeedPathError         a seed key that is absolute, has "..", NUL, or collides
     │   └── FileTooLargeError            a file over ``max_file_size`` while seeding a folder
@@ -50,6 +51,7 @@ __all__ = [
     "InvalidSeedPathError",
     "KlavisError",
     "McpError",
+    "MissingExtraError",
     "NotFoundError",
     "RateLimitError",
     "RequestValidationError",
@@ -67,6 +69,20 @@ class KlavisError(Exception):
 
 class ConfigurationError(KlavisError):
     """The library is not configured well enough to talk to the API (for example, no key)."""
+
+
+class MissingExtraError(ConfigurationError):
+    """A feature needs an extra that is not installed; the message says how to install it.
+
+    >>> str(MissingExtraError("talking to MCP servers", extra="mcp"))
+    "talking to MCP servers needs the mcp extra: pip install 'klavis-sandbox[mcp]'"
+    """
+
+    def __init__(self, feature: str, *, extra: str, detail: str = "") -> None:
+        super().__init__(
+            f"{feature} needs the {extra} extra{detail}: pip install 'klavis-sandbox[{extra}]'"
+        )
+        self.extra = extra
 
 
 class InvalidInputError(KlavisError, ValueError):

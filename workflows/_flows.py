@@ -32,6 +32,7 @@ from ._archive import ArchiveLimits, read_snapshot
 from ._config import Settings
 from ._errors import (
     AcquireAmbiguousError,
+    ApiConnectionError,
     ApiError,
     InvalidInputError,
     NotFoundError,
@@ -256,7 +257,16 @@ def acquire_attempt(
     from klavis_sandbox_client.models import AcquireLocalSandboxRequest
 
     base_url, key = settings.base_url, settings.api_key.fingerprint
-    before = {s.id for s in (yield from list_flow())}
+    try:
+        before = {s.id for s in (yield from list_flow())}
+    except ApiConnectionError as exc:  # say what the user asked for, not only what failed
+        raise type(exc)(
+            f"acquire could not reach the API: POST {base_url.rstrip('/')}/local-sandbox was not "
+            "sent, because listing the key's sandboxes first (to reconcile an acquire whose "
+            f"answer is lost) failed: {exc}",
+            method=exc.method,
+            path=exc.path,
+        ) from exc.__cause__
     body = AcquireLocalSandboxRequest.from_dict(request.to_body())
     attempt: str | None = None
     if ledger is not None:

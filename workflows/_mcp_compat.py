@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, MissingExtraError
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -69,10 +69,10 @@ def _version() -> tuple[int, int]:
     try:
         import mcp.client.streamable_http  # noqa: F401
     except ImportError as exc:
-        raise ConfigurationError(
-            f"talking to MCP servers needs the `mcp` package ({SUPPORTED}): "
-            "pip install 'klavis-sandbox[mcp]'"
-        ) from exc
+        # mcp itself missing says all; a broken install keeps its cause
+        raise MissingExtraError(
+            "talking to MCP servers", extra="mcp", detail=f" ({SUPPORTED})"
+        ) from (None if exc.name == "mcp" else exc)
     text = importlib.metadata.version("mcp")
     major, minor = ([int(p) if p.isdigit() else 0 for p in text.split(".")] + [0, 0])[:2]
     found = (major, minor)

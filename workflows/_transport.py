@@ -32,6 +32,7 @@ from ._errors import (
 __all__ = [
     "BearerAuth",
     "RedactSignedUrls",
+    "after_retries",
     "api_hooks",
     "async_api_hooks",
     "connection_error",
@@ -172,6 +173,19 @@ def connection_error(
         return ApiTimeoutError(f"timed out talking to {where}", method=method, path=path)
     return ApiConnectionError(
         f"could not reach {where}: {type(exc).__name__}: {exc}", method=method, path=path
+    )
+
+
+def after_retries(exc: ApiConnectionError, attempts: int, seconds: float) -> ApiConnectionError:
+    """``exc`` again (same class, method and path), its message saying what was tried.
+
+    >>> str(after_retries(ApiConnectionError("could not reach GET /x"), 5, 2.34))
+    'could not reach GET /x (5 attempts over 2.3 s)'
+    """
+    if attempts < 2:
+        return exc
+    return type(exc)(
+        f"{exc} ({attempts} attempts over {seconds:.1f} s)", method=exc.method, path=exc.path
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import httpx
 import pytest
 
@@ -45,3 +47,22 @@ def test_bulk_release_under_faults(face: Face, faulty_emulator: EmulatorServer, 
     _faults(url, rate=0.0)
     assert all(r.ok for r in results), [r.error for r in results if not r.ok]
     assert _listed(url, token) == []
+
+
+def test_an_acquire_whose_retries_run_out_raises_the_last_api_error(
+    face: Face, emulator: EmulatorServer, token: str
+) -> None:
+    """Every acquire answered 429 before it reaches the emulator: retried, then the 429 itself
+    (not the private signal that asks for another attempt), and nothing was created."""
+    from tests.faulty_proxy import faulty_proxy
+    from workflows import RateLimitError
+
+    def refuse_acquires(method: str, path: str) -> tuple[Literal["before"], int] | None:
+        return ("before", 429) if (method, path) == ("POST", "/local-sandbox") else None
+
+    with faulty_proxy(emulator.base_url, refuse_acquires) as proxy:
+        with pytest.raises(RateLimitError):
+            face.acquire(["git"], api_key=token, base_url=proxy.base_url)
+        refused = [seen for seen in proxy.seen if seen[:2] == ("POST", "/local-sandbox")]
+        assert len(refused) > 1  # retried
+    assert _listed(emulator.base_url, token) == []
