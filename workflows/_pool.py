@@ -69,7 +69,7 @@ from ._drivers import AsyncDriver
 from ._errors import InvalidInputError, TaskTimeoutError
 from ._ledger import Ledger
 from ._models import check_acquire
-from ._ownership import ledger_of
+from ._ownership import install_exit_handlers, ledger_of
 from ._pool_results import PoolResults, TaskBar, TaskResult, check_pool_size, check_run, failed
 from ._recipes import ReleaseResult, async_bulk_release, bulk_release
 from ._sandbox import LocalSandbox
@@ -159,6 +159,7 @@ class _PoolBase:
             "limits": limits,
         }
         self._server_names = server_names
+        install_exit_handlers()  # workers acquire off the main thread, where SIGTERM's cannot be
 
     @property
     def settings(self) -> Settings:
