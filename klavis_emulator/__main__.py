@@ -124,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="time an acquire takes before it answers, as a VM start does on the service (0)",
     )
     parser.add_argument(
+        "--no-mcp-at-acquire",
+        dest="mcp_at_acquire",
+        action="store_false",
+        default=default("mcp_at_acquire"),
+        help="start a sandbox's MCP servers on their first request, not at acquire",
+    )
+    parser.add_argument(
         "--signed-url-minutes",
         type=_checked("signed_url_minutes", int),
         default=default("signed_url_minutes"),

@@ -392,7 +392,9 @@ class SandboxPool(_PoolBase):
     ) -> None:
         sandbox: LocalSandbox | None = None
         try:
-            while not stop.is_set():
+            while True:
+                if stop.is_set():  # closed, or the caller stopped reading: say so, end
+                    raise _Closed
                 try:
                     index, task = todo.get_nowait()
                 except queue.Empty:
@@ -556,6 +558,12 @@ def _release_quietly(sandbox: LocalSandbox) -> None:
         log.warning("could not release sandbox %s: %s", sandbox.id, exc)
 
 
+async def _release_when_acquired(job: asyncio.Future[AsyncLocalSandbox]) -> None:
+    """Release the sandbox of an acquire whose caller was cancelled, once it is answered."""
+    with contextlib.suppress(Exception):
+        await _arelease_quietly(await job)
+
+
 async def _arelease_quietly(sandbox: AsyncLocalSandbox) -> None:
     try:
         await sandbox.release()
@@ -612,6 +620,7 @@ class AsyncSandboxPool(_PoolBase):
         self._cond: asyncio.Condition | None = None
         self._driver: AsyncDriver | None = None
         self._workers: set[asyncio.Task[None]] = set()
+        self._orphans: set[asyncio.Future[None]] = set()
 
     def __repr__(self) -> str:
         live, idle = len(self._book.live), len(self._book.idle)
@@ -646,10 +655,20 @@ class AsyncSandboxPool(_PoolBase):
     async def _acquire(self) -> AsyncLocalSandbox:
         if self._driver is None:
             self._driver = AsyncDriver(self._settings)
-        try:
-            sandbox = await AsyncLocalSandbox.acquire(
+        job = asyncio.ensure_future(
+            AsyncLocalSandbox.acquire(
                 self._server_names, **self._acquire_args, _driver=self._driver
             )
+        )
+        try:
+            try:
+                sandbox = await asyncio.shield(job)
+            except asyncio.CancelledError:
+                # the request may have reached the service: let it finish, in a task of its
+                # own (this one may be cancelled again), and release what it gave; close()
+                # waits for it
+                self._orphans.add(asyncio.ensure_future(_release_when_acquired(job)))
+                raise
         except BaseException:
             self._book.acquiring -= 1
             await self._notify()
@@ -780,6 +799,7 @@ class AsyncSandboxPool(_PoolBase):
         except _Closed as exc:
             done.put_nowait(exc)
         except asyncio.CancelledError:
+            done.put_nowait(_Closed())  # a map still waiting learns that the pool closed
             if holder:  # cancelled mid-task or mid-reset: it is not known to be clean
                 await self._retire(holder.pop(), "its task was cancelled")
             raise
@@ -874,6 +894,8 @@ class AsyncSandboxPool(_PoolBase):
             )
         finally:
             await asyncio.gather(*workers, return_exceptions=True)
+            await asyncio.gather(*self._orphans, return_exceptions=True)
+            self._orphans.clear()
             if self._driver is not None:
                 await self._driver.aclose()
                 self._driver = None

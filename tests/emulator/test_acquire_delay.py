@@ -1,4 +1,5 @@
-"""``acquire_delay`` / ``--acquire-delay``: an acquire answers only after the delay (a VM start)."""
+"""``--acquire-delay``: an acquire answers only after the delay (a VM start); and
+``--no-mcp-at-acquire``, the options the pool benchmark starts its emulators with."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ def test_the_option_sets_the_field_and_refuses_negative_delays(
 ) -> None:
     assert config_from_args(build_parser().parse_args(["--acquire-delay", "2"])).acquire_delay == 2
     assert config_from_args(build_parser().parse_args([])).acquire_delay == 0
+    assert config_from_args(build_parser().parse_args([])).mcp_at_acquire is True
+    quiet = config_from_args(build_parser().parse_args(["--no-mcp-at-acquire"]))
+    assert quiet.mcp_at_acquire is False
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(["--acquire-delay", "-1"])
     assert exit_info.value.code == 2

@@ -71,6 +71,11 @@ class PoolHandle:
 
         return self._loop.run(first_on_the_loop())
 
+    def close(self) -> Any:
+        if self._loop is None:
+            return self.pool.close()
+        return self._loop.run(self.pool.close())
+
     def __enter__(self) -> PoolHandle:
         return self
 
@@ -267,6 +272,45 @@ def test_an_error_in_the_with_body_releases_everything(
     assert _held(conn) == []
 
 
+def test_closing_the_pool_while_map_runs_ends_map_with_an_error(
+    make_pool: Callable[..., PoolHandle],
+    conn: dict[str, str],
+    token: str,
+    gate: threading.Event,
+) -> None:
+    started = threading.Event()
+    outcome: list[BaseException] = []
+
+    def run(sb: Any, task: int) -> int:
+        started.set()
+        gate.wait()
+        return task
+
+    pool = make_pool(["filesystem"], size=2, **conn)
+
+    def mapper() -> None:
+        try:
+            pool.map(run, range(6))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=mapper)
+    thread.start()
+    assert started.wait(60)
+    released = pool.close()
+    assert len(released) >= 1
+    assert all(r.ok for r in released)
+    gate.set()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], InvalidInputError)
+    assert "closed" in str(outcome[0])
+    assert listed_sandboxes(conn["base_url"], token) == []
+    with pytest.raises(InvalidInputError, match="closed"):
+        pool.map(run, [1])
+
+
 def test_bad_arguments_are_refused_before_anything_is_sent(
     make_pool: Callable[..., PoolHandle], conn: dict[str, str], token: str
 ) -> None:
@@ -339,6 +383,8 @@ def test_signals_release_every_sandbox_of_the_pool(
     try:
         assert child.stdout is not None
         running = {child.stdout.readline().strip() for _ in range(2)}
+        if "" in running:  # it ended early: show why
+            pytest.fail(child.communicate(timeout=60)[1])
         assert sorted(running) == sorted(listed_sandboxes(conn["base_url"], token))
         child.send_signal(sig)
         _, err = child.communicate(timeout=60)
