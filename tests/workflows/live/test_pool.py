@@ -345,11 +345,11 @@ _CHILD = textwrap.dedent(
     conn = {"api_key": os.environ["K"], "base_url": os.environ["U"]}
 
     def run(sb, task):
-        print(sb.id, flush=True)
+        os.write(1, f"{sb.id}\\n".encode())  # one write: two threads never mix their lines
         threading.Event().wait()  # until the signal
 
     async def arun(sb, task):
-        print(sb.id, flush=True)
+        os.write(1, f"{sb.id}\\n".encode())
         await asyncio.Event().wait()
 
     if sys.argv[1] == "sync":
@@ -384,6 +384,7 @@ def test_signals_release_every_sandbox_of_the_pool(
         assert child.stdout is not None
         running = {child.stdout.readline().strip() for _ in range(2)}
         if "" in running:  # it ended early: show why
+            child.kill()
             pytest.fail(child.communicate(timeout=60)[1])
         assert sorted(running) == sorted(listed_sandboxes(conn["base_url"], token))
         child.send_signal(sig)
