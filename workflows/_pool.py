@@ -313,11 +313,13 @@ class SandboxPool(_PoolBase):
         started = time.perf_counter()
         before = self._book.replaced
         done = list(self.imap_unordered(fn, tasks, timeout=timeout, retries=retries))
-        return PoolResults(
+        results = PoolResults(
             done,
             wall_seconds=time.perf_counter() - started,
             sandboxes_replaced=self._book.replaced - before,
         )
+        log.info("pool run: %s", results.summary())
+        return results
 
     def imap_unordered(
         self,
@@ -725,11 +727,13 @@ class AsyncSandboxPool(_PoolBase):
         ) as results:
             async for result in results:
                 done.append(result)
-        return PoolResults(
+        pool_results = PoolResults(
             done,
             wall_seconds=time.perf_counter() - started,
             sandboxes_replaced=self._book.replaced - before,
         )
+        log.info("pool run: %s", pool_results.summary())
+        return pool_results
 
     def imap_unordered(
         self,

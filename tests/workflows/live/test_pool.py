@@ -184,6 +184,33 @@ def test_a_sandbox_whose_reset_fails_is_replaced(
     assert listed_sandboxes(emulator_url, token) == []
 
 
+def test_every_task_starts_with_the_benchmark_data_again(
+    make_pool: Callable[..., PoolHandle], tmp_path: Path, token: str
+) -> None:
+    from klavis_emulator import EmulatorConfig, EmulatorServer
+
+    pack = tmp_path / "atlas"
+    pack.mkdir()
+    (pack / "README.md").write_text("# the task\n")
+    config = EmulatorConfig(
+        data_dir=tmp_path / "emulator", benchmark_data={"MCP_Atlas": pack}, host_mcp=False
+    )
+
+    def run(sb: Any, task: int) -> dict[str, str]:
+        snapshot = sb.dump()
+        seen = {name: snapshot.text(name) for name in sorted(snapshot)}
+        sb.seed({"README.md": f"overwritten by task {task}", f"task-{task}.txt": "x"})
+        return seen
+
+    with EmulatorServer(config) as server:
+        conn = {"api_key": token, "base_url": server.base_url}
+        with make_pool(["filesystem"], size=1, benchmark="MCP_Atlas", **conn) as pool:
+            results = pool.map(run, range(3))
+        assert listed_sandboxes(server.base_url, token) == []
+    assert len(results.sandbox_ids) == 1  # one sandbox, reset between the tasks
+    assert results.values == [{"README.md": "# the task\n"}] * 3
+
+
 def test_an_unhealthy_idle_sandbox_is_replaced(
     make_pool: Callable[..., PoolHandle], conn: dict[str, str], token: str
 ) -> None:
