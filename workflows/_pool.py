@@ -86,7 +86,7 @@ HEALTHY_STATUS = "occupied"
 
 
 class _Closed(Exception):
-    """The pool was closed while a worker waited for a sandbox."""
+    """The pool was closed, or the run was stopped: the worker ends (and says so)."""
 
 
 @dataclass
