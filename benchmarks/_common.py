@@ -147,6 +147,8 @@ class EmulatorProcess:
         fault_rate: float = 0.0,
         fault_mode: str = "mixed",
         fault_seed: int | None = None,
+        acquire_delay: float = 0.0,
+        mcp_at_acquire: bool = True,
         startup_timeout: float = 60.0,
     ) -> None:
         self._data_dir = Path(tempfile.mkdtemp(prefix="emulator-", dir=root))
@@ -170,6 +172,10 @@ class EmulatorProcess:
         ]
         if fault_seed is not None:
             self._args += ["--fault-seed", str(fault_seed)]
+        if acquire_delay:
+            self._args += ["--acquire-delay", str(acquire_delay)]
+        if not mcp_at_acquire:
+            self._args.append("--no-mcp-at-acquire")
         self._startup_timeout = startup_timeout
         self._proc: subprocess.Popen[bytes] | None = None
         self.base_url = ""

@@ -19,6 +19,7 @@ disk moves the seed and dump figures more than any code change.
 | interrupt | interrupt_leaked_sandboxes |
 | hostile | hostile_emulator_peak_rss_mb, hostile_client_peak_rss_mb, hostile_inputs_refused |
 | mcp | mcp_first_call_s, mcp_session_speedup |
+| pool | pool_throughput_vs_fresh_acquire, pool_overhead_vs_ideal |
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from benchmarks import (
     bench_hostile,
     bench_interrupt,
     bench_mcp,
+    bench_pool,
     bench_seed,
     bench_soak,
 )
@@ -68,6 +70,7 @@ GROUPS: dict[str, Callable[[BenchContext], list[Figure]]] = {
     "interrupt": bench_interrupt.run,
     "hostile": bench_hostile.run,
     "mcp": bench_mcp.run,
+    "pool": bench_pool.run,
 }
 
 

@@ -123,6 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--fault-seed", type=int, default=default("fault_seed"), help="seed of fault injection"
     )
     parser.add_argument(
+        "--acquire-delay",
+        type=_checked("acquire_delay", float),
+        default=default("acquire_delay"),
+        metavar="SECONDS",
+        help="time an acquire takes before it answers, as a VM start does on the service (0)",
+    )
+    parser.add_argument(
+        "--no-mcp-at-acquire",
+        dest="mcp_at_acquire",
+        action="store_false",
+        default=default("mcp_at_acquire"),
+        help="start a sandbox's MCP servers on their first request, not at acquire",
+    )
+    parser.add_argument(
         "--signed-url-minutes",
         type=_checked("signed_url_minutes", int),
         default=default("signed_url_minutes"),

@@ -52,6 +52,9 @@ class EmulatorConfig:
     - ``fault_mode``: ``before`` (nothing happens), ``after`` (the operation takes effect,
       the answer is lost) or ``mixed`` (half each).
     - ``fault_seed``: seed of the fault generator, for deterministic tests.
+    - ``acquire_delay``: seconds an acquire takes before it answers, as a VM start does on
+      the service (the sandbox exists from the start of the wait; it is returned only after
+      it). 0: at once. For measuring what reusing sandboxes saves (``benchmarks/bench_pool.py``).
 
     Requests, URLs and uploads:
 
@@ -111,6 +114,7 @@ class EmulatorConfig:
     fault_rate: float = 0.0
     fault_mode: str = "mixed"
     fault_seed: int | None = None
+    acquire_delay: float = 0.0
     api_keys: Iterable[str] | None = None
     public_url: str | None = None
     signed_url_minutes: int = 30
@@ -212,6 +216,7 @@ def _interval(value: float | None) -> str | None:
 _CHECKS: Final[dict[str, Callable[[Any], str | None]]] = {
     "port": _non_negative,
     "latency_ms": _non_negative,
+    "acquire_delay": _non_negative,
     "fault_rate": _fraction,
     "fault_mode": _fault_mode,
     "api_keys": _api_keys,

@@ -145,6 +145,15 @@ class Executions:
         return read_tar_gz(download.content)
 
 
+def listed_sandboxes(base_url: str, token: str) -> list[str]:
+    """The ids of the sandboxes the emulator lists for ``token``, read with plain httpx."""
+    response = httpx.get(
+        f"{base_url}/local-sandbox", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+    response.raise_for_status()
+    return [s["local_sandbox_id"] for s in response.json()["local_sandboxes"]]
+
+
 def read_tar_gz(archive: bytes) -> dict[str, bytes | None]:
     """Member name -> content (None for non-files) of a tar.gz."""
     members: dict[str, bytes | None] = {}

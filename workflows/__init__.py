@@ -37,6 +37,7 @@ from ._errors import (
     RateLimitError,
     RequestValidationError,
     ServerError,
+    TaskTimeoutError,
     TransferError,
     TransferTimeoutError,
     UnsafeArchiveError,
@@ -45,6 +46,8 @@ from ._execution import AsyncExecution, Execution
 from ._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger
 from ._mcp import McpSession, ToolInfo, ToolResult
 from ._models import BENCHMARKS, SERVER_NAMES, SandboxInfo, ServerInfo
+from ._pool import AsyncSandboxPool, SandboxPool
+from ._pool_results import PoolResults, TaskResult
 from ._reap import async_reap, held_sandboxes, reap
 from ._recipes import (
     AcquireResult,
@@ -112,6 +115,11 @@ __all__ = [
     "bulk_release",
     "round_trip_dump",
     "seed_from_dict",
+    # the pool: many tasks over a few sandboxes
+    "AsyncSandboxPool",
+    "PoolResults",
+    "SandboxPool",
+    "TaskResult",
     # what this user holds: the ledger and reaping
     "AcquireAttempt",
     "Ledger",
@@ -140,6 +148,7 @@ __all__ = [
     "RateLimitError",
     "RequestValidationError",
     "ServerError",
+    "TaskTimeoutError",
     "TransferError",
     "TransferTimeoutError",
     "UnsafeArchiveError",

@@ -23,7 +23,8 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
     │   └── TransferTimeoutError        a download did not finish within its timeout
     ├── AcquireAmbiguousError       an acquire failed in a way that could not be reconciled
     ├── McpError                    an MCP server answered an error, or a tool failed
-    └── ExecutionTimeoutError (TimeoutError)   ``Execution.wait(timeout=...)`` ran out
+    ├── ExecutionTimeoutError (TimeoutError)   ``Execution.wait(timeout=...)`` ran out
+    └── TaskTimeoutError (TimeoutError)        a pool's task ran past ``map(timeout=...)``
 
 Messages never contain the API key or a signed URL's query string.
 """
@@ -56,6 +57,7 @@ __all__ = [
     "RateLimitError",
     "RequestValidationError",
     "ServerError",
+    "TaskTimeoutError",
     "TransferError",
     "TransferTimeoutError",
     "UnsafeArchiveError",
@@ -256,6 +258,11 @@ class McpError(KlavisError):
 
 class ExecutionTimeoutError(KlavisError, TimeoutError):
     """``wait(timeout=...)`` ran out before the execution finished (it keeps running)."""
+
+
+class TaskTimeoutError(KlavisError, TimeoutError):
+    """A pool's task ran past its ``timeout``: it was abandoned and its sandbox replaced (only
+    recorded in the task's result, never raised out of ``map``)."""
 
 
 def _detail_text(body: Any) -> tuple[str, list[tuple[str, str]]]:

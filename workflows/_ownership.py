@@ -36,6 +36,7 @@ __all__ = [
     "disown",
     "forget",
     "in_flight",
+    "install_exit_handlers",
     "ledger_of",
     "new_attempt",
     "own",
@@ -50,6 +51,7 @@ _owned: dict[tuple[str, str], Owned] = {}
 _claims: set[tuple[str, str]] = set()
 _in_flight: set[str] = set()
 _installed = False
+_signal_installed = False
 
 
 @dataclass(frozen=True)
@@ -66,18 +68,29 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def _install() -> None:
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    atexit.register(release_all_owned)
-    if threading.current_thread() is not threading.main_thread():
-        return
+    global _installed, _signal_installed
+    if not _installed:
+        _installed = True
+        atexit.register(release_all_owned)
+    if _signal_installed or threading.current_thread() is not threading.main_thread():
+        return  # a signal handler can only be installed from the main thread
+    _signal_installed = True
     try:
         if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
             signal.signal(signal.SIGTERM, _on_sigterm)
     except (ValueError, OSError):  # pragma: no cover - embedded interpreters
         pass
+
+
+def install_exit_handlers() -> None:
+    """Install the release at exit and the SIGTERM handler now, before anything is owned.
+
+    :func:`own` installs them on the first registration, but the SIGTERM handler only from
+    the main thread: code that acquires in worker threads (the sandbox pool) calls this first,
+    from the thread that made it.
+    """
+    with _lock:
+        _install()
 
 
 def ledger_of(ledger: Ledger | bool) -> Ledger | None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+from fastapi import Request
 
 from .._schemas import (
     AcquireLocalSandboxRequest,
@@ -20,7 +23,11 @@ router = api_router()
 
 @router.post("", status_code=201, response_model=AcquireLocalSandboxResponse)
 def acquire_local_sandbox(
-    body: AcquireLocalSandboxRequest, tenant: Tenant, state: State, base_url: BaseUrl
+    body: AcquireLocalSandboxRequest,
+    tenant: Tenant,
+    state: State,
+    base_url: BaseUrl,
+    request: Request,
 ) -> dict[str, Any]:
     """Acquire a sandbox hosting the requested MCP servers."""
     record = state.acquire(
@@ -30,6 +37,12 @@ def acquire_local_sandbox(
         test_account_email=body.test_account_email,
         ttl_seconds=body.ttl_seconds,
     )
+    delay: float = request.app.state.config.acquire_delay
+    if delay > 0:
+        # the VM start of the service: the sandbox exists (listed, its MCP servers starting)
+        # but is not returned before the delay. A sync route runs in a worker thread, so the
+        # wait holds one of them (anyio's 40) and never the event loop.
+        time.sleep(delay)
     info = record.to_info(base_url)
     del info["created_at"]
     names = ", ".join(record.server_names)

@@ -16,7 +16,8 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
 EXPECTED = ["01-quickstart", "02-generated-client", "03-seed-and-round-trip", "04-bulk"]
-EXPECTED += ["05-execution", "06-mcp-agent", "07-reliability", "09-agent-beyond-files"]
+EXPECTED += ["05-execution", "06-mcp-agent", "07-reliability", "08-benchmark-pool"]
+EXPECTED += ["09-agent-beyond-files"]
 IGNORE_TAG = "nbval-ignore-output"
 
 # What must never appear in a stored output: a bearer token or Authorization header, a
@@ -112,6 +113,7 @@ def test_runs_standalone_and_ends_with_everything_released(path: Path) -> None:
     assert "sandboxes still held: 0" in "".join(output_texts(cells[-1]))
     everything = "\n".join(source(cell) for cell in cells)
     releases = r"\.release\(|bulk_release\(|release_local_sandbox|\breap\(|with .*\.acquire\("
+    releases += r"|with .*SandboxPool\("
     assert re.search(releases, everything)
 
 

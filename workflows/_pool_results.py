@@ -1,0 +1,255 @@
+"""What a pool run returns, and what both pools share without I/O: argument checks, the bar.
+
+:class:`TaskResult` is one task's outcome; :class:`PoolResults` the list of them, with
+``to_pandas()`` (pandas is imported when called: it comes with the ``notebooks`` extra) and
+``summary()``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+from ._errors import ConfigurationError, InvalidInputError
+from ._progress import progress_enabled
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["PoolResults", "TaskBar", "TaskResult", "check_pool_size", "check_run", "failed"]
+
+R = TypeVar("R")
+
+_COLUMNS: tuple[str, ...] = ("task", "sandbox_id", "ok", "error_type", "error", "seconds")
+_COLUMNS += ("reset_seconds", "attempts", "timed_out")
+
+
+@dataclass(frozen=True)
+class TaskResult(Generic[R]):
+    """The outcome of one task of a pool run.
+
+    ``ok`` is true when the task's function returned (its return value is ``value``); otherwise
+    ``error_type`` and ``error`` (the message) say why, and ``exception`` holds the exception
+    itself (``timed_out``: the task ran past the run's ``timeout``). ``seconds`` is the wall
+    time of the last attempt, ``reset_seconds`` the time resetting its sandbox took afterwards
+    (0 when the sandbox was replaced instead), ``sandbox_id`` the sandbox that ran it (None when
+    no sandbox could be acquired), ``attempts`` how many times it ran (``retries`` + 1 at most).
+    """
+
+    index: int
+    task: Any = field(repr=False)
+    ok: bool
+    value: R | None = None
+    error_type: str | None = None
+    error: str | None = None
+    sandbox_id: str | None = None
+    seconds: float = 0.0
+    reset_seconds: float = 0.0
+    attempts: int = 1
+    timed_out: bool = False
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+
+
+def failed(
+    index: int,
+    task: Any,
+    exc: BaseException,
+    *,
+    sandbox_id: str | None,
+    seconds: float,
+    attempts: int,
+    timed_out: bool = False,
+) -> TaskResult[Any]:
+    """The result of a task that raised ``exc`` (or timed out)."""
+    return TaskResult(
+        index,
+        task,
+        False,
+        error_type=type(exc).__name__,
+        error=str(exc),
+        sandbox_id=sandbox_id,
+        seconds=seconds,
+        attempts=attempts,
+        timed_out=timed_out,
+        exception=exc,
+    )
+
+
+class PoolResults(Sequence[TaskResult[R]]):
+    """One :class:`TaskResult` per task, in the order of the tasks (``pool.map``'s result).
+
+    >>> results.summary()  # doctest: +SKIP
+    '20 tasks on 4 sandboxes: 19 ok, 1 failed (AssertionError: 1); ...'
+    >>> df = results.to_pandas()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        results: Sequence[TaskResult[R]],
+        *,
+        wall_seconds: float = 0.0,
+        sandboxes_replaced: int = 0,
+    ) -> None:
+        self._results = sorted(results, key=lambda r: r.index)
+        self.wall_seconds = wall_seconds
+        """The run's wall time, from the first acquire to the last result."""
+        self.sandboxes_replaced = sandboxes_replaced
+        """Sandboxes replaced during the run (failed reset or health check, timed-out task)."""
+
+    @overload
+    def __getitem__(self, index: int) -> TaskResult[R]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[TaskResult[R]]: ...
+    def __getitem__(self, index: int | slice) -> TaskResult[R] | Sequence[TaskResult[R]]:
+        return self._results[index]
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def __iter__(self) -> Iterator[TaskResult[R]]:
+        return iter(self._results)
+
+    @property
+    def values(self) -> list[R | None]:
+        """What each task's function returned (None for a failed task)."""
+        return [r.value for r in self._results]
+
+    @property
+    def failures(self) -> list[TaskResult[R]]:
+        """The tasks that failed."""
+        return [r for r in self._results if not r.ok]
+
+    @property
+    def sandbox_ids(self) -> list[str]:
+        """The sandboxes that ran tasks, in order of first use."""
+        return list(dict.fromkeys(r.sandbox_id for r in self._results if r.sandbox_id))
+
+    def __repr__(self) -> str:
+        return f"PoolResults({len(self)} tasks, {len(self.failures)} failed)"
+
+    def summary(self) -> str:
+        """One line: counts, the errors by type, replacements and times.
+
+        For example ``20 tasks on 4 sandboxes: 18 ok, 2 failed (TaskTimeoutError: 1,
+        ValueError: 1); 1 sandbox replaced; 3.1 s in all, task 0.12 s median (max 1.5 s),
+        reset 0.03 s median``.
+        """
+        count = len(self._results)
+        noun = "task" if count == 1 else "tasks"
+        used = len(self.sandbox_ids)
+        text = f"{count} {noun} on {used} sandbox{'' if used == 1 else 'es'}: "
+        failures = self.failures
+        text += f"{count - len(failures)} ok, {len(failures)} failed"
+        if failures:
+            kinds = Counter(r.error_type or "?" for r in failures)
+            text += " (" + ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items())) + ")"
+        replaced = self.sandboxes_replaced
+        text += f"; {replaced} sandbox{'' if replaced == 1 else 'es'} replaced"
+        if count:
+            seconds = [r.seconds for r in self._results]
+            resets = [r.reset_seconds for r in self._results if r.reset_seconds > 0]
+            text += (
+                f"; {self.wall_seconds:.1f} s in all, task {statistics.median(seconds):.2f} s "
+                f"median (max {max(seconds):.2f} s)"
+            )
+            if resets:
+                text += f", reset {statistics.median(resets):.2f} s median"
+        return text
+
+    def to_rows(self) -> list[dict[str, Any]]:
+        """One dict per task: the columns of :meth:`to_pandas`."""
+        rows = []
+        for r in self._results:
+            row: dict[str, Any] = {
+                "task": r.index,
+                "sandbox_id": r.sandbox_id,
+                "ok": r.ok,
+                "error_type": r.error_type,
+                "error": r.error,
+                "seconds": r.seconds,
+                "reset_seconds": r.reset_seconds,
+                "attempts": r.attempts,
+                "timed_out": r.timed_out,
+            }
+            if isinstance(r.value, Mapping):
+                for key, value in r.value.items():
+                    name = str(key)
+                    row[f"value.{name}" if name in _COLUMNS else name] = value
+            elif r.value is not None:
+                row["value"] = r.value
+            rows.append(row)
+        return rows
+
+    def to_pandas(self) -> pd.DataFrame:
+        """A DataFrame, one row per task, indexed by ``task`` (the task's position):
+        ``sandbox_id, ok, error_type, error, seconds, reset_seconds, attempts, timed_out``, then
+        what the function returned: one column per key when it returned a mapping (a key that
+        clashes with a column above is prefixed ``value.``), else a ``value`` column.
+
+        Needs pandas (``pip install 'klavis-sandbox[notebooks]'``).
+        """
+        try:
+            import pandas as pd
+        except ImportError as exc:
+            raise ConfigurationError(
+                "PoolResults.to_pandas() needs pandas: pip install 'klavis-sandbox[notebooks]' "
+                "(or pip install pandas)"
+            ) from exc
+        frame = pd.DataFrame(self.to_rows())
+        if frame.empty:
+            frame = pd.DataFrame(columns=list(_COLUMNS))
+        return frame.set_index("task")
+
+
+def check_pool_size(size: int, health_check_after: float) -> None:
+    """Refuse a size that is not a positive whole number, or a negative idle time."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidInputError(f"size must be a positive whole number, got {size!r}")
+    if (
+        isinstance(health_check_after, bool)
+        or not isinstance(health_check_after, int | float)
+        or not health_check_after >= 0
+    ):
+        raise InvalidInputError(
+            f"health_check_after must be a number of seconds >= 0, got {health_check_after!r}"
+        )
+
+
+def check_run(fn: Callable[..., Any], timeout: float | None, retries: int) -> None:
+    """Refuse a function that is not callable, a timeout that is not positive, bad retries."""
+    if not callable(fn):
+        raise InvalidInputError(f"fn must be callable (sandbox, task), got {type(fn).__name__}")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+    ):
+        raise InvalidInputError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise InvalidInputError(f"retries must be a whole number >= 0, got {retries!r}")
+
+
+class TaskBar:
+    """A ``tqdm.auto`` bar of tasks done, with failures and live sandboxes (or nothing)."""
+
+    def __init__(self, total: int, progress: bool | None) -> None:
+        self._bar: Any = None
+        self._failed = 0
+        if progress_enabled(progress):
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, desc="tasks", unit="task", leave=False)
+
+    def update(self, result: TaskResult[Any], live: int) -> None:
+        """Count one finished task."""
+        if self._bar is None:
+            return
+        self._failed += not result.ok
+        self._bar.set_postfix(failed=self._failed, sandboxes=live, refresh=False)
+        self._bar.update(1)
+
+    def close(self) -> None:
+        """Remove the bar."""
+        if self._bar is not None:
+            self._bar.close()
