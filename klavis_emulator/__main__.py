@@ -17,6 +17,7 @@ exit_if_missing()  # before the imports that need the extra
 
 import argparse
 import dataclasses
+import importlib.metadata
 import logging
 import os
 import signal
@@ -81,6 +82,13 @@ def _benchmark_pack(text: str) -> tuple[str, Path]:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("klavis-sandbox")
+    except importlib.metadata.PackageNotFoundError:  # run from sources, not installed
+        return "0+unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``klavis-emulator`` command (its defaults, but the port and
     the log level, are :class:`EmulatorConfig`'s)."""
@@ -89,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="klavis-emulator",
         description="Serve a local emulator of the Klavis /local-sandbox API.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument(
         "--host", default=default("host"), help=f"interface to bind ({default('host')})"
     )

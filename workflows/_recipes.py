@@ -21,7 +21,7 @@ from ._errors import InvalidInputError
 from ._flows import list_flow, release_flow
 from ._ledger import Ledger
 from ._models import check_acquire, check_sandbox_id
-from ._ownership import disown, ledger_of
+from ._ownership import disown, install_exit_handlers, ledger_of
 from ._progress import progress_bar
 from ._sandbox import LocalSandbox
 from ._seed_plan import SourceFile, plan_mapping
@@ -313,6 +313,7 @@ def bulk_acquire(
     _check_count(count, concurrency)
     settings = resolve_settings(api_key, base_url, timeout=timeout)
     book = ledger_of(ledger)
+    install_exit_handlers()  # the acquires run in worker threads, which cannot install SIGTERM's
 
     def one(_: int) -> AcquireResult[LocalSandbox]:
         started = time.perf_counter()

@@ -55,6 +55,8 @@ COMMANDS = [
     ("bare", "klavis-sandbox", "--help"),
     ("full", "klavis-sandbox", "--help"),
     ("full", "klavis-emulator", "--help"),
+    ("bare", "klavis-sandbox", "--version"),
+    ("full", "klavis-emulator", "--version"),
 ]
 
 

@@ -86,8 +86,14 @@ def test_api_key_object_hides_itself() -> None:
 _CHILD = textwrap.dedent(
     """
     import os, sys, time
-    from workflows import LocalSandbox
-    sb = LocalSandbox.acquire(["git"], api_key=os.environ["K"], base_url=os.environ["U"])
+    from workflows import LocalSandbox, bulk_acquire
+    conn = {"api_key": os.environ["K"], "base_url": os.environ["U"]}
+    if sys.argv[1] == "bulk":  # acquired in worker threads: SIGTERM must still release them
+        batch = bulk_acquire(["git"], 2, progress=False, **conn)
+        print(" ".join(sb.id for sb in batch.sandboxes), flush=True)
+        sys.stdin.readline()
+        sys.exit(0)
+    sb = LocalSandbox.acquire(["git"], **conn)
     print(sb.id, flush=True)
     if sys.argv[1] == "with":
         with sb:
@@ -100,7 +106,13 @@ _CHILD = textwrap.dedent(
 
 @pytest.mark.parametrize(
     ("how", "sig"),
-    [("with", signal.SIGINT), ("with", signal.SIGTERM), ("bare", signal.SIGTERM), ("bare", None)],
+    [
+        ("with", signal.SIGINT),
+        ("with", signal.SIGTERM),
+        ("bare", signal.SIGTERM),
+        ("bare", None),
+        ("bulk", signal.SIGTERM),
+    ],
 )
 def test_process_exit_and_signals_release(
     conn: dict[str, str], token: str, tmp_path: Path, how: str, sig: signal.Signals | None
@@ -117,8 +129,9 @@ def test_process_exit_and_signals_release(
     )
     assert child.stdout is not None
     assert child.stdin is not None
-    sandbox_id = child.stdout.readline().strip()
-    assert _listed(conn["base_url"], token) == [sandbox_id]
+    sandbox_ids = child.stdout.readline().split()
+    assert sorted(_listed(conn["base_url"], token)) == sorted(sandbox_ids)
+    assert len(sandbox_ids) == (2 if how == "bulk" else 1)
     if sig is None:
         # the script ends normally without releasing: atexit must
         _, err = child.communicate(input="\n", timeout=60)
