@@ -49,7 +49,8 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._bwrap import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
-from ._mcp_catalog import CATALOG, HOSTED_SERVERS, NotHosted
+from ._mail import MailAccount, MailError, MailServer, find_lda
+from ._mcp_catalog import CATALOG, DOVECOT, HOSTED_SERVERS, NotHosted
 from ._mcp_launch import DEFAULT_COMMAND_TIMEOUT, LaunchSpec, launch_spec
 from ._mcp_setup import McpToolPaths, find_tools
 from ._state import LOCAL_SERVER_NAMES, EmulatorState, SandboxRecord
@@ -216,6 +217,8 @@ class McpHost:
         self._confinement: Confinement | None = None
         self._logs = state.data_dir / "mcp-logs"
         self._tmp = state.data_dir / "mcp-tmp"  # unconfined servers' private TMPDIRs
+        self._mail: dict[str, MailServer] = {}  # by sandbox id (see _mail.py)
+        self._mail_lock = threading.Lock()
 
     def __repr__(self) -> str:
         known = None if self._confinement is None else self._confinement.enabled
@@ -287,6 +290,7 @@ class McpHost:
                     sweeper.cancel()
                     self._stop_all()
         finally:
+            await anyio.to_thread.run_sync(self._stop_all_mail)
             self._task_group = None
             self._loop = None
             self._loop_thread = None
@@ -323,6 +327,70 @@ class McpHost:
                 del self._starting[key]
 
         self._in_loop(stop_now)
+        with self._mail_lock:
+            mail = self._mail.pop(sandbox_id, None)
+        if mail is not None:  # its processes end shortly after (pids: mail_pids)
+            threading.Thread(target=mail.stop, name="mail-stop", daemon=True).start()
+
+    # ------------------------------------------------------------------ mail servers
+
+    def provision(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
+        """Choose the mail server of a just-acquired sandbox that holds a server with one
+        (its ports and account, in the server item's ``auth_data`` before acquire answers);
+        its processes start with the sandbox's servers. Extra arguments are ignored
+        (listener hook)."""
+        record = _live_record(self.state, sandbox_id)
+        if record is not None:
+            self._mail_for(record)
+
+    def _mail_for(self, record: SandboxRecord) -> MailServer | None:
+        """The sandbox's mail server (made if needed, not started), or None when it holds
+        no server with one or Dovecot is missing (the request answers 503 then)."""
+        servers = [name for name in record.server_names if CATALOG[name].mail_server]
+        if not servers:
+            return None
+        with self._mail_lock:
+            mail = self._mail.get(record.id)
+            if mail is None:
+                dovecot = self.tools().system.get(DOVECOT.key)
+                lda = find_lda(dovecot) if dovecot is not None else None
+                if dovecot is None or lda is None:
+                    return None
+                mail = MailServer(MailAccount.for_sandbox(record.test_account_email), dovecot, lda)
+                self._mail[record.id] = mail
+        for server in servers:
+            self.state.set_auth_data(record.id, server, mail.auth_data())
+        return mail
+
+    def _start_mail(self, sandbox_id: str, server: str) -> dict[str, object]:
+        """Start the sandbox's mail server (blocking); its ``auth_data``."""
+        record = _live_record(self.state, sandbox_id)
+        if record is None:
+            raise _Refusal(404, f"Local sandbox {sandbox_id!r} was released.")
+        mail = self._mail_for(record)
+        if mail is None:
+            raise _Refusal(503, f"The mail server of the {server!r} server is not installed.")
+        try:
+            mail.start()
+        except MailError as exc:
+            raise _Refusal(
+                503, f"The mail server of the {server!r} MCP server did not start: {exc}"
+            ) from exc
+        self._mail_for(record)  # the IMAP port may have changed (taken meanwhile)
+        return mail.auth_data()
+
+    def mail_pids(self, sandbox_id: str) -> tuple[int, ...]:
+        """The process ids of the sandbox's mail server (none when it has none running)."""
+        with self._mail_lock:
+            mail = self._mail.get(sandbox_id)
+        return () if mail is None else mail.pids
+
+    def _stop_all_mail(self) -> None:
+        with self._mail_lock:
+            servers = list(self._mail.values())
+            self._mail.clear()
+        for mail in servers:
+            mail.stop()
 
     def warm(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
         """Start the sandbox's hosted, installed servers in the background; safe from any
@@ -391,8 +459,14 @@ class McpHost:
         """Restart the servers of one sandbox on its (new) workspace; safe from any thread.
 
         The proxies and their client sessions stay; each server process is stopped and the
-        next request starts a fresh one. Extra arguments are ignored (listener hook).
+        next request starts a fresh one. The sandbox's mailboxes, if it has a mail server,
+        are emptied before this returns. Extra arguments are ignored (listener hook).
         """
+
+        with self._mail_lock:
+            mail = self._mail.get(sandbox_id)
+        if mail is not None:  # the service resets its servers' data: the mailboxes too
+            mail.clear()
 
         def restart_now() -> None:
             group = self._task_group
@@ -534,6 +608,9 @@ class McpHost:
         if not self.confined and CATALOG[server].private_tmp:
             tmp_dir = self._tmp / f"{sandbox_id}-{server}-{uuid.uuid4().hex[:8]}"
             tmp_dir.mkdir(parents=True)
+        mail = None
+        if CATALOG[server].mail_server:
+            mail = await anyio.to_thread.run_sync(self._start_mail, sandbox_id, server)
         spec = launch_spec(
             server,
             workspace_path,
@@ -541,6 +618,7 @@ class McpHost:
             bwrap=self.confinement.bwrap if self.confined else None,
             command_timeout=self._command_timeout,
             tmp_dir=tmp_dir,
+            mail=mail,
         )
         self._logs.mkdir(parents=True, exist_ok=True)
         log_file = self._logs / f"{sandbox_id}-{server}-{uuid.uuid4().hex[:8]}.log"
@@ -687,6 +765,7 @@ def install_mcp(
             yield value
 
     app.router.lifespan_context = lifespan
+    emulator.add_listener(on_acquired=host.provision)  # before acquire answers: auth_data
     emulator.add_listener(
         on_gone=host.stop,
         on_reset=host.restart,
