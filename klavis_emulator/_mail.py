@@ -24,11 +24,15 @@ No asyncio here: :class:`MailServer` is blocking, called from worker threads.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import concurrent.futures
 import contextlib
 import grp
+import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -37,7 +41,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -55,6 +58,9 @@ DEFAULT_ACCOUNT: Final = "agent@mcp.com"
 accounts live in the ``mcp.com`` domain)."""
 
 LOOPBACK: Final = "127.0.0.1"
+
+_ADDRESS: Final = re.compile(r"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9.-]{1,253}")
+_BAD_CHARS: Final = frozenset(":\r\n\0")
 
 _START_TIMEOUT: Final = 15.0
 _STOP_GRACE: Final = 5.0
@@ -81,6 +87,33 @@ class MailAccount:
         local = address.split("@", 1)[0]
         name = " ".join(part.capitalize() for part in local.replace("_", ".").split(".") if part)
         return cls(address, secrets.token_urlsafe(12), name or local)
+
+    @classmethod
+    def from_header(cls, value: str) -> MailAccount:
+        """The account of an ``x-email-config`` header: base64-encoded JSON with ``email``,
+        ``password`` and ``name`` (how the service's clients choose the account per request).
+
+        Raises:
+            ValueError: the header is not that (the message says what is wrong).
+        """
+        try:
+            data = json.loads(base64.b64decode(value.strip(), validate=True))
+        except (ValueError, binascii.Error):
+            raise ValueError(
+                "x-email-config must be base64-encoded JSON such as "
+                '{"email": "...", "password": "...", "name": "..."}'
+            ) from None
+        if not isinstance(data, dict):
+            raise ValueError("x-email-config must hold a JSON object")
+        email, password, name = (data.get(key, "") for key in ("email", "password", "name"))
+        if not all(isinstance(part, str) for part in (email, password, name)):
+            raise ValueError("x-email-config: email, password and name must be strings")
+        if not _ADDRESS.fullmatch(email) or not password or _BAD_CHARS & set(password):
+            raise ValueError(
+                "x-email-config needs an email address (name@domain) and a non-empty password "
+                "without ':' or line breaks"
+            )
+        return cls(email.lower(), password, name or email.split("@", 1)[0])
 
     def __repr__(self) -> str:
         return f"MailAccount(email={self.email!r})"
@@ -248,6 +281,16 @@ class MailServer:
         """The process ids of Dovecot's master and of the SMTP server (while they run)."""
         return tuple(p.pid for p in (self._imap, self._smtp) if p is not None)
 
+    def add_account(self, account: MailAccount) -> None:
+        """Let ``account`` log in too (a client chose it with ``x-email-config``). An account
+        that exists keeps its password: a wrong one fails to log in, as on a real server."""
+        with self._lock:
+            passwd = self.root / "passwd"
+            known = {line.split(":", 1)[0] for line in passwd.read_text().splitlines()}
+            if account.email not in known:  # Dovecot rereads the file when it changes
+                with passwd.open("a") as lines:
+                    lines.write(f"{account.email}:{{PLAIN}}{account.password}\n")
+
     def auth_data(self) -> dict[str, Any]:
         """What the sandbox's server item carries: the mail server's address and ports and
         the account, in the emails MCP server's configuration format."""
@@ -371,24 +414,14 @@ class MailServer:
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the process's group and wait until it is gone.
+    """SIGKILL the process's group and reap its leader.
 
     Not SIGTERM first: Dovecot's master, sent SIGTERM with its group, took more than 5 s to
     end (measured), and whatever it would flush goes with the folder anyway (a stop removes
-    it, a reset empties the mailboxes). Maildir delivery is atomic (a rename).
+    it, a reset empties the mailboxes). Maildir delivery is atomic (a rename). The group's
+    other processes are reaped by init.
     """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(_STOP_GRACE)
-    deadline = time.monotonic() + _STOP_GRACE
-    while time.monotonic() < deadline and _group_alive(process.pid):
-        time.sleep(0.01)  # children reparented to init: reaped there, shortly
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True

@@ -585,9 +585,10 @@ CATALOG: Final[Mapping[str, McpServer]] = {
         ),
         McpServer(
             # The service runs Klavis's fork of Toolathlon's emails server (HTTP, the account
-            # given per request in a header), which is not in a registry; this is the PyPI
-            # release it derives from, with the same 25 tools, over stdio with the sandbox's
-            # account. Poste.io is replaced by a mail server per sandbox (Dovecot + aiosmtpd).
+            # given per request in a header), which is in no registry; this is the PyPI release
+            # it derives from, with the same 25 tools, over stdio: one process per account
+            # (the sandbox's, or one an x-email-config header chose, see _mcp_host). Poste.io
+            # is replaced by a mail server per sandbox (Dovecot + aiosmtpd, see _mail).
             "poste_email_toolathlon",
             OwnVenv(
                 "emails-mcp",

@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import re
@@ -64,7 +66,10 @@ logger = logging.getLogger("klavis_emulator.mcp")
 
 _MCP_PATH_RE: Final = re.compile(r"^/([A-Za-z0-9_.-]+)/mcp$")
 _SERVER_PARAM: Final = "mcp_server"
-_Key = tuple[str, str]  # (sandbox id, server name)
+_Key = tuple[str, str, str]
+"""(sandbox id, server name, account): the account is "" for the sandbox's own, else the
+JSON of the :class:`MailAccount` a request chose (``x-email-config``, mail servers only)."""
+_ACCOUNT_HEADER: Final = b"x-email-config"
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,9 @@ class _Backend:
             with anyio.CancelScope(shield=True):
                 await self._close_transport()
                 if logger.isEnabledFor(logging.DEBUG):
-                    logger.debug("%s server of %s said: %s", *self.key[::-1], self.log_tail())
+                    logger.debug(
+                        "%s server of %s said: %s", self.key[1], self.key[0], self.log_tail()
+                    )
                 with contextlib.suppress(OSError):
                     self.log_file.unlink()
                 if self.tmp_dir is not None:
@@ -254,7 +261,7 @@ class McpHost:
 
     def running(self) -> list[tuple[str, str]]:
         """``(sandbox id, server)`` of every backend currently up."""
-        return sorted(self._backends)
+        return sorted({key[:2] for key in self._backends})
 
     def tools(self) -> McpToolPaths:
         """Where the hosted servers' programs are (None entries: not installed)."""
@@ -329,8 +336,8 @@ class McpHost:
         self._in_loop(stop_now)
         with self._mail_lock:
             mail = self._mail.pop(sandbox_id, None)
-        if mail is not None:  # its processes end shortly after (pids: mail_pids)
-            threading.Thread(target=mail.stop, name="mail-stop", daemon=True).start()
+        if mail is not None:  # its processes end shortly after (not a daemon: even at exit)
+            threading.Thread(target=mail.stop, name="mail-stop").start()
 
     # ------------------------------------------------------------------ mail servers
 
@@ -358,12 +365,21 @@ class McpHost:
                     return None
                 mail = MailServer(MailAccount.for_sandbox(record.test_account_email), dovecot, lda)
                 self._mail[record.id] = mail
+                made = True
+            else:
+                made = False
+        if made and _live_record(self.state, record.id) is None:
+            # released after the caller looked: its stop() may have run before this server
+            # was registered, so nothing else would ever stop it
+            self.stop(record.id)
+            return None
         for server in servers:
             self.state.set_auth_data(record.id, server, mail.auth_data())
         return mail
 
-    def _start_mail(self, sandbox_id: str, server: str) -> dict[str, object]:
-        """Start the sandbox's mail server (blocking); its ``auth_data``."""
+    def _start_mail(self, sandbox_id: str, server: str, account: str) -> dict[str, object]:
+        """Start the sandbox's mail server (blocking); the server's configuration: its
+        ``auth_data``, with the ``account`` a request chose (JSON) if any."""
         record = _live_record(self.state, sandbox_id)
         if record is None:
             raise _Refusal(404, f"Local sandbox {sandbox_id!r} was released.")
@@ -377,7 +393,12 @@ class McpHost:
                 503, f"The mail server of the {server!r} MCP server did not start: {exc}"
             ) from exc
         self._mail_for(record)  # the IMAP port may have changed (taken meanwhile)
-        return mail.auth_data()
+        config = mail.auth_data()
+        if account:
+            chosen = MailAccount(**json.loads(account))
+            mail.add_account(chosen)
+            config.update(email=chosen.email, password=chosen.password, name=chosen.name)
+        return config
 
     def mail_pids(self, sandbox_id: str) -> tuple[int, ...]:
         """The process ids of the sandbox's mail server (none when it has none running)."""
@@ -427,7 +448,7 @@ class McpHost:
         ]
 
         async def start(server: str) -> None:
-            key = (sandbox_id, server)
+            key = (sandbox_id, server, "")
             try:
                 async with self._starting.setdefault(key, anyio.Lock()):
                     await self._ensure_backend(key)
@@ -580,13 +601,13 @@ class McpHost:
             )
         if self._task_group is None or self._closing:
             raise _Refusal(503, "The emulator's MCP host is not running (starting or stopping).")
-        key = (sandbox_id, server)
+        key = (sandbox_id, server, _chosen_account(scope) if CATALOG[server].mail_server else "")
         lock = self._starting.setdefault(key, anyio.Lock())
         async with lock:
             return await self._ensure_backend(key)
 
     async def _ensure_backend(self, key: _Key) -> _Backend:
-        sandbox_id, server = key
+        sandbox_id, server, account = key
         workspace_path = self.state.workspace_path(sandbox_id)
         workspace = _WorkspaceId.of(workspace_path)
         if workspace is None:
@@ -610,7 +631,7 @@ class McpHost:
             tmp_dir.mkdir(parents=True)
         mail = None
         if CATALOG[server].mail_server:
-            mail = await anyio.to_thread.run_sync(self._start_mail, sandbox_id, server)
+            mail = await anyio.to_thread.run_sync(self._start_mail, sandbox_id, server, account)
         spec = launch_spec(
             server,
             workspace_path,
@@ -669,6 +690,22 @@ class _Refusal(Exception):
             "error": {"code": -32000, "message": self.detail},
             "detail": self.detail,
         }
+
+
+def _chosen_account(scope: Scope) -> str:
+    """The account an ``x-email-config`` header chose, as JSON ("" without the header).
+
+    As on the service, a client picks the mail account per request; each account gets its
+    own emails server process (its account is fixed when it starts).
+    """
+    for name, value in scope.get("headers", []):
+        if name.lower() == _ACCOUNT_HEADER:
+            try:
+                chosen = MailAccount.from_header(value.decode("latin-1"))
+            except ValueError as exc:
+                raise _Refusal(400, str(exc)) from None
+            return json.dumps(dataclasses.asdict(chosen))
+    return ""
 
 
 def _live_record(state: EmulatorState, sandbox_id: str) -> SandboxRecord | None:

@@ -8,9 +8,11 @@ cannot install is missing (Dovecot, a Python 3.12), naming it.
 
 from __future__ import annotations
 
+import base64
 import email.parser
 import email.policy
 import imaplib
+import json
 import secrets
 import smtplib
 import sys
@@ -36,6 +38,7 @@ from tests.emulator.mcp_servers import (
     sandbox_maker,
 )
 from tests.emulator.mcp_servers import ServerSandbox as Sandbox
+from workflows import KlavisError
 from workflows import _mcp as client
 
 SERVER = "poste_email_toolathlon"
@@ -210,3 +213,37 @@ def test_without_dovecot_the_url_answers_503_naming_the_package(emulator: Emulat
             assert "apt-get install dovecot-imapd" in reply.json()["detail"]
         finally:
             http.delete(f"/local-sandbox/{answer.json()['local_sandbox_id']}")
+
+
+def _email_config(**account: str) -> dict[str, str]:
+    return {"x-email-config": base64.b64encode(json.dumps(account).encode()).decode()}
+
+
+def test_x_email_config_chooses_the_account_per_request_as_on_the_service(
+    make_sandbox: Callable[[str], Sandbox],
+) -> None:
+    # Klavis's poste notebook: the account (e-mail, password, name) in a base64 JSON header
+    box = make_sandbox(SERVER)
+    own = _auth_data(box)
+    michelle = _email_config(email="micheller@mcp.com", password="michelle_60R", name="Ronald")
+    sent = client.call_tool(
+        box.url,
+        "send_email",
+        {"to": own["email"], "subject": "from michelle", "body": "hi"},
+        headers=michelle,
+    )
+    assert not sent.is_error, sent.text
+    assert "success" in sent.text.lower(), sent.text
+    mine = client.call_tool(box.url, "get_emails", {"folder": "INBOX"})  # no header: own
+    assert "from michelle" in mine.text
+    assert _inbox_subjects(own) == ["from michelle"]
+    # the chosen account's copy is in its own Sent folder, with the password it was given
+    theirs = client.call_tool(box.url, "get_emails", {"folder": "Sent"}, headers=michelle)
+    assert "from michelle" in theirs.text
+    wrong = _email_config(email="micheller@mcp.com", password="guessed", name="")
+    denied = client.call_tool(box.url, "get_emails", {"folder": "INBOX"}, headers=wrong)
+    assert "from michelle" not in denied.text
+    assert "fail" in denied.text.lower(), denied.text
+
+    with pytest.raises(KlavisError, match="x-email-config must be base64"):
+        client.list_tools(box.url, headers={"x-email-config": "not base64 json"})
