@@ -81,9 +81,11 @@ class MailAccount:
 
     @classmethod
     def for_sandbox(cls, email: str | None) -> MailAccount:
-        """The sandbox's account: ``email`` (its ``test_account_email``) or the default,
-        with a fresh random password."""
-        address = (email or DEFAULT_ACCOUNT).strip().lower()
+        """The sandbox's account: ``email`` (its ``test_account_email``) when it is a plain
+        address (``name@domain``), else the default; with a fresh random password."""
+        address = (email or "").strip().lower()
+        if not _ADDRESS.fullmatch(address):
+            address = DEFAULT_ACCOUNT
         local = address.split("@", 1)[0]
         name = " ".join(part.capitalize() for part in local.replace("_", ".").split(".") if part)
         return cls(address, secrets.token_urlsafe(12), name or local)

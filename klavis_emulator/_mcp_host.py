@@ -9,7 +9,11 @@ emulator does not run (saying why, from :mod:`klavis_emulator._mcp_catalog`) and
 hosted server that is not installed on this machine (naming the missing piece and the fix).
 For the hosted servers it starts the real stdio server over the sandbox's workspace on the
 first request (see :mod:`klavis_emulator._mcp_launch`) and bridges it with a fastmcp proxy,
-one per sandbox and server, reused by later sessions.
+one per sandbox and server, reused by later sessions. A server with a mail server
+(``poste_email_toolathlon``) gets its sandbox's :class:`~klavis_emulator._mail.MailServer`:
+chosen at acquire (its ports and account go into the server item's ``auth_data``), started
+before the MCP server, stopped on release, emptied on reset; an ``x-email-config`` header
+picks another account, with an MCP server process of its own.
 
 Lifecycle: each proxy app's lifespan runs in its own task of the host's task group (opened
 by the parent app's lifespan, see :func:`install_mcp`). A server is stopped when its

@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from klavis_emulator import EmulatorServer
+from klavis_emulator._mail import MailAccount
 from klavis_emulator._mcp_host import McpHost
 from klavis_emulator._mcp_setup import McpToolPaths, find_tools
 from tests.emulator.mcp_servers import (
@@ -247,3 +248,15 @@ def test_x_email_config_chooses_the_account_per_request_as_on_the_service(
 
     with pytest.raises(KlavisError, match="x-email-config must be base64"):
         client.list_tools(box.url, headers={"x-email-config": "not base64 json"})
+
+
+def test_only_plain_addresses_become_accounts() -> None:
+    # test_account_email is any string on the API: it must not write lines into the passwd-file
+    assert MailAccount.for_sandbox("a@b.c:{PLAIN}x\nroot@x").email == "agent@mcp.com"
+    assert MailAccount.for_sandbox(None).email == "agent@mcp.com"
+    assert MailAccount.for_sandbox(" Jo.Doe@Mcp.com ").email == "jo.doe@mcp.com"
+    account = MailAccount.for_sandbox(None)
+    assert account.password not in repr(account)
+    chosen = base64.b64encode(json.dumps({"email": "x@y.z", "password": "p:q"}).encode())
+    with pytest.raises(ValueError, match="without ':'"):
+        MailAccount.from_header(chosen.decode())
