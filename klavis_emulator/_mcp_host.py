@@ -629,13 +629,13 @@ class McpHost:
                 f"The emulator hosts the {server!r} MCP server, but it is not installed on "
                 f"this machine: {problem}",
             )
+        mail = None
+        if CATALOG[server].mail_server:
+            mail = await anyio.to_thread.run_sync(self._start_mail, sandbox_id, server, account)
         tmp_dir: Path | None = None  # confined, /tmp is a private tmpfs already
         if not self.confined and CATALOG[server].private_tmp:
             tmp_dir = self._tmp / f"{sandbox_id}-{server}-{uuid.uuid4().hex[:8]}"
             tmp_dir.mkdir(parents=True)
-        mail = None
-        if CATALOG[server].mail_server:
-            mail = await anyio.to_thread.run_sync(self._start_mail, sandbox_id, server, account)
         spec = launch_spec(
             server,
             workspace_path,
