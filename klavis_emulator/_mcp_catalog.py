@@ -438,8 +438,8 @@ to its private temporary folder (it holds the account's password: not in the wor
 def _emails(ctx: LaunchContext) -> LaunchParts:
     # emails-mcp reads one account from --config_file (the auth_data's keys are its keys).
     # The three paths bound what its tools read and write: attachments to send, attachments
-    # downloaded and exported mail, all in the workspace (Toolathlon points them at the
-    # agent's workspace too). It checks IMAP and SMTP once at start, logging to stderr.
+    # downloaded and exported mail, all in the workspace, beside the agent's other files.
+    # It checks IMAP and SMTP once at start, logging to stderr.
     assert ctx.mail is not None
     config = f"{ctx.tmp}/{EMAILS_CONFIG}"
     return LaunchParts(
