@@ -29,12 +29,14 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "ARXIV_STORAGE",
     "CATALOG",
     "CHROMIUM",
+    "DOVECOT",
+    "EMAILS_CONFIG",
     "HOSTED_SERVERS",
     "PLAYWRIGHT_OUTPUT",
     "TERMINAL_ALLOWED_COMMANDS",
@@ -146,6 +148,9 @@ class LaunchContext:
     """Whether the server runs inside the bubblewrap confinement."""
     system_tmp: str = "/tmp"  # noqa: S108 - a path as the server sees it, not made here
     """The system's temporary folder as the server sees it (confined, the private ``/tmp``)."""
+    mail: Mapping[str, Any] | None = None
+    """For a server with :attr:`McpServer.mail_server`: its sandbox's mail server and
+    account (the ``auth_data``, see :meth:`klavis_emulator._mail.MailServer.auth_data`)."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,10 @@ class McpServer:
     """Programs from the distribution it needs (missing: the URL answers 503 naming them)."""
     network: bool = False
     """Confined, share the emulator's network namespace (default: none at all)."""
+    mail_server: bool = False
+    """The sandbox gets a mail server of its own (IMAP + SMTP on loopback, see
+    :mod:`klavis_emulator._mail`), named in the server item's ``auth_data``; the launch
+    receives it as :attr:`LaunchContext.mail`."""
 
     @property
     def hosted(self) -> bool:
@@ -485,6 +494,34 @@ def _playwright(ctx: LaunchContext) -> LaunchParts:
     )  # fmt: skip
 
 
+DOVECOT: Final = SystemProgram(
+    ("dovecot",),
+    "dovecot-imapd",
+    "the sandbox's mail server serves IMAP with it and delivers with its dovecot-lda",
+)
+
+EMAILS_CONFIG: Final = "emails-mcp/config.json"
+"""Where the emails server's account configuration is written before each start, relative
+to its private temporary folder (it holds the account's password: not in the workspace)."""
+
+
+def _emails(ctx: LaunchContext) -> LaunchParts:
+    # emails-mcp reads one account from --config_file (the auth_data's keys are its keys).
+    # The three paths bound what its tools read and write: attachments to send, attachments
+    # downloaded and exported mail, all in the workspace, beside the agent's other files.
+    # It checks IMAP and SMTP once at start, logging to stderr.
+    assert ctx.mail is not None
+    config = f"{ctx.tmp}/{EMAILS_CONFIG}"
+    return LaunchParts(
+        ("/bin/sh", "-c", _WRITE_THEN_EXEC, "sh", config, json.dumps(dict(ctx.mail)),
+         str(ctx.program), "--config_file", config,
+         "--attachment_upload_path", ctx.workspace,
+         "--attachment_download_path", ctx.workspace,
+         "--email_export_path", ctx.workspace),
+        {"HOME": ctx.tmp},
+    )  # fmt: skip
+
+
 _NOT_PACKAGED: Final = "the emulator does not package it yet (it could run offline: {})"
 
 CATALOG: Final[Mapping[str, McpServer]] = {
@@ -631,12 +668,26 @@ CATALOG: Final[Mapping[str, McpServer]] = {
             "Google Cloud project resources",
         ),
         McpServer(
+            # The service runs Klavis's fork of Toolathlon's emails server (HTTP, the account
+            # given per request in a header), which is in no registry; this is the PyPI release
+            # it derives from, with the same 25 tools, over stdio: one process per account
+            # (the sandbox's, or one an x-email-config header chose, see _mcp_host). Poste.io
+            # is replaced by a mail server per sandbox (Dovecot + aiosmtpd, see _mail).
             "poste_email_toolathlon",
-            NotHosted(
-                "it talks IMAP/SMTP to the Poste.io mail server the benchmark deploys, "
-                "with its accounts; there is none offline"
+            OwnVenv(
+                "emails-mcp",
+                "0.1.12",
+                "emails-requirements.txt",
+                "emails-mcp",
+                why="it needs Python 3.12 or newer and is written for mcp 1.x",
+                min_python=(3, 12),
             ),
-            "e-mail over a benchmark mail server",
+            "e-mail (IMAP/SMTP) of the sandbox's account on a mail server of its own",
+            _emails,
+            private_tmp=True,
+            needs=(DOVECOT,),
+            network=True,
+            mail_server=True,
         ),
         McpServer(
             "canvas",

@@ -9,7 +9,11 @@ emulator does not run (saying why, from :mod:`klavis_emulator._mcp_catalog`) and
 hosted server that is not installed on this machine (naming the missing piece and the fix).
 For the hosted servers it starts the real stdio server over the sandbox's workspace on the
 first request (see :mod:`klavis_emulator._mcp_launch`) and bridges it with a fastmcp proxy,
-one per sandbox and server, reused by later sessions.
+one per sandbox and server, reused by later sessions. A server with a mail server
+(``poste_email_toolathlon``) gets its sandbox's :class:`~klavis_emulator._mail.MailServer`:
+chosen at acquire (its ports and account go into the server item's ``auth_data``), started
+before the MCP server, stopped on release, emptied on reset; an ``x-email-config`` header
+picks another account, with an MCP server process of its own.
 
 Lifecycle: each proxy app's lifespan runs in its own task of the host's task group (opened
 by the parent app's lifespan, see :func:`install_mcp`). A server is stopped when its
@@ -28,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import re
@@ -49,7 +55,8 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._bwrap import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
-from ._mcp_catalog import CATALOG, HOSTED_SERVERS, NotHosted
+from ._mail import MailAccount, MailError, MailServer, find_lda
+from ._mcp_catalog import CATALOG, DOVECOT, HOSTED_SERVERS, NotHosted
 from ._mcp_launch import DEFAULT_COMMAND_TIMEOUT, LaunchSpec, launch_spec
 from ._mcp_setup import McpToolPaths, find_tools
 from ._state import LOCAL_SERVER_NAMES, EmulatorState, SandboxRecord
@@ -63,7 +70,10 @@ logger = logging.getLogger("klavis_emulator.mcp")
 
 _MCP_PATH_RE: Final = re.compile(r"^/([A-Za-z0-9_.-]+)/mcp$")
 _SERVER_PARAM: Final = "mcp_server"
-_Key = tuple[str, str]  # (sandbox id, server name)
+_Key = tuple[str, str, str]
+"""(sandbox id, server name, account): the account is "" for the sandbox's own, else the
+JSON of the :class:`MailAccount` a request chose (``x-email-config``, mail servers only)."""
+_ACCOUNT_HEADER: Final = b"x-email-config"
 
 
 @dataclass(frozen=True)
@@ -130,7 +140,9 @@ class _Backend:
             with anyio.CancelScope(shield=True):
                 await self._close_transport()
                 if logger.isEnabledFor(logging.DEBUG):
-                    logger.debug("%s server of %s said: %s", *self.key[::-1], self.log_tail())
+                    logger.debug(
+                        "%s server of %s said: %s", self.key[1], self.key[0], self.log_tail()
+                    )
                 with contextlib.suppress(OSError):
                     self.log_file.unlink()
                 if self.tmp_dir is not None:
@@ -216,6 +228,8 @@ class McpHost:
         self._confinement: Confinement | None = None
         self._logs = state.data_dir / "mcp-logs"
         self._tmp = state.data_dir / "mcp-tmp"  # unconfined servers' private TMPDIRs
+        self._mail: dict[str, MailServer] = {}  # by sandbox id (see _mail.py)
+        self._mail_lock = threading.Lock()
 
     def __repr__(self) -> str:
         known = None if self._confinement is None else self._confinement.enabled
@@ -251,7 +265,7 @@ class McpHost:
 
     def running(self) -> list[tuple[str, str]]:
         """``(sandbox id, server)`` of every backend currently up."""
-        return sorted(self._backends)
+        return sorted({key[:2] for key in self._backends})
 
     def tools(self) -> McpToolPaths:
         """Where the hosted servers' programs are (None entries: not installed)."""
@@ -287,6 +301,7 @@ class McpHost:
                     sweeper.cancel()
                     self._stop_all()
         finally:
+            await anyio.to_thread.run_sync(self._stop_all_mail)
             self._task_group = None
             self._loop = None
             self._loop_thread = None
@@ -323,6 +338,84 @@ class McpHost:
                 del self._starting[key]
 
         self._in_loop(stop_now)
+        with self._mail_lock:
+            mail = self._mail.pop(sandbox_id, None)
+        if mail is not None:  # its processes end shortly after (not a daemon: even at exit)
+            threading.Thread(target=mail.stop, name="mail-stop").start()
+
+    # ------------------------------------------------------------------ mail servers
+
+    def provision(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
+        """Choose the mail server of a just-acquired sandbox that holds a server with one
+        (its ports and account, in the server item's ``auth_data`` before acquire answers);
+        its processes start with the sandbox's servers. Extra arguments are ignored
+        (listener hook)."""
+        record = _live_record(self.state, sandbox_id)
+        if record is not None:
+            self._mail_for(record)
+
+    def _mail_for(self, record: SandboxRecord) -> MailServer | None:
+        """The sandbox's mail server (made if needed, not started), or None when it holds
+        no server with one or Dovecot is missing (the request answers 503 then)."""
+        servers = [name for name in record.server_names if CATALOG[name].mail_server]
+        if not servers:
+            return None
+        with self._mail_lock:
+            mail = self._mail.get(record.id)
+            if mail is None:
+                dovecot = self.tools().system.get(DOVECOT.key)
+                lda = find_lda(dovecot) if dovecot is not None else None
+                if dovecot is None or lda is None:
+                    return None
+                mail = MailServer(MailAccount.for_sandbox(record.test_account_email), dovecot, lda)
+                self._mail[record.id] = mail
+                made = True
+            else:
+                made = False
+        if made and _live_record(self.state, record.id) is None:
+            # released after the caller looked: its stop() may have run before this server
+            # was registered, so nothing else would ever stop it
+            self.stop(record.id)
+            return None
+        for server in servers:
+            self.state.set_auth_data(record.id, server, mail.auth_data())
+        return mail
+
+    def _start_mail(self, sandbox_id: str, server: str, account: str) -> dict[str, object]:
+        """Start the sandbox's mail server (blocking); the server's configuration: its
+        ``auth_data``, with the ``account`` a request chose (JSON) if any."""
+        record = _live_record(self.state, sandbox_id)
+        if record is None:
+            raise _Refusal(404, f"Local sandbox {sandbox_id!r} was released.")
+        mail = self._mail_for(record)
+        if mail is None:
+            raise _Refusal(503, f"The mail server of the {server!r} server is not installed.")
+        try:
+            mail.start()
+        except MailError as exc:
+            raise _Refusal(
+                503, f"The mail server of the {server!r} MCP server did not start: {exc}"
+            ) from exc
+        self._mail_for(record)  # the IMAP port may have changed (taken meanwhile)
+        config = mail.auth_data()
+        if account:
+            chosen = MailAccount(**json.loads(account))
+            mail.add_account(chosen)
+            config.update(email=chosen.email, password=chosen.password, name=chosen.name)
+        return config
+
+    def mail_pids(self, sandbox_id: str) -> tuple[int, ...]:
+        """The process ids of the sandbox's mail server (none when it has none running)."""
+        with self._mail_lock:
+            mail = self._mail.get(sandbox_id)
+        return () if mail is None else mail.pids
+
+    def _stop_all_mail(self) -> None:
+        with self._mail_lock:
+            servers = list(self._mail.values())
+            self._mail.clear()
+        for mail in servers:
+            mail.stop()
 
     def warm(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
         """Start the sandbox's hosted, installed servers in the background; safe from any
@@ -359,7 +452,7 @@ class McpHost:
         ]
 
         async def start(server: str) -> None:
-            key = (sandbox_id, server)
+            key = (sandbox_id, server, "")
             try:
                 async with self._starting.setdefault(key, anyio.Lock()):
                     await self._ensure_backend(key)
@@ -391,8 +484,14 @@ class McpHost:
         """Restart the servers of one sandbox on its (new) workspace; safe from any thread.
 
         The proxies and their client sessions stay; each server process is stopped and the
-        next request starts a fresh one. Extra arguments are ignored (listener hook).
+        next request starts a fresh one. The sandbox's mailboxes, if it has a mail server,
+        are emptied before this returns. Extra arguments are ignored (listener hook).
         """
+
+        with self._mail_lock:
+            mail = self._mail.get(sandbox_id)
+        if mail is not None:  # the service resets its servers' data: the mailboxes too
+            mail.clear()
 
         def restart_now() -> None:
             group = self._task_group
@@ -506,13 +605,13 @@ class McpHost:
             )
         if self._task_group is None or self._closing:
             raise _Refusal(503, "The emulator's MCP host is not running (starting or stopping).")
-        key = (sandbox_id, server)
+        key = (sandbox_id, server, _chosen_account(scope) if CATALOG[server].mail_server else "")
         lock = self._starting.setdefault(key, anyio.Lock())
         async with lock:
             return await self._ensure_backend(key)
 
     async def _ensure_backend(self, key: _Key) -> _Backend:
-        sandbox_id, server = key
+        sandbox_id, server, account = key
         workspace_path = self.state.workspace_path(sandbox_id)
         workspace = _WorkspaceId.of(workspace_path)
         if workspace is None:
@@ -530,6 +629,9 @@ class McpHost:
                 f"The emulator hosts the {server!r} MCP server, but it is not installed on "
                 f"this machine: {problem}",
             )
+        mail = None
+        if CATALOG[server].mail_server:
+            mail = await anyio.to_thread.run_sync(self._start_mail, sandbox_id, server, account)
         tmp_dir: Path | None = None  # confined, /tmp is a private tmpfs already
         if not self.confined and CATALOG[server].private_tmp:
             tmp_dir = self._tmp / f"{sandbox_id}-{server}-{uuid.uuid4().hex[:8]}"
@@ -541,6 +643,7 @@ class McpHost:
             bwrap=self.confinement.bwrap if self.confined else None,
             command_timeout=self._command_timeout,
             tmp_dir=tmp_dir,
+            mail=mail,
         )
         self._logs.mkdir(parents=True, exist_ok=True)
         log_file = self._logs / f"{sandbox_id}-{server}-{uuid.uuid4().hex[:8]}.log"
@@ -591,6 +694,22 @@ class _Refusal(Exception):
             "error": {"code": -32000, "message": self.detail},
             "detail": self.detail,
         }
+
+
+def _chosen_account(scope: Scope) -> str:
+    """The account an ``x-email-config`` header chose, as JSON ("" without the header).
+
+    As on the service, a client picks the mail account per request; each account gets its
+    own emails server process (its account is fixed when it starts).
+    """
+    for name, value in scope.get("headers", []):
+        if name.lower() == _ACCOUNT_HEADER:
+            try:
+                chosen = MailAccount.from_header(value.decode("latin-1"))
+            except ValueError as exc:
+                raise _Refusal(400, str(exc)) from None
+            return json.dumps(dataclasses.asdict(chosen))
+    return ""
 
 
 def _live_record(state: EmulatorState, sandbox_id: str) -> SandboxRecord | None:
@@ -687,6 +806,7 @@ def install_mcp(
             yield value
 
     app.router.lifespan_context = lifespan
+    emulator.add_listener(on_acquired=host.provision)  # before acquire answers: auth_data
     emulator.add_listener(
         on_gone=host.stop,
         on_reset=host.restart,

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from ._bwrap import CONFINED_WORKSPACE, PRIVATE_TMP, bwrap_args
 from ._mcp_catalog import (
@@ -119,6 +119,7 @@ def launch_spec(
     bwrap: str | None,
     command_timeout: int = DEFAULT_COMMAND_TIMEOUT,
     tmp_dir: Path | None = None,
+    mail: Mapping[str, Any] | None = None,
 ) -> LaunchSpec:
     """The command that runs ``server`` over ``workspace``.
 
@@ -128,6 +129,8 @@ def launch_spec(
     ``tmp_dir`` is the server's private temporary folder on the host, outside the
     workspace, used unconfined by servers that ask for one (confined, ``/tmp`` is a private
     tmpfs); without it they get a private folder under the system's temporary folder.
+    ``mail`` is the sandbox's mail server and account, for a server with a mail server
+    (:attr:`~klavis_emulator._mcp_catalog.McpServer.mail_server`).
 
     Raises:
         ValueError: the emulator does not host ``server`` (or it is not installed).
@@ -142,6 +145,8 @@ def launch_spec(
         or any(need.key not in tools.system for need in entry.needs)
     ):
         raise ValueError(f"the {server!r} MCP server is not installed: {tools.missing(server)}")
+    if entry.mail_server and mail is None:
+        raise ValueError(f"the {server!r} MCP server needs its sandbox's mail server (mail=)")
     confine = bwrap is not None
     seen = CONFINED_WORKSPACE if confine else str(workspace)
     if confine:
@@ -162,6 +167,7 @@ def launch_spec(
             system={need.key: tools.system[need.key] for need in entry.needs},
             confined=confine,
             system_tmp=PRIVATE_TMP if confine else tempfile.gettempdir(),
+            mail=mail,
         )
     )
     env = _common_env()

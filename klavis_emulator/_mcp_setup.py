@@ -318,6 +318,16 @@ def _executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
+_SBIN: Final = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+"""Searched after ``PATH`` for the distribution's programs: daemons such as ``dovecot``
+live there, which a normal user's ``PATH`` leaves out."""
+
+
+def _which(name: str) -> str | None:
+    search = os.pathsep.join([os.environ.get("PATH", os.defpath), *_SBIN])
+    return shutil.which(name, path=search)
+
+
 def find_tools(tools_dir: Path | None = None) -> McpToolPaths:
     """Locate the installed servers (cheap: a few ``stat`` calls)."""
     tools = tools_dir if tools_dir is not None else default_tools_dir()
@@ -336,7 +346,7 @@ def find_tools(tools_dir: Path | None = None) -> McpToolPaths:
             programs[name] = found
     system: dict[str, Path] = {}
     for needed in {needed for name in HOSTED_SERVERS for needed in CATALOG[name].needs}:
-        where = next(filter(None, map(shutil.which, needed.names)), None)
+        where = next(filter(None, (_which(name) for name in needed.names)), None)
         if where is None:
             where = next((path for path in needed.paths if _executable(path)), None)
         if where is not None:

@@ -21,9 +21,10 @@ if [ ! -f "$stamp" ]; then
 fi
 export PATH="$VENV/bin:$PATH"
 # The MCP servers the emulator hosts (every one of its catalog): one npm ci for filesystem,
-# localmemory, code-runner, desktop-commander and playwright (needs Node.js >= 18), a venv each for
-# terminal, excel, word, powerpoint, arxiv and pdf-tools (with a Python 3.12 if the machine has
-# one). Idempotent, ~0.5 s when already done; on a fresh tools dir several minutes (see
+# localmemory, code-runner, desktop-commander and playwright (needs Node.js >= 18), a venv each
+# for terminal, excel, word, powerpoint, arxiv, pdf-tools and poste_email_toolathlon (the last
+# two with a Python 3.12 if the machine has one). Idempotent, ~0.5 s when already done; on a
+# fresh tools dir several minutes (see
 # klavis_emulator/_mcp_setup.py for the measurements). scripts/demo does not need them and goes
 # on without; scripts/test does.
 if ! klavis-emulator setup -q; then

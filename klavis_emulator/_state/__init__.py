@@ -263,6 +263,13 @@ class EmulatorState:
         self._sandboxes.expire_due()
         return self.now()
 
+    def set_auth_data(
+        self, sandbox_id: str, server_name: str, auth_data: Mapping[str, Any] | None
+    ) -> None:
+        """Set the ``auth_data`` of a live sandbox's server item (see :meth:`Sandboxes.set_auth_data
+        <.sandboxes.Sandboxes.set_auth_data>`)."""
+        self._sandboxes.set_auth_data(sandbox_id, server_name, auth_data)
+
     def add_listener(
         self,
         on_gone: Callable[[str], None] | None = None,

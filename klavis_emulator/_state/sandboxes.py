@@ -22,8 +22,8 @@ import shutil
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
@@ -81,6 +81,8 @@ class ServerRecord:
     server_name: str
     status: str
     updated_ts: float
+    auth_data: Mapping[str, Any] | None = field(default=None, repr=False)
+    """What the server item's ``auth_data`` says (see :meth:`Sandboxes.set_auth_data`)."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ class SandboxRecord:
             "benchmark": self.benchmark,
             "updated_at": isoformat(server.updated_ts),
             "metadata": None,
-            "auth_data": None,
+            "auth_data": None if server.auth_data is None else dict(server.auth_data),
             "tags": None,
         }
 
@@ -167,6 +169,10 @@ class Sandboxes:
         self._parts: list[SandboxPart] = []
         self._listeners: list[_Listener] = []
         self._listeners_lock = threading.Lock()
+        # (sandbox id, server) -> auth_data; kept in memory: what it describes (a mail
+        # server's processes) does not outlive the emulator either
+        self._auth_data: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._auth_data_lock = threading.Lock()
 
     def attach(self, part: SandboxPart) -> None:
         """Tell ``part`` about releases and resets from now on (after the parts before it)."""
@@ -241,13 +247,33 @@ class Sandboxes:
 
     # ------------------------------------------------------------------ records
 
+    def set_auth_data(
+        self, sandbox_id: str, server_name: str, auth_data: Mapping[str, Any] | None
+    ) -> None:
+        """Set what the ``auth_data`` of a live sandbox's server item says (the service
+        puts the address of a server's backing service there, e.g. a mail server); dropped
+        when the sandbox is released. Set from an ``on_acquired`` listener, it is in the
+        acquire answer."""
+        with self._auth_data_lock:
+            if auth_data is None:
+                self._auth_data.pop((sandbox_id, server_name), None)
+            else:
+                self._auth_data[(sandbox_id, server_name)] = dict(auth_data)
+
     def _load(self, db: sqlite3.Connection, row: sqlite3.Row) -> SandboxRecord:
+        with self._auth_data_lock:
+            auth_data = {
+                name: data
+                for (sandbox, name), data in self._auth_data.items()
+                if sandbox == row["id"]
+            }
         servers = tuple(
             ServerRecord(
                 id=server["id"],
                 server_name=server["server_name"],
                 status=server["status"],
                 updated_ts=server["updated_ts"],
+                auth_data=auth_data.get(server["server_name"]),
             )
             for server in db.execute(
                 "SELECT * FROM servers WHERE sandbox_id = ? ORDER BY position", (row["id"],)
@@ -331,6 +357,9 @@ class Sandboxes:
         )
         for part in self._parts:
             part.forget(db, sandbox_id)
+        with self._auth_data_lock:
+            for key in [key for key in self._auth_data if key[0] == sandbox_id]:
+                del self._auth_data[key]
 
     def _delete_files(self, sandbox_id: str) -> None:
         for part in self._parts:
@@ -386,9 +415,9 @@ class Sandboxes:
                 "VALUES (?, ?, ?, ?, 'occupied', ?)",
                 [(str(uuid.uuid4()), sandbox_id, i, name, now) for i, name in enumerate(names)],
             )
-            record = self._load(db, self._live_row(db, tenant, sandbox_id))
         self._notify("acquired", sandbox_id)
-        return record
+        with self._db.transaction() as db:  # with what the listeners set (auth_data)
+            return self._load(db, self._live_row(db, tenant, sandbox_id))
 
     def list_sandboxes(self, tenant: str) -> list[SandboxRecord]:
         """The tenant's live sandboxes, oldest first."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from klavis_emulator._bwrap import (
     bwrap_args,
     decide_confinement,
 )
+from klavis_emulator._mcp_catalog import EMAILS_CONFIG
 from klavis_emulator._mcp_launch import HOSTED_SERVERS, TERMINAL_ALLOWED_COMMANDS, launch_spec
 from klavis_emulator._mcp_setup import McpToolPaths, find_tools, setup_mcp_servers
 
@@ -236,3 +238,36 @@ def test_importing_workflows_does_not_import_the_mcp_sdk() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == ""
+
+
+def test_the_emails_server_gets_its_account_outside_the_workspace_and_the_network(
+    fake_tools: McpToolPaths, tmp_path: Path, bwrap: str
+) -> None:
+    script = tmp_path / "venv" / "bin" / "emails-mcp"
+    script.write_text("")
+    tools = dataclasses.replace(
+        fake_tools,
+        programs={**fake_tools.programs, "poste_email_toolathlon": script},
+        system={"dovecot": Path("/usr/sbin/dovecot")},
+    )
+    workspace, private = tmp_path / "ws", tmp_path / "private"
+    workspace.mkdir()
+    private.mkdir()
+    with pytest.raises(ValueError, match="mail server"):
+        launch_spec("poste_email_toolathlon", workspace, tools, bwrap=None, tmp_dir=private)
+    mail = {"email": "a@mcp.com", "password": "pw", "imap_port": 1, "smtp_port": 2}
+    spec = launch_spec(
+        "poste_email_toolathlon", workspace, tools, bwrap=None, tmp_dir=private, mail=mail
+    )
+    args = list(spec.args)
+    config = args[args.index("--config_file") + 1]
+    assert config == f"{private}/{EMAILS_CONFIG}"  # written by the launch, then it execs
+    assert json.loads(args[args.index(config) + 1]) == mail
+    for option in ("--attachment_upload_path", "--email_export_path"):
+        assert args[args.index(option) + 1] == str(workspace)
+
+    confined = list(
+        launch_spec("poste_email_toolathlon", workspace, tools, bwrap=bwrap, mail=mail).args
+    )
+    assert "--share-net" in confined  # to reach its mail server on the emulator's loopback
+    assert confined[confined.index("--config_file") + 1] == f"/tmp/{EMAILS_CONFIG}"
