@@ -274,6 +274,8 @@ def _check_rows(
             rows.append((name, "n/a", version, problem))
         elif problem is not None:
             rows.append((name, "no", version, problem))
+        elif CATALOG[name].network and confinement.startswith("yes"):
+            rows.append((name, "yes", version, f"{confinement}, sharing the network"))
         else:
             rows.append((name, "yes", version, confinement))
     return rows

@@ -257,3 +257,13 @@ def test_playwright_cannot_reach_the_control_routes_of_its_emulator(
     else:
         assert "do not answer" not in page, page
         assert "status=200" in posted.text, posted.text
+
+
+def test_check_says_which_confined_servers_share_the_network() -> None:
+    if MISSING["playwright"]:
+        pytest.skip(MISSING["playwright"])
+    rows = {row[0]: row for row in _check_rows(TOOLS, "yes (bwrap)", ["playwright", "git"])}
+    assert rows["playwright"][3] == "yes (bwrap), sharing the network"
+    assert rows["git"][3] == "yes (bwrap)"
+    unconfined = _check_rows(TOOLS, "no (turned off)", ["playwright"])[1]
+    assert unconfined[3] == "no (turned off)"
