@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from workflows import LocalSandbox
+from workflows import LocalSandbox, PoolResults
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -52,7 +52,12 @@ def test_snippet_runs(
     (project / "src" / "app.py").write_text("print('app')\n")
     (project / "build.log").write_text("ignored\n")
 
-    exec(compile(code, f"README.md:{line}", "exec"), {"__name__": "__main__"})
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    exec(compile(code, f"README.md:{line}", "exec"), namespace)
 
-    assert capsys.readouterr().out.strip(), "the snippet printed nothing"
+    printed = capsys.readouterr().out
+    assert printed.strip(), "the snippet printed nothing"
+    results = namespace.get("results")
+    if isinstance(results, PoolResults):  # the pool's snippet: every task must have passed
+        assert [r.ok and r.value == {"passed": True} for r in results] == [True] * 6, printed
     assert LocalSandbox.list() == [], "the snippet left a sandbox acquired"
