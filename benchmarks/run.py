@@ -20,6 +20,8 @@ disk moves the seed and dump figures more than any code change.
 | hostile | hostile_emulator_peak_rss_mb, hostile_client_peak_rss_mb, hostile_inputs_refused |
 | mcp | mcp_first_call_s, mcp_session_speedup |
 | pool | pool_throughput_vs_fresh_acquire, pool_overhead_vs_ideal |
+| shapes | <shape>_seed_speedup, _seed_vs_limit, _dump_speedup, _dump_vs_limit (3 shapes) |
+| | emulator_dump_mb_s, emulator_dump_vs_limit, emulator_initialize_vs_limit |
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from benchmarks import (
     bench_mcp,
     bench_pool,
     bench_seed,
+    bench_shapes,
     bench_soak,
 )
 from benchmarks._common import (
@@ -71,6 +74,7 @@ GROUPS: dict[str, Callable[[BenchContext], list[Figure]]] = {
     "hostile": bench_hostile.run,
     "mcp": bench_mcp.run,
     "pool": bench_pool.run,
+    "shapes": bench_shapes.run,
 }
 
 
