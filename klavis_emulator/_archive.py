@@ -76,12 +76,6 @@ Real trees stay far below (a deep ``node_modules`` is a few dozen levels)."""
 # 'L' and 'K' make 4 in the worst real case); tarfile handles each by recursion.
 _MAX_HEADER_CHAIN = 8
 _COPY_CHUNK = 1024 * 1024
-# Files are written one at a time, by the thread that reads and checks the members. A pool of
-# 4 writer threads for files up to 1 MiB (the main thread reading ahead, settling the pool
-# before any change but a new file) was tried: on tmpfs, 5,000 small files took 1.58 s against
-# 0.86 s on one thread (medians of 7 interleaved runs, load average 7 on 2 cores: the threads
-# fight for the GIL over syscalls that take microseconds), 0.69 against 0.81 s on the 100 MiB
-# benchmark workspace; on a disk the runs spread too widely to tell. It stayed out.
 # tarfile's stream reader copies its buffer for every 512-byte header it takes from it: 64 KiB
 # is several times faster than 1 MiB on archives of many small files.
 _TAR_READ_BUFFER = 64 * 1024
@@ -472,6 +466,13 @@ class _Tree:
     ) -> None:
         """Write the regular file ``parts`` from ``data``, replacing a file or link there;
         ``written`` is told of every chunk (it raises to stop)."""
+        # Files are written one at a time, by the thread that reads and checks the members. A pool
+        # of 4 writer threads for files up to 1 MiB (the main thread reading ahead, settling the
+        # pool before any change but a new file) was tried: on tmpfs, 5,000 small files took 1.58 s
+        # against 0.86 s on one thread (medians of 7 interleaved runs, load average 7 on 2 cores:
+        # the threads fight for the GIL over syscalls that take microseconds), 0.69 against 0.81 s
+        # on the 100 MiB benchmark workspace; on a disk the runs spread too widely to tell. It
+        # stayed out.
         target = os.path.join(self.parent(parts, member.name), parts[-1])
         mode = (member.mode & 0o777) | 0o600
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW
