@@ -867,7 +867,8 @@ def _dump_info(
 ) -> tarfile.TarInfo | None:
     """The header of one dump member (as ``TarFile.gettarinfo`` makes it, without its owner
     lookups: owners are always root), or ``None`` for a type dumps leave out. A regular file
-    met again through another hard link is stored as a hard link to its first name."""
+    met again through another hard link (``inodes``: those archived so far) is stored as a hard
+    link to its first name."""
     info = tarfile.TarInfo(arcname)
     mode = st.st_mode
     if stat.S_ISREG(mode):
@@ -879,8 +880,6 @@ def _dump_info(
         else:
             info.type = tarfile.REGTYPE
             info.size = st.st_size
-            if st.st_nlink > 1:
-                inodes[key] = arcname
     elif stat.S_ISDIR(mode):
         info.type = tarfile.DIRTYPE
     elif stat.S_ISLNK(mode):
@@ -938,6 +937,8 @@ def make_archive(root: Path, destination: Path) -> int:
                     continue  # vanished (or unreadable) since it was listed
                 with data:
                     tar.addfile(info, data)
+                if st.st_nlink > 1:
+                    inodes[(st.st_dev, st.st_ino)] = arcname
             else:
                 tar.addfile(info)
             _forget_members(tar)
