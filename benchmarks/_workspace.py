@@ -1,4 +1,11 @@
-"""The benchmark workspace: 100 MiB in 2,000 files, the same bytes in every run.
+"""The benchmark workspaces: the same bytes in every run, in three shapes.
+
+:data:`SHAPES` names them: ``mixed`` (the main one, below), ``small_files`` (5,000 source-like
+files of 4 KiB on average in 50 folders, 20 MiB: file creation dominates) and ``large_binary``
+(4 files of 16 MiB from the PRNG: incompressible, so reading, deflate's speed on data it cannot
+shrink and moving the bytes dominate). A regression that hurts one shape only shows there.
+
+The ``mixed`` workspace: 100 MiB in 2,000 files.
 
 Three kinds of files, drawn from one seeded :class:`random.Random` (Mersenne Twister, whose
 output CPython keeps stable across versions):
@@ -23,12 +30,14 @@ import hashlib
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
     "FILE_COUNT",
     "SEED",
+    "SHAPES",
     "TOTAL_BYTES",
     "WorkspaceInfo",
     "generate",
@@ -41,6 +50,8 @@ FILE_COUNT = 2_000
 SEED = 20_260_101
 
 _TEXT_FILES, _JSON_FILES, _BINARY_FILES = 1_200, 400, 400
+_SMALL_FILES, _SMALL_BYTES, _SMALL_FOLDERS = 5_000, 20 * 1024 * 1024, 50
+_LARGE_FILES, _LARGE_FILE_BYTES = 4, 16 * 1024 * 1024
 _TEXT_SHARE, _JSON_SHARE = 0.45, 0.15
 
 _WORDS = [
@@ -175,9 +186,8 @@ def _json(rng: random.Random, pool: list[str], size: int) -> bytes:
     return ("[\n  " + ",\n  ".join(records) + "\n]\n").encode()
 
 
-def generate(root: Path) -> WorkspaceInfo:
-    """Write the workspace under ``root`` (created; must not hold files of the same names)."""
-    rng = random.Random(SEED)
+def _mixed(rng: random.Random) -> tuple[list[tuple[str, bytes]], int, int, int]:
+    """The ``mixed`` shape's files, and its text, JSON and binary byte counts."""
     lines = _line_pool(rng)
     records = _record_pool(rng)
     text_budget = int(TOTAL_BYTES * _TEXT_SHARE)
@@ -193,7 +203,39 @@ def generate(root: Path) -> WorkspaceInfo:
     binary_budget = TOTAL_BYTES - text_budget - json_bytes
     for i, size in enumerate(_sizes(rng, _BINARY_FILES, binary_budget)):
         files.append((f"assets/blob_{i % 20:02d}/chunk_{i:04d}.bin", rng.randbytes(size)))
+    assert sum(len(d) for _, d in files) == TOTAL_BYTES
+    assert len(files) == FILE_COUNT, len(files)
+    return files, text_budget, json_bytes, binary_budget
 
+
+def _small_files(rng: random.Random) -> tuple[list[tuple[str, bytes]], int, int, int]:
+    """The ``small_files`` shape: source-like text only."""
+    lines = _line_pool(rng)
+    files = [
+        (f"src/pkg_{i % _SMALL_FOLDERS:02d}/mod_{i:04d}.py", _text(rng, lines, size))
+        for i, size in enumerate(_sizes(rng, _SMALL_FILES, _SMALL_BYTES))
+    ]
+    return files, _SMALL_BYTES, 0, 0
+
+
+def _large_binary(rng: random.Random) -> tuple[list[tuple[str, bytes]], int, int, int]:
+    """The ``large_binary`` shape: a few big files no compressor can shrink."""
+    files = [(f"blobs/blob_{i}.bin", rng.randbytes(_LARGE_FILE_BYTES)) for i in range(_LARGE_FILES)]
+    return files, 0, 0, _LARGE_FILES * _LARGE_FILE_BYTES
+
+
+SHAPES: dict[str, Callable[[random.Random], tuple[list[tuple[str, bytes]], int, int, int]]] = {
+    "mixed": _mixed,
+    "small_files": _small_files,
+    "large_binary": _large_binary,
+}
+"""The workspace shapes :func:`generate` can write, by name."""
+
+
+def generate(root: Path, shape: str = "mixed") -> WorkspaceInfo:
+    """Write the workspace of ``shape`` (see :data:`SHAPES`) under ``root`` (created; must not
+    hold files of the same names)."""
+    files, text_bytes, json_bytes, binary_bytes = SHAPES[shape](random.Random(SEED))
     digest = hashlib.sha256()
     for rel, data in sorted(files):
         path = root / rel
@@ -201,16 +243,13 @@ def generate(root: Path) -> WorkspaceInfo:
         with open(path, "wb") as out:
             out.write(data)
         digest.update(rel.encode() + b"\0" + len(data).to_bytes(8, "big") + data)
-    total = sum(len(d) for _, d in files)
-    assert total == TOTAL_BYTES, total
-    assert len(files) == FILE_COUNT, len(files)
     return WorkspaceInfo(
         root=root,
         files=len(files),
-        total_bytes=total,
-        text_bytes=text_budget,
+        total_bytes=sum(len(d) for _, d in files),
+        text_bytes=text_bytes,
         json_bytes=json_bytes,
-        binary_bytes=binary_budget,
+        binary_bytes=binary_bytes,
         sha256=digest.hexdigest(),
     )
 

@@ -8,7 +8,7 @@ Figures:
   kinds of call strictly alternate (in pairs whose order flips every time), so bursts of other
   work on the machine hit both alike.
 * ``import_time_s``: the median wall time of ``python -c "import workflows"`` minus the median
-  of ``python -c "pass"`` (5 runs each, alternating), fresh interpreters of the same venv.
+  of ``python -c "pass"`` (7 runs each, alternating), fresh interpreters of the same venv.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ __all__ = ["run"]
 
 CALLS = 500
 WARMUP = 50
-IMPORT_RUNS = 5
+IMPORT_RUNS = 7
 
 
 def _call_overhead(ctx: BenchContext) -> Figure:

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-from isal import igzip
 
+from benchmarks import _limits
 from benchmarks._common import (
     BenchContext,
     EmulatorProcess,
@@ -44,17 +43,6 @@ from benchmarks._common import (
 from workflows import LocalSandbox
 
 __all__ = ["run"]
-
-
-def _files(root: Path) -> Iterator[tuple[str, str]]:
-    """``(path, relative POSIX name)`` of every file under ``root``, sorted by name."""
-    found: list[tuple[str, str]] = []
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            found.append((path, os.path.relpath(path, root).replace(os.sep, "/")))
-    found.sort(key=lambda item: item[1])
-    yield from found
 
 
 def notebook_seed(base_url: str, token: str, sandbox_id: str, root: Path) -> dict[str, float]:
@@ -91,19 +79,8 @@ def notebook_seed(base_url: str, token: str, sandbox_id: str, root: Path) -> dic
 def limit_seed(client: httpx.Client, sandbox_id: str, root: Path) -> dict[str, float]:
     """The unavoidable steps, one after the other; returns each step's time and their sum."""
     t0 = time.perf_counter()
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path, name in _files(root):
-            st = os.stat(path)
-            info = tarfile.TarInfo(name)
-            info.size = st.st_size
-            info.mode = 0o644
-            info.mtime = 946_684_800
-            with open(path, "rb") as fh:
-                tar.addfile(info, fh)
-    data = raw.getbuffer()
-    t1 = time.perf_counter()
-    compressed: bytes = igzip.compress(data, compresslevel=1)
+    data, read_tar = _limits.read_tar(root)
+    compressed, compress = _limits.compress(data)
     t2 = time.perf_counter()
     url = client.post(f"/local-sandbox/{sandbox_id}/upload-url").json()["upload_url"]
     client.put(
@@ -115,8 +92,8 @@ def limit_seed(client: httpx.Client, sandbox_id: str, root: Path) -> dict[str, f
     del data
     return {
         "total": t4 - t0,
-        "read_tar": t1 - t0,
-        "compress": t2 - t1,
+        "read_tar": read_tar,
+        "compress": compress,
         "put": t3 - t2,
         "initialize": t4 - t3,
         "archive_bytes": float(len(compressed)),

@@ -6,8 +6,8 @@ runs it with the defaults. Each group starts the emulators it needs in child pro
 client's GIL; their state lives in RAM (``/dev/shm``, or ``$KLAVIS_BENCH_EMULATOR_DIR``), see
 :func:`benchmarks._common.emulator_root`. The client's files (the generated workspace, spool
 files, dump destinations) live under ``$TMPDIR``. ``results.json`` records both places, the load
-average before and after, and how long this disk takes to create a file, since a busy or slow
-disk moves the seed and dump figures more than any code change.
+average before and after the run and each group, and how long this disk takes to create a
+file, since a busy or slow disk moves the seed and dump figures more than any code change.
 
 | group | figures |
 |---|---|
@@ -20,6 +20,8 @@ disk moves the seed and dump figures more than any code change.
 | hostile | hostile_emulator_peak_rss_mb, hostile_client_peak_rss_mb, hostile_inputs_refused |
 | mcp | mcp_first_call_s, mcp_session_speedup |
 | pool | pool_throughput_vs_fresh_acquire, pool_overhead_vs_ideal |
+| shapes | <shape>_seed_speedup, _seed_vs_limit, _dump_speedup, _dump_vs_limit (3 shapes) |
+| | emulator_dump_mb_s, emulator_dump_vs_limit, emulator_initialize_vs_limit |
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from benchmarks import (
     bench_mcp,
     bench_pool,
     bench_seed,
+    bench_shapes,
     bench_soak,
 )
 from benchmarks._common import (
@@ -71,6 +74,7 @@ GROUPS: dict[str, Callable[[BenchContext], list[Figure]]] = {
     "hostile": bench_hostile.run,
     "mcp": bench_mcp.run,
     "pool": bench_pool.run,
+    "shapes": bench_shapes.run,
 }
 
 
@@ -148,11 +152,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         ctx = BenchContext(info.root, workspace_info, scratch, emulators, max(1, args.repeats))
+        loads: dict[str, dict[str, list[float] | None]] = {}
+        environment["load_by_group"] = loads
         for group in chosen:
-            print(f"==> {group}", flush=True)
+            loads[group] = {"before": load_average()}
+            print(f"==> {group} (load average {loads[group]['before']})", flush=True)
             began = time.perf_counter()
             produced = GROUPS[group](ctx)
             timings[group] = time.perf_counter() - began
+            loads[group]["after"] = load_average()
             for figure in produced:
                 print(f"    {figure.name} = {_format_value(figure)} {figure.unit} ({figure.goal})")
             figures.extend(produced)

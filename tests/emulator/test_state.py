@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tarfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,9 +18,10 @@ from klavis_emulator import (
     UrlSigner,
     tenant_for_token,
 )
-from klavis_emulator._archive import make_archive
+from klavis_emulator._archive import ArchiveRejected, extract_archive, make_archive
 from klavis_emulator._runner import complete_utf8_prefix, execution_name_problem, read_log
 from klavis_emulator._state import SandboxNotFound
+from tests.crafted import Member, file, folder, hardlink, tar_gz
 
 
 @pytest.fixture
@@ -137,6 +139,56 @@ def test_make_archive_order_and_members(tmp_path: Path) -> None:
         "./c-link",
     ]
     assert target.read_bytes()[:2] == b"\x1f\x8b"
+
+
+def test_make_archive_keeps_hard_links_and_skips_fifos(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.txt").write_text("same")
+    os.link(root / "a.txt", root / "b.txt")
+    os.mkfifo(root / "pipe")
+    target = tmp_path / "out.tar.gz"
+    assert make_archive(root, target) == 3
+    with tarfile.open(target, "r:gz") as tar:
+        assert tar.getnames() == [".", "./a.txt", "./b.txt"]
+        link = tar.getmember("./b.txt")
+        assert link.islnk()
+        assert link.linkname == "./a.txt"
+        assert tar.getmember("./a.txt").uname == "root"
+
+
+def _extracted(tmp_path: Path, *members: Member) -> Path:
+    archive = tmp_path / "in.tar.gz"
+    archive.write_bytes(tar_gz(members))
+    root = tmp_path / "root"
+    root.mkdir()
+    extract_archive(archive, root)
+    return root
+
+
+def test_extraction_follows_archive_order(tmp_path: Path) -> None:
+    """A later member replaces an earlier one of the same name, a folder replaces a file, and a
+    hard link finds the file it names written."""
+    many = [file(f"d{i % 7}/f{i}.txt", f"file {i}") for i in range(300)]
+    root = _extracted(
+        tmp_path,
+        *many,
+        file("same.txt", "first"),
+        file("same.txt", "second"),
+        file("was-file", "x"),
+        folder("was-file"),
+        file("was-file/in.txt", "in"),
+        hardlink("linked.txt", "d0/f0.txt"),
+    )
+    assert all((root / f"d{i % 7}/f{i}.txt").read_text() == f"file {i}" for i in range(300))
+    assert (root / "same.txt").read_text() == "second"
+    assert (root / "was-file" / "in.txt").read_text() == "in"
+    assert os.path.samefile(root / "linked.txt", root / "d0" / "f0.txt")
+
+
+def test_extraction_refuses_a_member_under_an_earlier_file(tmp_path: Path) -> None:
+    with pytest.raises(ArchiveRejected, match="which is not a directory"):
+        _extracted(tmp_path, file("a", "data"), file("a/b", "under a file"))
 
 
 def test_one_emulator_per_data_dir(tmp_path: Path) -> None:

@@ -1,0 +1,392 @@
+"""Seed and dump end to end on three workspace shapes, each split into client, transfer and
+server, against the notebook's way and against the machine's limit; and the emulator's own
+dump and initialize against theirs.
+
+For each shape of :data:`benchmarks._workspace.SHAPES` (``mixed``: the 100 MiB benchmark
+workspace; ``small_files``: 5,000 files of 4 KiB; ``large_binary``: 4 incompressible files of
+16 MiB), figures named ``<shape>_...``:
+
+* ``<shape>_seed_speedup``: the seed notebook's way (:func:`benchmarks.bench_seed.notebook_seed`)
+  ÷ ``seed_directory``'s own flow (plan, pack, upload, initialize);
+* ``<shape>_seed_vs_limit``: ``seed_directory`` ÷ the limit: read the files, compress them with
+  ISA-L level 1 on one core, move the bytes over loopback, decompress and create the files in
+  the emulator's data folder (:mod:`benchmarks._limits`, each stage timed alone);
+* ``<shape>_dump_speedup``: the notebook's way (``GET /dump``, the archive's bytes with a fresh
+  client, every member read into memory) ÷ ``dump_to``'s own flow (``GET /dump``, download,
+  checked extraction into a folder), both including the emulator's building of the archive;
+* ``<shape>_dump_vs_limit``: ``dump_to`` ÷ the limit: read the files in the emulator's data
+  folder, compress, move over loopback, decompress and create the files on the client's disk.
+
+Each figure's detail splits the seconds into ``client`` (planning, packing, extracting),
+``transfer`` (the signed PUT or GET, and the upload-url call), ``server`` (``initialize`` or
+``GET /dump``), gives every run, the spread of the runs ((max - min) ÷ median) and the load
+average before and after the shape. The ways are interleaved, in a rotating order, ``repeats``
+times; figures are ratios of medians.
+
+On the ``mixed`` shape, the emulator's own figures:
+
+* ``emulator_dump_mb_s``: workspace bytes ÷ the median time of ``GET /dump`` (the emulator
+  reading the workspace and writing the tar.gz);
+* ``emulator_dump_vs_limit``: that time ÷ reading the files plus one core's ISA-L compression;
+* ``emulator_initialize_vs_limit``: the time of ``POST /initialize`` in the library's seed ÷
+  decompressing the archive plus creating its files in the emulator's data folder.
+
+Their details give the same ratio on every shape.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import statistics
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks import _limits
+from benchmarks._common import (
+    BenchContext,
+    EmulatorProcess,
+    Figure,
+    acquire_many,
+    api_client,
+    load_average,
+    median,
+    new_token,
+)
+from benchmarks._workspace import SHAPES, generate
+from benchmarks.bench_seed import notebook_seed
+from workflows import LocalSandbox
+from workflows._drivers import sync_driver_for
+from workflows._flows import Blocking, Call, Download, Flow, Upload, dump_to_flow, dump_to_target
+from workflows._flows import seed_flow as library_seed_flow
+from workflows._seed_plan import plan_directory
+
+__all__ = ["run"]
+
+SEED_LIMIT, DUMP_LIMIT = 1.3, 1.3
+# seed >= 5x the notebook's way on the benchmark workspace (as seed_speedup_vs_notebook); on
+# the other shapes the library must at least not lose to it
+SPEEDUP_GOALS = {"mixed": 5.0, "small_files": 1.0, "large_binary": 1.0}
+_SERVER_CALLS = ("initialize_workspace", "dump_workspace")
+
+
+def _drive(sandbox: LocalSandbox, flow: Flow[Any], split: dict[str, float]) -> None:
+    """Run a library flow with the sandbox's own driver, adding each step's seconds to
+    ``split``: ``client`` (Blocking), ``transfer`` (Upload, Download, the signed-URL call) or
+    ``server`` (initialize, GET /dump)."""
+    driver = sync_driver_for(sandbox.settings)
+    value: Any = None
+    while True:
+        try:
+            step = flow.send(value)
+        except StopIteration:
+            return
+        started = time.perf_counter()
+        value = driver.perform(step)
+        seconds = time.perf_counter() - started
+        if isinstance(step, Call):
+            kind = "server" if step.name in _SERVER_CALLS else "transfer"
+        elif isinstance(step, Upload | Download):
+            kind = "transfer"
+        else:
+            assert isinstance(step, Blocking)
+            kind = "client"
+        split[kind] += seconds
+
+
+def _split() -> dict[str, float]:
+    return {"client": 0.0, "transfer": 0.0, "server": 0.0}
+
+
+def library_seed(sandbox: LocalSandbox, root: Path) -> dict[str, float]:
+    """``sandbox.seed_directory(root)``'s plan and flow, split."""
+    split = _split()
+    started = time.perf_counter()
+    entries = plan_directory(root)
+    split["client"] += time.perf_counter() - started
+    _drive(sandbox, library_seed_flow(sandbox.id, entries, False), split)
+    split["total"] = time.perf_counter() - started
+    return split
+
+
+def library_dump(sandbox: LocalSandbox, dest: Path) -> dict[str, float]:
+    """``sandbox.dump_to(dest)``'s flow, split."""
+    split = _split()
+    started = time.perf_counter()
+    _drive(sandbox, dump_to_flow(sandbox.id, dump_to_target(dest), sandbox.limits, False), split)
+    split["total"] = time.perf_counter() - started
+    return split
+
+
+def _notebook_seed(base_url: str, token: str, sandbox_id: str, root: Path) -> dict[str, float]:
+    """:func:`benchmarks.bench_seed.notebook_seed`, split."""
+    steps = notebook_seed(base_url, token, sandbox_id, root)
+    return {
+        **steps,
+        "client": steps["pack"],
+        "transfer": steps["upload"],
+        "server": steps["initialize"],
+    }
+
+
+def notebook_dump(base_url: str, token: str, sandbox_id: str) -> dict[str, float]:
+    """The seed notebook's dump: ``GET /dump``, the archive with a fresh client, every member
+    read into memory."""
+    started = time.perf_counter()
+    with httpx.Client(timeout=120.0) as client:
+        resp = client.get(
+            f"{base_url}/local-sandbox/{sandbox_id}/dump",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    resp.raise_for_status()
+    asked = time.perf_counter()
+    with httpx.Client(timeout=120.0) as client:
+        body = client.get(resp.json()["download_url"])
+    body.raise_for_status()
+    fetched = time.perf_counter()
+    with tarfile.open(fileobj=io.BytesIO(body.content), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            fileobj = tar.extractfile(member)
+            if fileobj is not None:
+                fileobj.read()
+    done = time.perf_counter()
+    return {
+        "server": asked - started,
+        "transfer": fetched - asked,
+        "client": done - fetched,
+        "total": done - started,
+    }
+
+
+def limits(workspace: Path, server_copy: Path, scratch: Path) -> dict[str, float]:
+    """One measurement of every limit stage (see :mod:`benchmarks._limits`): reading on each
+    side, compressing, loopback, and creating the files on each side."""
+    tar_bytes, read_client = _limits.read_tar(workspace)
+    archive, compress = _limits.compress(tar_bytes)
+    loopback = _limits.loopback_s(archive)
+    create_server = _limits.create_files_s(archive, tar_bytes, server_copy.with_name("limit"))
+    _, read_server = _limits.read_tar(server_copy)
+    create_client = _limits.create_files_s(archive, tar_bytes, scratch / "limit")
+    return {
+        "read_client": read_client,
+        "read_server": read_server,
+        "compress": compress,
+        "loopback": loopback,
+        "create_server": create_server["total"],
+        "create_server_decompress": create_server["decompress"],
+        "create_server_1_thread": create_server["create_1"],
+        "create_server_pool": create_server["create_pool"],
+        "create_client": create_client["total"],
+        "archive_bytes": float(len(archive)),
+        "seed": read_client + compress + loopback + create_server["total"],
+        "dump": read_server + compress + loopback + create_client["total"],
+        "emulator_dump": read_server + compress,
+    }
+
+
+def _spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values) if values else 0.0
+
+
+def _measure_shape(
+    ctx: BenchContext, shape: str, workspace: Path, info: dict[str, Any]
+) -> dict[str, Any]:
+    """Every run of every way on one shape, with the load before and after."""
+    load_before = load_average()
+    server_copy = Path(ctx.emulator_root) / f"limit-{shape}" / "tree"
+    shutil.copytree(workspace, server_copy)
+    runs: dict[str, list[dict[str, float]]] = {
+        name: []
+        for name in ("notebook_seed", "library_seed", "notebook_dump", "library_dump", "limit")
+    }
+    try:
+        with EmulatorProcess(ctx.emulator_root) as emulator:
+            url = emulator.base_url
+            token = new_token()
+            (sandbox_id,) = acquire_many(url, token, 1)
+            sandbox = LocalSandbox.attach(sandbox_id, api_key=token, base_url=url)
+            with api_client(url, token) as client:
+
+                def reset() -> None:
+                    client.post(f"/local-sandbox/{sandbox_id}/reset").raise_for_status()
+
+                def dump_folder() -> Path:
+                    return ctx.folder(f"dump-{shape}") / "out"
+
+                seeds: dict[str, Callable[[], dict[str, float]]] = {
+                    "notebook_seed": lambda: _notebook_seed(url, token, sandbox_id, workspace),
+                    "library_seed": lambda: library_seed(sandbox, workspace),
+                    "limit": lambda: limits(workspace, server_copy, ctx.scratch),
+                }
+                dumps: dict[str, Callable[[], dict[str, float]]] = {
+                    "notebook_dump": lambda: notebook_dump(url, token, sandbox_id),
+                    "library_dump": lambda: library_dump(sandbox, dump_folder()),
+                }
+                for r in range(ctx.repeats):
+                    names = list(seeds)
+                    for name in names[r % 3 :] + names[: r % 3]:
+                        if name != "limit":
+                            reset()
+                        runs[name].append(seeds[name]())
+                    order = list(dumps) if r % 2 == 0 else list(dumps)[::-1]
+                    for name in order:
+                        runs[name].append(dumps[name]())
+                    for folder in ctx.scratch.glob(f"dump-{shape}-*"):
+                        shutil.rmtree(folder)
+                reset()
+    finally:
+        shutil.rmtree(server_copy.parent, ignore_errors=True)
+    return {
+        "runs": runs,
+        "workspace": info,
+        "load_before": load_before,
+        "load_after": load_average(),
+    }
+
+
+def _med(runs: list[dict[str, float]], key: str = "total") -> float:
+    return median([run[key] for run in runs])
+
+
+def _way(runs: list[dict[str, float]]) -> dict[str, Any]:
+    """A way's median split, its runs and their spread."""
+    totals = [run["total"] for run in runs]
+    return {
+        "median_s": median(totals),
+        "split_s": {k: _med(runs, k) for k in ("client", "transfer", "server")},
+        "runs_s": [round(t, 3) for t in totals],
+        "spread": round(_spread(totals), 3),
+    }
+
+
+def _shape_figures(shape: str, measured: dict[str, Any]) -> list[Figure]:
+    runs = measured["runs"]
+    limit = runs["limit"]
+    context = {
+        "load_before": measured["load_before"],
+        "load_after": measured["load_after"],
+        "workspace": measured["workspace"],
+        "runs": len(limit),
+    }
+    limit_steps = {
+        k: _med(limit, k)
+        for k in ("read_client", "read_server", "compress", "loopback", "create_server")
+    }
+    limit_steps["create_client"] = _med(limit, "create_client")
+    figures = []
+    for op, goal in (("seed", SEED_LIMIT), ("dump", DUMP_LIMIT)):
+        library, notebook = runs[f"library_{op}"], runs[f"notebook_{op}"]
+        library_s, notebook_s, limit_s = _med(library), _med(notebook), _med(limit, op)
+        figures.append(
+            Figure(
+                f"{shape}_{op}_speedup",
+                notebook_s / library_s,
+                "x",
+                ">=",
+                SPEEDUP_GOALS[shape] if op == "seed" else 1.0,
+                {"library": _way(library), "notebook": _way(notebook), **context},
+            )
+        )
+        figures.append(
+            Figure(
+                f"{shape}_{op}_vs_limit",
+                library_s / limit_s,
+                "x",
+                "<=",
+                goal,
+                {
+                    "library_s": library_s,
+                    "limit_s": limit_s,
+                    "limit_runs_s": [round(run[op], 3) for run in limit],
+                    "limit_spread": round(_spread([run[op] for run in limit]), 3),
+                    "limit_steps_s": limit_steps,
+                    "limit_archive_bytes": limit[0]["archive_bytes"],
+                    **context,
+                },
+            )
+        )
+    return figures
+
+
+def _emulator_ratios(measured: dict[str, Any]) -> dict[str, float]:
+    runs = measured["runs"]
+    dump_s = _med(runs["library_dump"], "server")
+    initialize_s = _med(runs["library_seed"], "server")
+    return {
+        "dump_s": dump_s,
+        "dump_mb_s": measured["workspace"]["total_bytes"] / 1e6 / dump_s,
+        "dump_limit_s": _med(runs["limit"], "emulator_dump"),
+        "dump_vs_limit": dump_s / _med(runs["limit"], "emulator_dump"),
+        "initialize_s": initialize_s,
+        "initialize_limit_s": _med(runs["limit"], "create_server"),
+        "initialize_vs_limit": initialize_s / _med(runs["limit"], "create_server"),
+        "initialize_limit_1_thread_s": _med(runs["limit"], "create_server_1_thread"),
+        "initialize_limit_pool_s": _med(runs["limit"], "create_server_pool"),
+    }
+
+
+def run(ctx: BenchContext) -> list[Figure]:
+    """Measure every shape, then the emulator's figures."""
+    measured: dict[str, dict[str, Any]] = {}
+    for shape in SHAPES:
+        if shape == "mixed":
+            workspace, info = ctx.workspace, ctx.workspace_info
+        else:
+            workspace = ctx.folder(f"shape-{shape}") / "workspace"
+            made = generate(workspace, shape)
+            info = {"files": made.files, "total_bytes": made.total_bytes, "sha256": made.sha256}
+        measured[shape] = _measure_shape(ctx, shape, workspace, info)
+        if workspace != ctx.workspace:
+            shutil.rmtree(workspace.parent)
+    figures = [f for shape in SHAPES for f in _shape_figures(shape, measured[shape])]
+    ratios = {shape: _emulator_ratios(measured[shape]) for shape in SHAPES}
+    mixed = ratios["mixed"]
+    loads = {
+        "load_before": measured["mixed"]["load_before"],
+        "load_after": measured["mixed"]["load_after"],
+    }
+    figures += [
+        Figure(
+            "emulator_dump_mb_s",
+            mixed["dump_mb_s"],
+            "MB/s",
+            ">=",
+            150,
+            {"by_shape": {s: round(r["dump_mb_s"], 1) for s, r in ratios.items()}, **loads},
+        ),
+        Figure(
+            "emulator_dump_vs_limit",
+            mixed["dump_vs_limit"],
+            "x",
+            "<=",
+            1.3,
+            {
+                "by_shape": {
+                    s: {k: round(v, 3) for k, v in r.items() if k.startswith("dump")}
+                    for s, r in ratios.items()
+                },
+                **loads,
+            },
+        ),
+        Figure(
+            "emulator_initialize_vs_limit",
+            mixed["initialize_vs_limit"],
+            "x",
+            "<=",
+            1.3,
+            {
+                "by_shape": {
+                    s: {k: round(v, 3) for k, v in r.items() if k.startswith("initialize")}
+                    for s, r in ratios.items()
+                },
+                "emulator_data": str(ctx.emulator_root),
+                **loads,
+            },
+        ),
+    ]
+    return figures
