@@ -52,7 +52,8 @@ _LISTENING = re.compile(r"listening on (http://\S+)")
 
 @dataclass
 class Figure:
-    """One measured figure: ``value`` against ``goal`` (``op`` is ``>=``, ``<=`` or ``==``)."""
+    """One measured figure: ``value`` against ``goal`` (``op`` is ``>=``, ``<=`` or ``==``; or
+    ``report`` for a figure shown without a goal)."""
 
     name: str
     value: float
@@ -63,12 +64,16 @@ class Figure:
 
     @property
     def goal(self) -> str:
-        """The goal as text, e.g. ``>= 5``."""
+        """The goal as text, e.g. ``>= 5`` (``-`` for a figure without one)."""
+        if self.op == "report":
+            return "-"
         return f"{self.op} {self.target:g}"
 
     @property
     def met(self) -> bool:
-        """Whether the value meets the goal."""
+        """Whether the value meets the goal (always, for a figure without one)."""
+        if self.op == "report":
+            return True
         if self.op == ">=":
             return self.value >= self.target
         if self.op == "<=":

@@ -70,7 +70,10 @@ __all__ = ["run"]
 
 SEED_LIMIT, DUMP_LIMIT = 1.3, 1.3
 # seed >= 5x the notebook's way on the benchmark workspace (as seed_speedup_vs_notebook); on
-# the other shapes the library must at least not lose to it
+# the other shapes the library must at least not lose to it. The dump speed-ups are reported
+# without a goal: the notebook's way only reads the members into memory, while dump_to writes
+# every file (on small_files, 5,000 file creations on the client's disk), so they are not like
+# for like; dump_vs_limit is the dump's goal on every shape.
 SPEEDUP_GOALS = {"mixed": 5.0, "small_files": 1.0, "large_binary": 1.0}
 _SERVER_CALLS = ("initialize_workspace", "dump_workspace")
 
@@ -287,8 +290,8 @@ def _shape_figures(shape: str, measured: dict[str, Any]) -> list[Figure]:
                 f"{shape}_{op}_speedup",
                 notebook_s / library_s,
                 "x",
-                ">=",
-                SPEEDUP_GOALS[shape] if op == "seed" else 1.0,
+                ">=" if op == "seed" else "report",
+                SPEEDUP_GOALS[shape] if op == "seed" else 0.0,
                 {"library": _way(library), "notebook": _way(notebook), **context},
             )
         )

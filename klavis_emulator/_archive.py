@@ -23,12 +23,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import gzip
+import io
 import itertools
 import os
 import posixpath
+import queue
 import shutil
 import stat
 import tarfile
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -79,6 +82,7 @@ _COPY_CHUNK = 1024 * 1024
 # tarfile's stream reader copies its buffer for every 512-byte header it takes from it: 64 KiB
 # is several times faster than 1 MiB on archives of many small files.
 _TAR_READ_BUFFER = 64 * 1024
+_AHEAD_BLOCKS = 2  # decompressed blocks of _COPY_CHUNK waiting for the tar reader
 # After the end-of-archive marker, read at most this much more to reach the gzip trailer (and so
 # check the CRC); tar pads to 10 KiB records, so a sane archive has far less.
 _MAX_TRAILING_BYTES = 1024 * 1024
@@ -640,10 +644,91 @@ def _os_error(exc: OSError, name: str) -> ArchiveRejected:
     raise exc
 
 
+class _DecompressAhead(io.RawIOBase):
+    """The decompressed stream of ``gz``, decompressed one block ahead on a thread of its own.
+
+    ISA-L releases the GIL while it inflates, so the next block is decompressed while this
+    thread parses tar headers and writes files: an initialize then takes about the longer of
+    the two, not their sum (measured on the 100 MiB benchmark workspace in RAM: 0.34 s ->
+    0.23 s, against 0.17 s to decompress alone). Why by hand: ``isal.igzip_threaded`` reads
+    the same way, but reads the compressed file 8 blocks ahead and cannot say which compressed
+    position a decompressed byte came from, which the expansion-ratio cap needs exactly; here
+    each block carries the compressed file's position after it was decompressed, as
+    ``raw.tell()`` said before (:attr:`compressed_position`). At most :data:`_AHEAD_BLOCKS`
+    blocks of :data:`_COPY_CHUNK` wait in memory. An error of the decompressor is raised to
+    the reader where the block would have been, with its own type.
+    """
+
+    def __init__(self, gz: IO[bytes], raw: IO[bytes]) -> None:
+        super().__init__()
+        self._blocks: queue.Queue[tuple[bytes, int, BaseException | None]] = queue.Queue(
+            _AHEAD_BLOCKS
+        )
+        self._stop = threading.Event()
+        self._block = memoryview(b"")
+        self._at_end = False
+        self.compressed_position = 0
+        self._worker = threading.Thread(
+            target=self._decompress, args=(gz, raw), name="archive-decompress", daemon=True
+        )
+        self._worker.start()
+
+    def _decompress(self, gz: IO[bytes], raw: IO[bytes]) -> None:
+        while not self._stop.is_set():
+            error: BaseException | None = None
+            try:
+                data = gz.read(_COPY_CHUNK)
+            except BaseException as exc:  # noqa: BLE001 - handed to the reader, raised there
+                data, error = b"", exc
+            item = (data, raw.tell() if error is None else 0, error)
+            while not self._stop.is_set():
+                try:
+                    self._blocks.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if not data:
+                return
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            return b"".join(iter(lambda: self.read(_COPY_CHUNK), b""))
+        if self._at_end:
+            return b""
+        if not self._block:
+            data, position, error = self._blocks.get()
+            if error is not None:
+                self._at_end = True
+                raise error
+            if not data:
+                self._at_end = True
+                return b""
+            self._block = memoryview(data)
+            self.compressed_position = position
+        taken = self._block[:size]
+        self._block = self._block[size:]
+        return bytes(taken)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(queue.Empty):
+            while True:  # free a worker blocked on a full queue
+                self._blocks.get_nowait()
+        self._worker.join()
+        super().close()
+
+
 @contextlib.contextmanager
-def _open_archive(archive: Path) -> Iterator[tuple[IO[bytes], IO[bytes], tarfile.TarFile]]:
-    """The compressed file, the decompressed stream and a streaming tar reader over it
-    (checks the gzip magic)."""
+def _open_archive(archive: Path) -> Iterator[tuple[_DecompressAhead, tarfile.TarFile]]:
+    """The decompressed stream and a streaming tar reader over it (checks the gzip magic)."""
     with archive.open("rb") as raw:
         if raw.read(2) != GZIP_MAGIC:
             raise ArchiveRejected(
@@ -651,10 +736,13 @@ def _open_archive(archive: Path) -> Iterator[tuple[IO[bytes], IO[bytes], tarfile
                 "(it must start with the gzip magic bytes 1f 8b)."
             )
         raw.seek(0)
-        with _igzip_file(fileobj=raw, mode="rb") as gz:
+        with (
+            _igzip_file(fileobj=raw, mode="rb") as gz,
+            contextlib.closing(_DecompressAhead(gz, raw)) as stream,
+        ):
             try:
                 tar = _BoundedTarFile.open(  # closed by the with below
-                    fileobj=gz, mode="r|", bufsize=_TAR_READ_BUFFER, tarinfo=_BoundedTarInfo
+                    fileobj=stream, mode="r|", bufsize=_TAR_READ_BUFFER, tarinfo=_BoundedTarInfo
                 )
             except EOFError as exc:  # the first read of the stream hit the cut
                 raise _truncated(exc) from exc
@@ -663,7 +751,7 @@ def _open_archive(archive: Path) -> Iterator[tuple[IO[bytes], IO[bytes], tarfile
                     f"The uploaded archive is not a readable tar.gz file ({type(exc).__name__})."
                 ) from exc
             with tar:
-                yield raw, gz, tar
+                yield stream, tar
 
 
 def _forget_members(tar: tarfile.TarFile) -> None:
@@ -674,10 +762,10 @@ def _forget_members(tar: tarfile.TarFile) -> None:
 class _Extraction:
     """One extraction's counters and caps (members, bytes, expansion ratio)."""
 
-    def __init__(self, root: Path, limits: ArchiveLimits, raw: IO[bytes]) -> None:
+    def __init__(self, root: Path, limits: ArchiveLimits, stream: _DecompressAhead) -> None:
         self.tree = _Tree(root)
         self.limits = limits
-        self.raw = raw
+        self.stream = stream
         self.regular_files: set[tuple[str, ...]] = set()
         self.total_bytes = 0
         self.count = 0
@@ -689,7 +777,7 @@ class _Extraction:
         self.total_bytes += size
         limits = self.limits
         if self.total_bytes > limits.ratio_grace_bytes:
-            compressed = max(self.raw.tell(), 1)
+            compressed = max(self.stream.compressed_position, 1)
             if self.total_bytes > limits.max_ratio * compressed:
                 raise ArchiveTooLarge(
                     f"The archive expands more than {limits.max_ratio:g} times its compressed "
@@ -769,8 +857,8 @@ def extract_archive(archive: Path, root: Path, limits: ArchiveLimits | None = No
     output (never anything outside it), so extract into a staging copy and discard it on error.
     """
     try:
-        with _open_archive(archive) as (raw, gz, tar):
-            extraction = _Extraction(root, limits or ArchiveLimits(), raw)
+        with _open_archive(archive) as (stream, tar):
+            extraction = _Extraction(root, limits or ArchiveLimits(), stream)
             before = extraction.tree.links_outside()
             while (member := tar.next()) is not None:
                 _forget_members(tar)
@@ -782,7 +870,7 @@ def extract_archive(archive: Path, root: Path, limits: ArchiveLimits | None = No
                     raise _os_error(exc, member.name) from exc
             # read on to the gzip trailer, so that a truncated or corrupt end is refused
             left = _MAX_TRAILING_BYTES
-            while left > 0 and (chunk := gz.read(min(left, _COPY_CHUNK))):
+            while left > 0 and (chunk := stream.read(min(left, _COPY_CHUNK))):
                 left -= len(chunk)
     except _CORRUPT as exc:
         raise _truncated(exc) from exc

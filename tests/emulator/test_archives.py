@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import tarfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -251,3 +252,52 @@ def test_a_cut_gzip_end_is_refused_and_a_self_hard_link_is_fine(tmp_path: Path) 
     assert _extract_directly(tmp_path / "cut", whole[:-4])[0].startswith("rejected")
     self_link = _direct_tar_gz(("a", "f", b"A"), ("a", "h", "a"))
     assert _extract_directly(tmp_path / "self", self_link) == ("ok", [])
+
+
+# ---------------------------------------------------------------------- decompressing ahead
+
+
+def _decompress_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name == "archive-decompress"]
+
+
+def test_a_refused_archive_leaves_no_decompressing_thread(tmp_path: Path) -> None:
+    from klavis_emulator._archive import ArchiveRejected, extract_archive
+
+    archive = tmp_path / "bad.tar.gz"
+    big = os.urandom(3 * 1024 * 1024)  # more blocks than wait in the queue: the worker blocks
+    archive.write_bytes(_tar_gz(_file("/etc/evil", b"x"), _file("big.bin", big)))
+    (tmp_path / "root").mkdir()
+    with pytest.raises(ArchiveRejected):
+        extract_archive(archive, tmp_path / "root")
+    assert _decompress_threads() == []
+    assert list((tmp_path / "root").iterdir()) == []
+
+
+def test_decompressing_ahead_reports_the_compressed_position_and_the_decompressor_errors(
+    tmp_path: Path,
+) -> None:
+    from klavis_emulator._archive import _DecompressAhead, _igzip_file
+
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    packed = gzip.compress(data)
+    path = tmp_path / "a.gz"
+    path.write_bytes(packed)
+    with path.open("rb") as raw, _igzip_file(fileobj=raw, mode="rb") as gz:
+        stream = _DecompressAhead(gz, raw)
+        first = stream.read(10)
+        assert 0 < stream.compressed_position < len(packed)
+        assert first + stream.read() + b"".join(iter(lambda: stream.read(65536), b"")) == data
+        assert stream.compressed_position == len(packed)
+        stream.close()
+    path.write_bytes(packed[: len(packed) // 2])  # cut: the decompressor's own EOFError
+    with path.open("rb") as raw, _igzip_file(fileobj=raw, mode="rb") as gz:
+        stream = _DecompressAhead(gz, raw)
+        with pytest.raises(EOFError):
+            while stream.read(65536):
+                pass
+        assert stream.read() == b""
+        stream.close()
+    assert _decompress_threads() == []
