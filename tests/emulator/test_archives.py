@@ -279,18 +279,24 @@ def test_a_refused_archive_leaves_no_decompressing_thread(tmp_path: Path) -> Non
 def test_decompressing_ahead_reports_the_compressed_position_and_the_decompressor_errors(
     tmp_path: Path,
 ) -> None:
-    from klavis_emulator._archive import _DecompressAhead, _igzip_file
+    from klavis_emulator._archive import _COPY_CHUNK, _DecompressAhead, _igzip_file
 
-    data = os.urandom(3 * 1024 * 1024 + 5)
+    data = os.urandom(3 * _COPY_CHUNK + 5)
     packed = gzip.compress(data)
     path = tmp_path / "a.gz"
     path.write_bytes(packed)
     with path.open("rb") as raw, _igzip_file(fileobj=raw, mode="rb") as gz:
         stream = _DecompressAhead(gz, raw)
-        first = stream.read(10)
-        assert 0 < stream.compressed_position < len(packed)
-        assert first + stream.read() + b"".join(iter(lambda: stream.read(65536), b"")) == data
-        assert stream.compressed_position == len(packed)
+        positions = []
+        read = b""
+        while chunk := stream.read(65536):
+            read += chunk
+            positions.append(stream.compressed_position)
+        assert read == data
+        # each block carries where the compressed file stood before it: never ahead of it
+        assert positions == sorted(positions)
+        assert positions[0] == 0
+        assert 0 < positions[-1] <= len(packed)
         stream.close()
     path.write_bytes(packed[: len(packed) // 2])  # cut: the decompressor's own EOFError
     with path.open("rb") as raw, _igzip_file(fileobj=raw, mode="rb") as gz:
@@ -298,6 +304,35 @@ def test_decompressing_ahead_reports_the_compressed_position_and_the_decompresso
         with pytest.raises(EOFError):
             while stream.read(65536):
                 pass
-        assert stream.read() == b""
+        with pytest.raises(EOFError):  # and again: an error is never taken for the end
+            stream.read(1)
+        stream.close()
+    assert _decompress_threads() == []
+
+
+class _TellFailsLater(io.BufferedReader):
+    """A file whose ``tell`` fails after its first call (outside the decompressor)."""
+
+    calls = 0
+
+    def tell(self) -> int:
+        self.calls += 1
+        if self.calls > 1:
+            raise OSError("tell failed")
+        return super().tell()
+
+
+def test_an_error_of_the_decompressing_thread_outside_the_decompressor_reaches_the_reader(
+    tmp_path: Path,
+) -> None:
+    from klavis_emulator._archive import _COPY_CHUNK, _DecompressAhead, _igzip_file
+
+    path = tmp_path / "a.gz"
+    path.write_bytes(gzip.compress(os.urandom(3 * _COPY_CHUNK)))
+    with _TellFailsLater(io.FileIO(path)) as raw, _igzip_file(fileobj=raw, mode="rb") as gz:
+        stream = _DecompressAhead(gz, raw)
+        with pytest.raises(OSError, match="tell failed"):
+            while stream.read(65536):
+                pass
         stream.close()
     assert _decompress_threads() == []
