@@ -15,7 +15,7 @@ from typing import Final
 
 __all__ = ["EXTRA_MODULES", "EmulatorExtraMissing", "exit_if_missing", "missing", "missing_message"]
 
-EXTRA_MODULES: Final = ("fastapi", "uvicorn", "fastmcp", "mcp_server_git")
+EXTRA_MODULES: Final = ("fastapi", "uvicorn", "fastmcp", "mcp_server_git", "psutil", "aiosmtpd")
 """The top-level modules of the ``emulator`` extra's distributions that the emulator uses."""
 
 INSTALL: Final = "pip install 'klavis-sandbox[emulator]'"

@@ -488,10 +488,6 @@ class McpHost:
         are emptied before this returns. Extra arguments are ignored (listener hook).
         """
 
-        with self._mail_lock:
-            mail = self._mail.get(sandbox_id)
-        if mail is not None:  # the service resets its servers' data: the mailboxes too
-            mail.clear()
 
         def restart_now() -> None:
             group = self._task_group
@@ -502,7 +498,13 @@ class McpHost:
                 if key[0] == sandbox_id:
                     group.start_soon(backend.restart, workspace or _WorkspaceId(-1, -1))
 
-        self._in_loop(restart_now)
+        try:
+            with self._mail_lock:
+                mail = self._mail.get(sandbox_id)
+            if mail is not None:  # the service resets its servers' data: the mailboxes too
+                mail.clear()
+        finally:  # a mail server that fails to empty must not keep the servers on the old data
+            self._in_loop(restart_now)
 
     def shutdown(self, *, wait: float | None = None) -> None:
         """Stop every server and refuse new MCP requests (503); safe from any thread.

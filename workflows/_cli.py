@@ -293,9 +293,15 @@ def _dump(sb: LocalSandbox, target: _DumpTarget, args: argparse.Namespace) -> No
             if target.format == "tar":
                 _gunzip(staged, staging / "dump.tar")
                 staged = staging / "dump.tar"
+        replaced = staging / "replaced"
         if os.path.lexists(target.path):
-            os.replace(target.path, staging / "replaced")  # a link is moved, never followed
-        os.replace(staged, target.path)
+            os.replace(target.path, replaced)  # a link is moved, never followed
+        try:
+            os.replace(staged, target.path)
+        except BaseException:
+            if os.path.lexists(replaced):  # put the user's file back before cleaning up
+                os.replace(replaced, target.path)
+            raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -21,3 +21,20 @@ def test_the_walk_sees_the_state_and_the_server() -> None:
     walked = dict(public_callables(klavis_emulator))
     assert "SandboxRecord" in types_named_by(walked["EmulatorState.find_live"], "klavis_emulator")
     assert "EmulatorConfig" in types_named_by(walked["EmulatorServer.__init__"], "klavis_emulator")
+
+
+def test_the_missing_extra_check_knows_every_module_of_the_emulator_extra() -> None:
+    """A dependency added to the ``emulator`` extra must be in ``EXTRA_MODULES``, or an install
+    without it gets a traceback instead of the one line naming the extra (``mcp`` is left
+    out on purpose: the ``mcp`` extra brings a 1.x that the library uses on its own)."""
+    import importlib.metadata
+    import re
+
+    from klavis_emulator._extra import EXTRA_MODULES
+
+    requirements = importlib.metadata.requires("klavis-sandbox") or []
+    emulator_extra = re.compile(r"extra\s*==\s*[\"']emulator[\"']")
+    names = {re.split(r"[<>=!~\[ ;]", r)[0] for r in requirements if emulator_extra.search(r)}
+    modules = {name.lower().replace("-", "_") for name in names} - {"mcp"}
+    assert {"fastapi", "psutil", "aiosmtpd"} <= modules
+    assert modules <= set(EXTRA_MODULES)

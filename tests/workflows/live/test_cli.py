@@ -3,6 +3,7 @@ matter, a real subprocess where the exit status, a closed pipe or a signal does.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -136,6 +137,29 @@ def test_seed_and_dump_to_a_folder(cli: Cli, tmp_path: Path) -> None:
     }
     assert dumped.err == f"dumped {sandbox_id} to {out}\n"
     assert Snapshot.from_directory(out) == {"a.txt": "A", "skip.log": "no"}
+    cli("release", sandbox_id)
+
+
+def test_dump_force_puts_the_users_folder_back_when_the_last_rename_fails(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox_id = cli("acquire", "filesystem", "-q").out.strip()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("the user's own")
+    real_replace = os.replace
+
+    def failing_last_rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        if Path(dst) == mine and Path(src).name == "dump":  # the dump moving into place
+            raise OSError(errno.EXDEV, "simulated failure of the last rename")
+        real_replace(src, dst)
+
+    monkeypatch.setattr("workflows._cli.os.replace", failing_last_rename)
+    failed = cli("dump", sandbox_id, "-o", str(mine), "--force")
+    monkeypatch.undo()
+    assert failed.code == 1
+    assert (mine / "keep.txt").read_text() == "the user's own"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "state"]  # no staging left
     cli("release", sandbox_id)
 
 
