@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import time
+import functools
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from fastapi import Request
 
 from .._schemas import (
@@ -22,7 +24,7 @@ router = api_router()
 
 
 @router.post("", status_code=201, response_model=AcquireLocalSandboxResponse)
-def acquire_local_sandbox(
+async def acquire_local_sandbox(
     body: AcquireLocalSandboxRequest,
     tenant: Tenant,
     state: State,
@@ -30,19 +32,22 @@ def acquire_local_sandbox(
     request: Request,
 ) -> dict[str, Any]:
     """Acquire a sandbox hosting the requested MCP servers."""
-    record = state.acquire(
-        tenant,
-        body.server_names,
-        benchmark=body.benchmark,
-        test_account_email=body.test_account_email,
-        ttl_seconds=body.ttl_seconds,
+    record = await anyio.to_thread.run_sync(
+        functools.partial(
+            state.acquire,
+            tenant,
+            body.server_names,
+            benchmark=body.benchmark,
+            test_account_email=body.test_account_email,
+            ttl_seconds=body.ttl_seconds,
+        )
     )
     delay: float = request.app.state.config.acquire_delay
     if delay > 0:
         # the VM start of the service: the sandbox exists (listed, its MCP servers starting)
-        # but is not returned before the delay. A sync route runs in a worker thread, so the
-        # wait holds one of them (anyio's 40) and never the event loop.
-        time.sleep(delay)
+        # but is not returned before the delay; waited on the event loop, so that many
+        # acquires at once do not hold anyio's worker threads (40) that sync routes share
+        await anyio.sleep(delay)
     info = record.to_info(base_url)
     del info["created_at"]
     names = ", ".join(record.server_names)
