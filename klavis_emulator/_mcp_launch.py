@@ -3,7 +3,8 @@
 When the emulator confines (decided once at startup, see :mod:`klavis_emulator._bwrap`,
 which also builds the ``bwrap`` command line shared with executions), a server runs in its
 own mount, PID, network (unless its catalog entry says ``network``: playwright, whose
-browser must reach pages on loopback) and IPC namespaces with only ``/usr``, ``/etc``, the
+browser must reach pages on loopback, and poste_email_toolathlon, whose emails server talks
+to its sandbox's mail server there) and IPC namespaces with only ``/usr``, ``/etc``, the
 interpreters and the server's own files mounted read-only and the sandbox's workspace
 mounted read-write at ``/data`` (the real service's default ``AGENT_WORKSPACE``), so tool
 paths match the cloud. ``--die-with-parent`` ends it with the emulator, whatever happens to

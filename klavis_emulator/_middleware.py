@@ -171,6 +171,7 @@ class ControlAccessMiddleware:
     requirements install runs none of the archive's code (wheels only, see
     :mod:`klavis_emulator._runner`; pip's own ``GET``s of the control routes only read), and
     the confined processes that do share the network (the playwright server and its browser,
+    poste_email_toolathlon's emails server,
     executions with ``--allow-network``) are recognised by the socket they connect from and
     refused (403, :func:`~klavis_emulator._peers.peer_is_sandboxed`). Unconfined executions
     and servers are opt-outs: they can do whatever the emulator's user can, calling these

@@ -1,22 +1,26 @@
 """Whether the other end of a loopback connection is a process of one of our sandboxes.
 
 The control routes (``/_emulator/...``: clock, faults, which change every tenant's world)
-answer loopback clients without a token. A confined server or execution normally has no
-network at all, so "loopback" meant "the emulator's user". Two confined kinds share the
-emulator's network on purpose: the playwright server (its browser must load pages served on
-loopback, and its ``browser_run_code_unsafe`` tool runs any code a tenant sends) and
-executions run with ``--allow-network``. Their loopback connections must not count as the
-user's: :func:`peer_is_sandboxed` finds the process that owns the client's socket among the
-emulator's descendants, and says whether it runs inside a bubblewrap sandbox that the
+answer loopback clients without a token. A confined server or execution normally has no network
+at all, so "loopback" meant "the emulator's user". Some confined processes share the emulator's
+network on purpose: the servers whose catalog entry says ``network`` (playwright: its browser
+must load pages served on loopback, and its ``browser_run_code_unsafe`` tool runs any code a
+tenant sends; poste_email_toolathlon's emails server: it talks to its sandbox's mail server on
+loopback) and executions run with ``--allow-network``. Their loopback connections must not
+count as the user's: :func:`peer_is_sandboxed` finds the process that owns the client's socket
+among the emulator's descendants, and says whether it runs inside a bubblewrap sandbox that the
 emulator started. With ``--unshare-pid``, everything a confined tenant starts stays below its
 ``bwrap`` process, however it forks or detaches, so the ancestry cannot be escaped.
 
 Why by hand: neither the ASGI server nor the kernel tells a listener which process is
 connecting (``SO_PEERCRED`` exists for Unix sockets only); psutil (a well-kept library, in the
-emulator extra) reads the socket tables and descriptors from ``/proc``. Only the emulator's
-own descendants are searched, so the cost is a few milliseconds, paid only by loopback
-control requests without a token. Unconfined servers and executions are opt-outs (they run as
-the emulator's user and can do whatever it can): they are not searched.
+emulator extra) reads the socket tables and descriptors from ``/proc``. Only the emulator's own
+descendants are searched (psutil still reads every process's parent to find them, and each
+sandboxed process's socket table: milliseconds with a few sandboxes, more with many browsers),
+paid only by loopback control requests without a token. A client that hangs up before the check
+changes nothing: every control route that changes state reads a body, which a closed connection
+no longer delivers. Unconfined servers and executions are opt-outs (they run as the emulator's
+user and can do whatever it can): they are not searched.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A service that cannot be reached: the error names what the user called and what was tried,
 and the retries on the way are logged on the ``workflows`` logger only, never printed.
 
-The "service" is a real closed port: bound to find a free one, then closed, so connecting is
-refused at once.
+The "service" is a real port that refuses connections: bound but never listening, and held
+for the whole test, so connecting is refused at once and no other test can take the port.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 
 import pytest
 
@@ -22,11 +23,10 @@ ATTEMPTS = re.compile(r"\((\d+) attempts over \d+\.\d s\)")
 
 
 @pytest.fixture
-def closed_url() -> str:
+def closed_url() -> Iterator[str]:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+        sock.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def test_acquire_names_the_acquire_and_what_was_tried(face: Face, closed_url: str) -> None:

@@ -8,17 +8,11 @@ import httpx
 import pytest
 
 from klavis_emulator import EmulatorServer
-from tests.helpers import Face
+from tests.helpers import Face, listed_sandboxes
 
 
 def _faults(url: str, **settings: object) -> None:
     httpx.post(f"{url}/_emulator/faults", json=settings).raise_for_status()
-
-
-def _listed(url: str, token: str) -> list[str]:
-    response = httpx.get(f"{url}/local-sandbox", headers={"Authorization": f"Bearer {token}"})
-    response.raise_for_status()
-    return [s["local_sandbox_id"] for s in response.json()["local_sandboxes"]]
 
 
 @pytest.mark.parametrize("mode", ["before", "after", "mixed"])
@@ -34,7 +28,7 @@ def test_lifecycles_complete_under_faults(
             report = face.round_trip_dump(sb, files)
             assert report.ok, report
     _faults(url, rate=0.0)
-    assert _listed(url, token) == []
+    assert listed_sandboxes(url, token) == []
 
 
 def test_bulk_release_under_faults(face: Face, faulty_emulator: EmulatorServer, token: str) -> None:
@@ -46,7 +40,7 @@ def test_bulk_release_under_faults(face: Face, faulty_emulator: EmulatorServer, 
     results = face.bulk_release([s.id for s in batch.sandboxes], concurrency=4, **conn)
     _faults(url, rate=0.0)
     assert all(r.ok for r in results), [r.error for r in results if not r.ok]
-    assert _listed(url, token) == []
+    assert listed_sandboxes(url, token) == []
 
 
 def test_an_acquire_whose_retries_run_out_raises_the_last_api_error(
@@ -65,4 +59,4 @@ def test_an_acquire_whose_retries_run_out_raises_the_last_api_error(
             face.acquire(["git"], api_key=token, base_url=proxy.base_url)
         refused = [seen for seen in proxy.seen if seen[:2] == ("POST", "/local-sandbox")]
         assert len(refused) > 1  # retried
-    assert _listed(emulator.base_url, token) == []
+    assert listed_sandboxes(emulator.base_url, token) == []

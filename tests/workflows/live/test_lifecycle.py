@@ -6,12 +6,11 @@ import os
 import tarfile
 from pathlib import Path
 
-import httpx
 import pytest
 
 import workflows
 from klavis_emulator import EmulatorServer
-from tests.helpers import Face
+from tests.helpers import Face, listed_sandboxes
 from workflows import (
     FileTooLargeError,
     InvalidInputError,
@@ -21,26 +20,18 @@ from workflows import (
 )
 
 
-def _listed(emulator_url: str, token: str) -> list[str]:
-    response = httpx.get(
-        f"{emulator_url}/local-sandbox", headers={"Authorization": f"Bearer {token}"}
-    )
-    response.raise_for_status()
-    return [s["local_sandbox_id"] for s in response.json()["local_sandboxes"]]
-
-
 def test_acquire_seed_dump_release(face: Face, conn: dict[str, str], token: str) -> None:
     with face.acquire(["filesystem", "git"], ttl_seconds=600, **conn) as sb:
         assert sb.status == "occupied"
         assert [s.name for s in sb.servers] == ["filesystem", "git"]
         assert sb.mcp_url("git").endswith(f"/git/mcp/?local_sandbox_id={sb.id}")
-        assert _listed(conn["base_url"], token) == [sb.id]
+        assert listed_sandboxes(conn["base_url"], token) == [sb.id]
         assert sb.seed({"hello.txt": "hi", "data/x.bin": b"\x00\xff"}) == 2
         snap = sb.dump()
         assert isinstance(snap, Snapshot)
         assert dict(snap) == {"data/x.bin": b"\x00\xff", "hello.txt": b"hi"}
     assert sb.released
-    assert _listed(conn["base_url"], token) == []
+    assert listed_sandboxes(conn["base_url"], token) == []
 
 
 def test_seed_merges_and_reset_empties(face: Face, conn: dict[str, str]) -> None:
@@ -70,7 +61,7 @@ def test_release_is_idempotent(face: Face, conn: dict[str, str], token: str) -> 
     sb = face.acquire(["git"], **conn)
     assert sb.release() is True
     assert sb.release() is False
-    assert _listed(conn["base_url"], token) == []
+    assert listed_sandboxes(conn["base_url"], token) == []
     with pytest.raises(InvalidInputError, match="was released"):
         sb.dump()
 
@@ -80,8 +71,8 @@ def test_attach_does_not_own(face: Face, conn: dict[str, str], token: str) -> No
         with face.attach(owner.id, **conn) as attached:
             assert attached.id == owner.id
             assert not attached.owned
-        assert _listed(conn["base_url"], token) == [owner.id]
-    assert _listed(conn["base_url"], token) == []
+        assert listed_sandboxes(conn["base_url"], token) == [owner.id]
+    assert listed_sandboxes(conn["base_url"], token) == []
 
 
 def test_attach_unknown_or_other_tenant_is_not_found(
@@ -198,7 +189,7 @@ def test_bad_input_is_refused_before_anything_is_sent(
         face.acquire(["git"], ttl_seconds=10, **conn)
     with pytest.raises(InvalidInputError, match="empty"):
         face.acquire([], **conn)
-    assert _listed(conn["base_url"], token) == []
+    assert listed_sandboxes(conn["base_url"], token) == []
     with face.acquire(["filesystem"], **conn) as sb:
         with pytest.raises(InvalidSeedPathError, match=r"\.\."):
             sb.seed({"../escape.txt": "x"})
@@ -219,13 +210,13 @@ def test_bulk_acquire_and_release(face: Face, conn: dict[str, str], token: str) 
     assert len(batch) == 5
     sandboxes = batch.sandboxes
     assert len({s.id for s in sandboxes}) == 5
-    assert sorted(_listed(conn["base_url"], token)) == sorted(s.id for s in sandboxes)
+    assert sorted(listed_sandboxes(conn["base_url"], token)) == sorted(s.id for s in sandboxes)
     results = face.bulk_release([s.id for s in sandboxes[:2]], concurrency=2, **conn)
     assert [r.ok for r in results] == [True, True]
     results = face.bulk_release(None, **conn)
     assert {r.sandbox_id for r in results} == {s.id for s in sandboxes[2:]}
     assert all(r.ok and not r.already_released for r in results)
-    assert _listed(conn["base_url"], token) == []
+    assert listed_sandboxes(conn["base_url"], token) == []
 
 
 def test_bulk_release_reports_each_item(face: Face, conn: dict[str, str]) -> None:

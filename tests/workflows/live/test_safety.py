@@ -10,19 +10,12 @@ import sys
 import textwrap
 from pathlib import Path
 
-import httpx
 import pytest
 
 import workflows
 from klavis_emulator import EmulatorServer
-from tests.helpers import Face
+from tests.helpers import Face, listed_sandboxes
 from workflows import ApiKey
-
-
-def _listed(url: str, token: str) -> list[str]:
-    response = httpx.get(f"{url}/local-sandbox", headers={"Authorization": f"Bearer {token}"})
-    response.raise_for_status()
-    return [s["local_sandbox_id"] for s in response.json()["local_sandboxes"]]
 
 
 def test_keyboard_interrupt_inside_with_releases(
@@ -31,7 +24,7 @@ def test_keyboard_interrupt_inside_with_releases(
     with pytest.raises(KeyboardInterrupt), face.acquire(["git"], **conn) as sb:
         sb.seed({"a.txt": "a"})
         raise KeyboardInterrupt
-    assert _listed(conn["base_url"], token) == []
+    assert listed_sandboxes(conn["base_url"], token) == []
 
 
 def test_an_error_inside_with_releases_and_propagates(
@@ -39,7 +32,7 @@ def test_an_error_inside_with_releases_and_propagates(
 ) -> None:
     with pytest.raises(ZeroDivisionError), face.acquire(["git"], **conn):
         _ = 1 / 0
-    assert _listed(conn["base_url"], token) == []
+    assert listed_sandboxes(conn["base_url"], token) == []
 
 
 def test_ledger_records_and_reap_releases(face: Face, conn: dict[str, str], token: str) -> None:
@@ -50,7 +43,7 @@ def test_ledger_records_and_reap_releases(face: Face, conn: dict[str, str], toke
     results = face.reap(**conn)
     assert [(r.sandbox_id, r.ok) for r in results] == [(kept.id, True)]
     assert workflows.default_ledger().held(base_url=conn["base_url"]) == []
-    assert _listed(conn["base_url"], token) == []
+    assert listed_sandboxes(conn["base_url"], token) == []
     workflows._ownership.forget(kept.id, kept.settings)
 
 
@@ -130,7 +123,7 @@ def test_process_exit_and_signals_release(
     assert child.stdout is not None
     assert child.stdin is not None
     sandbox_ids = child.stdout.readline().split()
-    assert sorted(_listed(conn["base_url"], token)) == sorted(sandbox_ids)
+    assert sorted(listed_sandboxes(conn["base_url"], token)) == sorted(sandbox_ids)
     assert len(sandbox_ids) == (2 if how == "bulk" else 1)
     if sig is None:
         # the script ends normally without releasing: atexit must
@@ -139,7 +132,7 @@ def test_process_exit_and_signals_release(
         child.send_signal(sig)
         _, err = child.communicate(timeout=60)
     assert conn["api_key"] not in err
-    assert _listed(conn["base_url"], token) == [], err
+    assert listed_sandboxes(conn["base_url"], token) == [], err
 
 
 def test_reap_spares_live_processes_and_dry_run(
@@ -162,9 +155,9 @@ def test_reap_spares_live_processes_and_dry_run(
         assert workflows.reap(api_key=key, base_url=url) == []  # owner alive: in use, not leaked
         planned = workflows.reap(dry_run=True, include_live=True, api_key=key, base_url=url)
         assert [r.sandbox_id for r in planned] == [sandbox_id]
-        assert _listed(conn["base_url"], token) == [sandbox_id]
+        assert listed_sandboxes(conn["base_url"], token) == [sandbox_id]
         results = workflows.reap(include_live=True, api_key=key, base_url=url)
         assert [(r.sandbox_id, r.ok) for r in results] == [(sandbox_id, True)]
     finally:
         child.communicate(input="\n", timeout=60)
-    assert _listed(conn["base_url"], token) == []
+    assert listed_sandboxes(conn["base_url"], token) == []
