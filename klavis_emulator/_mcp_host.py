@@ -488,7 +488,6 @@ class McpHost:
         are emptied before this returns. Extra arguments are ignored (listener hook).
         """
 
-
         def restart_now() -> None:
             group = self._task_group
             if group is None:
