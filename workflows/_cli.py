@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ._config import API_KEY_ENV, BASE_URL_ENV, resolve_settings
-from ._errors import ConfigurationError, InvalidInputError, KlavisError
+from ._errors import ConfigurationError, InvalidInputError, KlavisError, MissingExtraError
 from ._ledger import default_ledger
 from ._models import SERVER_NAMES, SandboxInfo
 from ._paths import check_destination
@@ -448,9 +448,8 @@ def _demo_target(out: TextIO) -> Iterator[dict[str, Any]]:
     try:
         from klavis_emulator import ConfinementError, EmulatorConfig, EmulatorServer
     except ImportError:  # pragma: no cover - depends on the installed extras
-        raise KlavisError(
-            "no KLAVIS_API_KEY and the emulator is not installed: "
-            "pip install 'klavis-sandbox[emulator]', or set KLAVIS_API_KEY"
+        raise MissingExtraError(
+            "the demo without KLAVIS_API_KEY (set it to use the service)", extra="emulator"
         ) from None
     with contextlib.ExitStack() as stack:
         data = stack.enter_context(tempfile.TemporaryDirectory(prefix="klavis-demo-"))

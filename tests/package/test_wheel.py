@@ -221,6 +221,13 @@ def test_klavis_emulator_without_its_extra_says_which_in_one_line(
     assert (done.code, done.out, done.err) == (1, "", EMULATOR_MISSING + "\n")
 
 
+def test_the_demo_without_a_key_or_the_emulator_names_the_extra(bare: Venv, tmp_path: Path) -> None:
+    done = bare.run("klavis-sandbox", "demo", cwd=tmp_path)
+    assert (done.code, done.out) == (1, "")
+    assert "needs the emulator extra: pip install 'klavis-sandbox[emulator]'" in done.err
+    assert len(done.err.splitlines()) == 1, done.err
+
+
 def test_importing_the_emulator_without_its_extra_names_it(bare: Venv, tmp_path: Path) -> None:
     program = textwrap.dedent(
         """
