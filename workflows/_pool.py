@@ -52,12 +52,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -70,7 +77,8 @@ from ._errors import InvalidInputError, TaskTimeoutError
 from ._ledger import Ledger
 from ._models import check_acquire
 from ._ownership import install_exit_handlers, ledger_of
-from ._pool_results import PoolResults, TaskBar, TaskResult, check_pool_size, check_run, failed
+from ._pool_results import PoolResults, TaskBar, TaskResult, check_pool_size, check_run
+from ._pool_task import Attempt, Outcome, Reset, Step, Take, task_flow
 from ._recipes import ReleaseResult, async_bulk_release, bulk_release
 from ._sandbox import LocalSandbox
 
@@ -421,63 +429,39 @@ class SandboxPool(_PoolBase):
         timeout: float | None,
         retries: int,
     ) -> tuple[TaskResult[R], LocalSandbox | None]:
-        attempts = 0
-        while True:
-            attempts += 1
-            if sandbox is None:
+        """Perform :func:`~workflows._pool_task.task_flow` with blocking calls."""
+        flow: Generator[Step[LocalSandbox], Any, tuple[TaskResult[R], LocalSandbox | None]]
+        flow = task_flow(
+            index, task, sandbox, timeout=timeout, retries=retries, stopping=stop.is_set
+        )
+        answer: Any = None
+        with contextlib.closing(flow):
+            while True:
                 try:
-                    sandbox = self._take()
-                except _Closed:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - the attempt fails with it
-                    result: TaskResult[R] = failed(
-                        index, task, exc, sandbox_id=None, seconds=0.0, attempts=attempts
-                    )
-                    if attempts > retries or stop.is_set():
-                        return result, None
-                    continue
-            started = time.perf_counter()
-            value, error, timed_out = _call(fn, sandbox, task, timeout, index)
-            seconds = time.perf_counter() - started
-            sandbox_id = sandbox.id
-            reset_seconds = 0.0
-            if timed_out:
-                self._retire(
-                    sandbox, f"task {index} ran past its timeout of {timeout} s", logging.INFO
-                )
-                sandbox = None
-            else:
-                reset_started = time.perf_counter()
-                try:
-                    sandbox.reset()
-                    reset_seconds = time.perf_counter() - reset_started
-                except Exception as exc:  # noqa: BLE001 - replace it
-                    self._retire(sandbox, f"its reset failed ({type(exc).__name__}: {exc})")
-                    sandbox = None
-            if error is None:
-                result = TaskResult(
-                    index,
-                    task,
-                    True,
-                    value=value,
-                    sandbox_id=sandbox_id,
-                    seconds=seconds,
-                    reset_seconds=reset_seconds,
-                    attempts=attempts,
-                )
-                return result, sandbox
-            result = failed(
-                index,
-                task,
-                error,
-                sandbox_id=sandbox_id,
-                seconds=seconds,
-                attempts=attempts,
-                timed_out=timed_out,
-            )
-            result = _with_reset(result, reset_seconds)
-            if attempts > retries or stop.is_set():
-                return result, sandbox
+                    step = flow.send(answer)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
+                if isinstance(step, Take):
+                    try:
+                        answer = self._take()
+                    except _Closed:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - the attempt fails with it
+                        answer = exc
+                elif isinstance(step, Attempt):
+                    started = time.perf_counter()
+                    value, error, timed_out = _call(fn, step.sandbox, task, timeout, index)
+                    answer = Outcome(value, error, timed_out, time.perf_counter() - started)
+                elif isinstance(step, Reset):
+                    started = time.perf_counter()
+                    try:
+                        step.sandbox.reset()
+                        answer = time.perf_counter() - started
+                    except Exception as exc:  # noqa: BLE001 - the flow retires it
+                        answer = exc
+                else:
+                    self._retire(step.sandbox, step.why, step.level)
+                    answer = None
 
     # ----------------------------------------------------------------- release
     def close(self) -> list[ReleaseResult]:
@@ -547,10 +531,6 @@ def _call(
         return None, error, True
     value, error = box[0]
     return value, error, False
-
-
-def _with_reset(result: TaskResult[R], reset_seconds: float) -> TaskResult[R]:
-    return dataclasses.replace(result, reset_seconds=reset_seconds) if reset_seconds else result
 
 
 def _release_quietly(sandbox: LocalSandbox) -> None:
@@ -822,62 +802,52 @@ class AsyncSandboxPool(_PoolBase):
         timeout: float | None,
         retries: int,
     ) -> TaskResult[R]:
-        attempts = 0
-        while True:
-            attempts += 1
-            if not holder:
+        """Perform :func:`~workflows._pool_task.task_flow` with awaits; ``holder`` holds the
+        worker's sandbox (emptied before one is retired, so a cancelled worker never hands
+        back a sandbox being released)."""
+        flow: Generator[
+            Step[AsyncLocalSandbox], Any, tuple[TaskResult[R], AsyncLocalSandbox | None]
+        ]
+        flow = task_flow(
+            index,
+            task,
+            holder[0] if holder else None,
+            timeout=timeout,
+            retries=retries,
+            stopping=lambda: False,  # a stopping async pool cancels its workers instead
+        )
+        answer: Any = None
+        with contextlib.closing(flow):
+            while True:
                 try:
-                    holder.append(await self._take())
-                except _Closed:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - the attempt fails with it
-                    result: TaskResult[R] = failed(
-                        index, task, exc, sandbox_id=None, seconds=0.0, attempts=attempts
-                    )
-                    if attempts > retries:
-                        return result
-                    continue
-            sandbox = holder[0]
-            started = time.perf_counter()
-            value, error, timed_out = await _acall(fn, sandbox, task, timeout, index)
-            seconds = time.perf_counter() - started
-            reset_seconds = 0.0
-            if timed_out:
-                holder.clear()
-                await self._retire(
-                    sandbox, f"task {index} ran past its timeout of {timeout} s", logging.INFO
-                )
-            else:
-                reset_started = time.perf_counter()
-                try:
-                    await sandbox.reset()
-                    reset_seconds = time.perf_counter() - reset_started
-                except Exception as exc:  # noqa: BLE001 - replace it
+                    step = flow.send(answer)
+                except StopIteration as done:
+                    result: TaskResult[R] = done.value[0]
+                    return result
+                if isinstance(step, Take):
+                    try:
+                        answer = await self._take()
+                    except _Closed:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - the attempt fails with it
+                        answer = exc
+                    else:
+                        holder.append(answer)
+                elif isinstance(step, Attempt):
+                    started = time.perf_counter()
+                    value, error, timed_out = await _acall(fn, step.sandbox, task, timeout, index)
+                    answer = Outcome(value, error, timed_out, time.perf_counter() - started)
+                elif isinstance(step, Reset):
+                    started = time.perf_counter()
+                    try:
+                        await step.sandbox.reset()
+                        answer = time.perf_counter() - started
+                    except Exception as exc:  # noqa: BLE001 - the flow retires it
+                        answer = exc
+                else:
                     holder.clear()
-                    await self._retire(sandbox, f"its reset failed ({type(exc).__name__}: {exc})")
-            if error is None:
-                return TaskResult(
-                    index,
-                    task,
-                    True,
-                    value=value,
-                    sandbox_id=sandbox.id,
-                    seconds=seconds,
-                    reset_seconds=reset_seconds,
-                    attempts=attempts,
-                )
-            result = failed(
-                index,
-                task,
-                error,
-                sandbox_id=sandbox.id,
-                seconds=seconds,
-                attempts=attempts,
-                timed_out=timed_out,
-            )
-            result = _with_reset(result, reset_seconds)
-            if attempts > retries:
-                return result
+                    await self._retire(step.sandbox, step.why, step.level)
+                    answer = None
 
     # ----------------------------------------------------------------- release
     async def close(self) -> list[ReleaseResult]:
