@@ -7,6 +7,7 @@ import base64
 import hashlib
 import io
 import os
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -523,11 +524,11 @@ def test_release_reset_and_ttl_kill_running_executions(
     main += WAIT_FOR_GO
     unconfined.start(sandbox_id, "victim", {"main.py": main})
     unconfined.wait(sandbox_id, "victim", {"running"})
-    logs = unconfined.logs(sandbox_id, "victim")
-    for _ in range(500):
-        if "started" in logs["logs"]:
-            break
-        logs = unconfined.logs(sandbox_id, "victim")
+    # "started" is printed after the pid file is written: wait for it (a deadline, not a
+    # count of polls, which a busy machine could use up before the process starts)
+    deadline = time.monotonic() + 60
+    while "started" not in unconfined.logs(sandbox_id, "victim")["logs"]:
+        assert time.monotonic() < deadline, "the execution never started"
     pid = int(pid_file.read_text())
     assert not _pid_gone(pid)
     state = unconfined.emulator.state
