@@ -320,9 +320,8 @@ def test_log_cursor_sees_every_byte_once_and_splits_only_whole_characters(
     # Poll until the first write is visible: it ends inside the 3-byte '€'.
     first = executions.logs(sandbox_id, "utf8")
     seen = first["logs"]
-    for _ in range(500):
-        if "héllo " in seen:
-            break
+    deadline = time.monotonic() + 60  # a deadline, not a count of polls
+    while "héllo " not in seen and time.monotonic() < deadline:
         first = executions.logs(sandbox_id, "utf8", first["cursor"])
         seen += first["logs"]
     assert seen.endswith("héllo ")
