@@ -45,7 +45,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import parse_qs
 
 import anyio
@@ -74,6 +74,7 @@ _Key = tuple[str, str, str]
 """(sandbox id, server name, account): the account is "" for the sandbox's own, else the
 JSON of the :class:`MailAccount` a request chose (``x-email-config``, mail servers only)."""
 _ACCOUNT_HEADER: Final = b"x-email-config"
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -403,6 +404,31 @@ class McpHost:
             mail.add_account(chosen)
             config.update(email=chosen.email, password=chosen.password, name=chosen.name)
         return config
+
+    def with_mail(self, sandbox_id: str, server: str, work: Callable[[MailServer], _T]) -> _T:
+        """Run ``work`` (blocking) on the sandbox's mail server, made if needed (``work``
+        starts it: the data endpoints need it running even before the sandbox's servers
+        started); the server item's ``auth_data`` follows its ports afterwards.
+
+        Raises:
+            MailError: Dovecot is missing (the message names its package), the mail server
+                did not start, or the sandbox was released meanwhile.
+        """
+        record = _live_record(self.state, sandbox_id)
+        if record is None:
+            raise MailError(f"Local sandbox {sandbox_id!r} was released.")
+        mail = self._mail_for(record)
+        if mail is None:  # Dovecot missing (or the sandbox released right now)
+            raise MailError(
+                f"The emulator hosts the {server!r} server's mail server with Dovecot, which "
+                f"is not installed: install the distribution's package, e.g. "
+                f"`apt-get install {DOVECOT.apt}`."
+            )
+        try:
+            return work(mail)
+        finally:
+            if _live_record(self.state, sandbox_id) is not None:
+                self._mail_for(record)  # the IMAP port may have changed (taken meanwhile)
 
     def mail_pids(self, sandbox_id: str) -> tuple[int, ...]:
         """The process ids of the sandbox's mail server (none when it has none running)."""
