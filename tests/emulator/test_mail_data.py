@@ -250,3 +250,19 @@ def test_without_dovecot_the_data_endpoints_answer_503_naming_the_package(
                 assert "apt-get install dovecot-imapd" in answer.json()["detail"]
         finally:
             http.delete(f"/local-sandbox/{sandbox_id}")
+
+
+@pytest.mark.parametrize("emulator", MODES[:1], indirect=True)
+def test_default_data_loads_the_built_in_mailboxes_before_the_given_ones(
+    make_sandbox: Callable[[str], Sandbox],
+) -> None:
+    box = make_sandbox(SERVER)
+    answer = box.http.post(
+        _url(box, "initialize"), params={"init_default_data": "true"}, json=_with(subject="mine")
+    )
+    assert answer.status_code == 200, answer.text
+    assert "default data and the given data" in answer.json()["message"]
+    dumped = _dump(box)
+    assert set(dumped["users"]) == {OWN, "alice@example.com", "bob@example.com"}
+    assert _subjects(dumped, "alice@example.com", "INBOX") == ["Welcome"]
+    assert _subjects(dumped, OWN, "INBOX") == ["mine"]
