@@ -276,7 +276,7 @@ def test_the_generated_client_reads_the_dumps(emulator: EmulatorServer, token: s
         if not NO_MAIL_SERVER:
             mail = dump_poste_email_data.sync(sandbox_id, client=api)
             assert isinstance(mail, PosteEmailDumpResponse)
-        assert mail.server_name == LocalSandboxMCPServer.POSTE_EMAIL_TOOLATHLON
+            assert mail.server_name == LocalSandboxMCPServer.POSTE_EMAIL_TOOLATHLON
         canvas = dump_canvas_data.sync(sandbox_id, client=api)
         assert isinstance(canvas, CanvasDumpResponse)
         assert canvas.server_name == LocalSandboxMCPServer.CANVAS
