@@ -265,6 +265,9 @@ class MailServer:
         self._lock = threading.RLock()
         self._chosen: dict[str, str] = {}  # x-email-config accounts: address -> password
         self._seeded: dict[str, str] = {}  # accounts a data document named
+        self.loaded = False
+        """Whether the mailboxes hold a data document (or none is due): False when made and
+        after :meth:`clear`, True after :meth:`replace` (see ``McpHost``)."""
         self.root = Path(tempfile.mkdtemp(prefix="klavis-mail-"))
         self.root.chmod(0o711)
         self._smtp_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -430,6 +433,7 @@ class MailServer:
             self._kill()
             shutil.rmtree(self.root / "mail", ignore_errors=True)
             self._seeded = {}
+            self.loaded = False
             self._write_passwd()
             if was_running:
                 self.start()
@@ -449,6 +453,7 @@ class MailServer:
             self._kill()
             shutil.rmtree(self.root / "mail", ignore_errors=True)
             self._seeded = dict(seeded)
+            self.loaded = True
             self._write_passwd()
             self.start()
             return self.accounts()

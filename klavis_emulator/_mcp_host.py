@@ -33,6 +33,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import imaplib
 import json
 import logging
 import os
@@ -56,10 +57,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._bwrap import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
 from ._mail import MailAccount, MailError, MailServer, find_lda
+from ._mail_data import load_mail
 from ._mcp_catalog import CATALOG, DOVECOT, HOSTED_SERVERS, NotHosted
 from ._mcp_launch import DEFAULT_COMMAND_TIMEOUT, LaunchSpec, launch_spec
 from ._mcp_setup import McpToolPaths, find_tools
-from ._state import LOCAL_SERVER_NAMES, EmulatorState, SandboxRecord
+from ._state import LOCAL_SERVER_NAMES, EmulatorError, EmulatorState, SandboxRecord
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -393,7 +395,8 @@ class McpHost:
             raise _Refusal(503, f"The mail server of the {server!r} server is not installed.")
         try:
             mail.start()
-        except MailError as exc:
+            self._load_stored(record, mail)
+        except (MailError, imaplib.IMAP4.error, OSError) as exc:
             raise _Refusal(
                 503, f"The mail server of the {server!r} MCP server did not start: {exc}"
             ) from exc
@@ -405,10 +408,19 @@ class McpHost:
             config.update(email=chosen.email, password=chosen.password, name=chosen.name)
         return config
 
-    def with_mail(self, sandbox_id: str, server: str, work: Callable[[MailServer], _T]) -> _T:
+    def with_mail(
+        self,
+        sandbox_id: str,
+        server: str,
+        work: Callable[[MailServer], _T],
+        *,
+        load_stored: bool = True,
+    ) -> _T:
         """Run ``work`` (blocking) on the sandbox's mail server, made if needed (``work``
         starts it: the data endpoints need it running even before the sandbox's servers
-        started); the server item's ``auth_data`` follows its ports afterwards.
+        started); the server item's ``auth_data`` follows its ports afterwards. First the
+        stored document is loaded into mailboxes that do not hold it yet (``load_stored``,
+        see :meth:`_load_stored`).
 
         Raises:
             MailError: Dovecot is missing (the message names its package), the mail server
@@ -425,10 +437,29 @@ class McpHost:
                 f"`apt-get install {DOVECOT.apt}`."
             )
         try:
+            if load_stored:
+                self._load_stored(record, mail)
             return work(mail)
         finally:
             if _live_record(self.state, sandbox_id) is not None:
                 self._mail_for(record)  # the IMAP port may have changed (taken meanwhile)
+
+    def _load_stored(self, record: SandboxRecord, mail: MailServer) -> None:
+        """Load the sandbox's stored mail document (the last ``initialize``, or its
+        benchmark pack's) into mailboxes that do not hold it yet: made by this emulator
+        process (mail does not outlive it) or emptied by a reset. Starts the server."""
+        with mail.lock:
+            if mail.loaded:
+                return
+            for server in record.server_names:
+                if CATALOG[server].mail_server:
+                    try:
+                        document = self.state.dump_server_data(record.tenant, record.id, server)
+                    except EmulatorError:  # released meanwhile
+                        return
+                    if document is not None:
+                        load_mail(mail, document)
+            mail.loaded = True
 
     def mail_pids(self, sandbox_id: str) -> tuple[int, ...]:
         """The process ids of the sandbox's mail server (none when it has none running)."""

@@ -3,7 +3,9 @@
 
 Where the emulator hosts the MCP servers, ``poste_email_toolathlon``'s data is the
 sandbox's real mail server (:mod:`klavis_emulator._mail_data`), started on demand; 503 when
-Dovecot is missing. Otherwise, and for the other servers, it is a stored document.
+Dovecot is missing. Its document is stored too, and loaded into mailboxes that start empty
+(an emulator restart; a benchmark pack's). Otherwise, and for the other servers, dump
+answers the stored document.
 """
 
 from __future__ import annotations
@@ -72,9 +74,16 @@ def _add_routes(server_name: str) -> None:
         else:
             state.require_server(tenant, sandbox_id, server_name)
             try:
-                host.with_mail(sandbox_id, server_name, lambda mail: load_mail(mail, document))
+                host.with_mail(
+                    sandbox_id,
+                    server_name,
+                    lambda mail: load_mail(mail, document),
+                    load_stored=False,
+                )
             except (MailError, imaplib.IMAP4.error, OSError) as exc:
                 raise _on_mail_server(exc) from exc
+            # kept too: loaded again into fresh mailboxes (after an emulator restart)
+            state.initialize_server_data(tenant, sandbox_id, server_name, document)
         what = "default data" if init_default_data and body is None else "data"
         if init_default_data and body is not None:
             what = "default data and the given data"

@@ -23,7 +23,7 @@ from unittest import mock
 import httpx
 import pytest
 
-from klavis_emulator import EmulatorServer
+from klavis_emulator import EmulatorConfig, EmulatorServer
 from klavis_emulator._mcp_host import McpHost
 from klavis_emulator._mcp_setup import McpToolPaths, find_tools
 from tests.emulator.mcp_servers import (
@@ -266,3 +266,33 @@ def test_default_data_loads_the_built_in_mailboxes_before_the_given_ones(
     assert set(dumped["users"]) == {OWN, "alice@example.com", "bob@example.com"}
     assert _subjects(dumped, "alice@example.com", "INBOX") == ["Welcome"]
     assert _subjects(dumped, OWN, "INBOX") == ["mine"]
+
+
+def test_the_last_initialized_mail_is_loaded_again_after_an_emulator_restart(
+    tmp_path: Path,
+) -> None:
+    # mail lives in the mail server's processes; the document initialize stored is loaded
+    # into the fresh mailboxes (so is a benchmark pack's: the same stored document)
+    if MISSING[SERVER]:
+        pytest.skip(f"{SERVER}: {MISSING[SERVER]}")
+    config = EmulatorConfig(data_dir=tmp_path / "data", mcp_at_acquire=False)
+    headers = {"Authorization": f"Bearer mail-{secrets.token_hex(8)}"}
+    with (
+        EmulatorServer(config) as server,
+        httpx.Client(base_url=server.base_url, headers=headers, timeout=60) as http,
+    ):
+        answer = http.post("/local-sandbox", json={"server_names": [SERVER]})
+        sandbox_id = answer.json()["local_sandbox_id"]
+        url = f"/local-sandbox/{SERVER}/{sandbox_id}"
+        assert http.post(f"{url}/initialize", json=DOCUMENT).status_code == 200
+        before = http.get(f"{url}/dump").json()["data"]
+    with (
+        EmulatorServer(config) as server,
+        httpx.Client(base_url=server.base_url, headers=headers, timeout=60) as http,
+    ):
+        after = http.get(f"{url}/dump").json()["data"]
+        assert after == before
+        assert _subjects(after, "ann@example.com", "Drafts") == ["Draft to the agent"]
+        assert http.post(f"/local-sandbox/{sandbox_id}/reset").status_code == 200
+        assert http.get(f"{url}/dump").json()["data"] == {"users": {OWN: {"emails": []}}}
+        http.delete(f"/local-sandbox/{sandbox_id}")
