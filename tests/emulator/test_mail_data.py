@@ -12,6 +12,7 @@ from __future__ import annotations
 import email.parser
 import email.policy
 import imaplib
+import json
 import re
 import secrets
 import sys
@@ -295,4 +296,32 @@ def test_the_last_initialized_mail_is_loaded_again_after_an_emulator_restart(
         assert _subjects(after, "ann@example.com", "Drafts") == ["Draft to the agent"]
         assert http.post(f"/local-sandbox/{sandbox_id}/reset").status_code == 200
         assert http.get(f"{url}/dump").json()["data"] == {"users": {OWN: {"emails": []}}}
+        http.delete(f"/local-sandbox/{sandbox_id}")
+
+
+def test_a_benchmark_packs_mail_is_in_the_mailboxes_and_back_after_a_reset(
+    tmp_path: Path,
+) -> None:
+    if MISSING[SERVER]:
+        pytest.skip(f"{SERVER}: {MISSING[SERVER]}")
+    pack = tmp_path / "pack"
+    (pack / ".server-data").mkdir(parents=True)
+    (pack / ".server-data" / f"{SERVER}.json").write_text(json.dumps(DOCUMENT))
+    config = EmulatorConfig(
+        data_dir=tmp_path / "data", benchmark_data={"Toolathlon": pack}, mcp_at_acquire=False
+    )
+    headers = {"Authorization": f"Bearer mail-{secrets.token_hex(8)}"}
+    with (
+        EmulatorServer(config) as server,
+        httpx.Client(base_url=server.base_url, headers=headers, timeout=60) as http,
+    ):
+        body = {"server_names": [SERVER], "benchmark": "Toolathlon"}
+        sandbox_id = http.post("/local-sandbox", json=body).json()["local_sandbox_id"]
+        url = f"/local-sandbox/{SERVER}/{sandbox_id}"
+        packed = http.get(f"{url}/dump").json()["data"]
+        assert _subjects(packed, OWN, "INBOX") == ["Quarterly report"]
+        assert http.post(f"{url}/initialize", json={"users": {}}).status_code == 200
+        assert http.get(f"{url}/dump").json()["data"] == {"users": {OWN: {"emails": []}}}
+        assert http.post(f"/local-sandbox/{sandbox_id}/reset").status_code == 200
+        assert http.get(f"{url}/dump").json()["data"] == packed
         http.delete(f"/local-sandbox/{sandbox_id}")
