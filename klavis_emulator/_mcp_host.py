@@ -12,8 +12,9 @@ first request (see :mod:`klavis_emulator._mcp_launch`) and bridges it with a fas
 one per sandbox and server, reused by later sessions. A server with a mail server
 (``poste_email_toolathlon``) gets its sandbox's :class:`~klavis_emulator._mail.MailServer`:
 chosen at acquire (its ports and account go into the server item's ``auth_data``), started
-before the MCP server, stopped on release, emptied on reset; an ``x-email-config`` header
-picks another account, with an MCP server process of its own.
+before the MCP server (or by the data endpoints, :meth:`McpHost.with_mail`), stopped on
+release, emptied on reset; an ``x-email-config`` header picks another account, with an MCP
+server process of its own.
 
 Lifecycle: each proxy app's lifespan runs in its own task of the host's task group (opened
 by the parent app's lifespan, see :func:`install_mcp`). A server is stopped when its
