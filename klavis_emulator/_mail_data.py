@@ -38,7 +38,13 @@ from typing import Any, Final
 
 from ._mail import LOOPBACK, MailServer
 
-__all__ = ["MAX_ATTACHMENT_BYTES", "dump_mail", "folder_problem", "load_mail"]
+__all__ = [
+    "MAX_ATTACHMENT_BYTES",
+    "MailDocumentError",
+    "dump_mail",
+    "folder_problem",
+    "load_mail",
+]
 
 MAX_ATTACHMENT_BYTES: Final = 25 * 1024 * 1024
 """The largest ``size`` an attachment may have (Poste.io's default message size limit)."""
@@ -126,35 +132,50 @@ def _login(mail: MailServer, address: str, password: str) -> imaplib.IMAP4:
     return imap
 
 
+class MailDocumentError(ValueError):
+    """A message of the document cannot be made (said before anything is written)."""
+
+
 def load_mail(mail: MailServer, document: Mapping[str, Any]) -> int:
     """Replace the mail server's mailboxes with ``document`` (validated); the number of
-    messages appended. Starts the server if it was not running."""
+    messages appended. Starts the server if it was not running.
+
+    Raises:
+        MailDocumentError: a message cannot be built (the mailboxes are left as they were).
+    """
     users: Mapping[str, Any] = document.get("users") or {}
+    prepared: dict[str, list[tuple[str, str, str | None, bytes]]] = {}
+    for address, user in users.items():
+        messages = prepared.setdefault(address.lower(), [])
+        for index, data in enumerate((user or {}).get("emails") or []):
+            flags = " ".join(
+                flag
+                for flag, wanted in (("\\Seen", "is_read"), ("\\Flagged", "is_important"))
+                if data.get(wanted)
+            )
+            try:
+                raw = _message(data).as_bytes()
+                when = _internal_date(data.get("date"))
+            except (ValueError, TypeError, LookupError) as exc:
+                raise MailDocumentError(
+                    f"users.{address}.emails[{index}] cannot be made into a message: {exc}"
+                ) from exc
+            messages.append((_folder(data), f"({flags})", when, raw))
     with mail.lock:
-        passwords = mail.replace({address.lower(): address.lower() for address in users})
+        passwords = mail.replace({address: address for address in prepared})
         count = 0
-        for address, user in users.items():
-            emails = (user or {}).get("emails") or []
-            if not emails:
+        for address, messages in prepared.items():
+            if not messages:
                 continue
-            imap = _login(mail, address.lower(), passwords[address.lower()])
+            imap = _login(mail, address, passwords[address])
             try:
                 known = {name.upper() if name.upper() == "INBOX" else name for name in _list(imap)}
-                for data in emails:
-                    folder = _folder(data)
+                for folder, flags, when, raw in messages:
                     if folder not in known:
                         _check(imap.create(_quoted(folder)), f"CREATE {folder}")
                         imap.subscribe(_quoted(folder))
                         known.add(folder)
-                    flags = " ".join(
-                        flag
-                        for flag, wanted in (("\\Seen", "is_read"), ("\\Flagged", "is_important"))
-                        if data.get(wanted)
-                    )
-                    when = _internal_date(data.get("date"))
-                    raw = _message(data).as_bytes()
-                    typ, answer = imap.append(_quoted(folder), f"({flags})", when, raw)
-                    _check((typ, answer), f"APPEND to {folder}")
+                    _check(imap.append(_quoted(folder), flags, when, raw), f"APPEND to {folder}")
                     count += 1
             finally:
                 imap.logout()

@@ -17,7 +17,7 @@ from fastapi import Body, HTTPException, Request
 
 from .._clock import isoformat
 from .._mail import MailError
-from .._mail_data import dump_mail, load_mail
+from .._mail_data import MailDocumentError, dump_mail, load_mail
 from .._mcp_catalog import CATALOG
 from .._schemas import ErrorResponse, InitializeSandboxResponse, ServerDataDumpResponse
 from .._server_data import DATA_MODELS, DATA_SERVERS, document_for, empty_document
@@ -40,6 +40,8 @@ def _mail_host(request: Request, server_name: str) -> McpHost | None:
 
 
 def _on_mail_server(exc: Exception) -> HTTPException:
+    if isinstance(exc, MailDocumentError):
+        return HTTPException(422, str(exc))
     if isinstance(exc, MailError):
         return HTTPException(503, str(exc))
     return HTTPException(502, f"The sandbox's mail server refused: {exc}")

@@ -185,6 +185,8 @@ def test_initialized_mail_is_on_the_mail_server_and_dump_shows_what_the_agent_se
     again = box.http.post(_url(box, "initialize"), json=dumped)
     assert again.status_code == 200, again.text
     assert _dump(box) == dumped
+    inbox = client.call_tool(box.url, "get_emails", {"folder": "INBOX"})  # on the new server
+    assert "Quarterly report" in inbox.text, inbox.text
 
     # initialize replaces; reset empties every mailbox and forgets the named accounts
     assert box.http.post(_url(box, "initialize"), json={"users": {}}).status_code == 200
