@@ -163,7 +163,7 @@ def test_everything_survives_a_restart_and_running_executions_fail(
         executions = Executions(server, http, token)
         sandbox_id = executions.acquire(["filesystem", "canvas"])
         _initialize(http, sandbox_id, {"kept.txt": "kept"})
-        # a stored data document (the mail server's: tests/emulator/test_mail_data.py)
+        # a stored data document (mail after a restart: tests/emulator/test_mail_data.py)
         data: dict[str, object] = {"courses": [{"name": "Kept", "course_code": "K1"}]}
         http.post(f"/local-sandbox/canvas/{sandbox_id}/initialize", json=data)
         assert executions.run(sandbox_id, "finished", {"main.py": "print('done once')"}) == (
