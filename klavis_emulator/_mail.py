@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -51,6 +52,7 @@ __all__ = [
     "MailError",
     "MailServer",
     "find_lda",
+    "is_plain_address",
 ]
 
 DEFAULT_ACCOUNT: Final = "agent@mcp.com"
@@ -119,6 +121,11 @@ class MailAccount:
 
     def __repr__(self) -> str:
         return f"MailAccount(email={self.email!r})"
+
+
+def is_plain_address(text: str) -> bool:
+    """Whether ``text`` is a plain address (``name@domain``), the only accounts made."""
+    return _ADDRESS.fullmatch(text) is not None
 
 
 def find_lda(dovecot: Path) -> Path | None:
@@ -246,7 +253,9 @@ class MailServer:
 
     Its ports are chosen when it is made (so the sandbox's ``auth_data`` can name them at
     acquire); :meth:`start` starts the processes, :meth:`stop` ends them and removes its
-    folder, :meth:`clear` empties the mailboxes (reset). Thread-safe.
+    folder, :meth:`clear` empties the mailboxes (reset), :meth:`replace` empties them and
+    sets the accounts a data document names (initialize). Thread-safe; :attr:`lock` (held
+    by those) serializes longer work on the mailboxes.
     """
 
     def __init__(self, account: MailAccount, dovecot: Path, lda: Path) -> None:
@@ -254,6 +263,11 @@ class MailServer:
         self._dovecot = dovecot
         self._lda = lda
         self._lock = threading.RLock()
+        self._chosen: dict[str, str] = {}  # x-email-config accounts: address -> password
+        self._seeded: dict[str, str] = {}  # accounts a data document named
+        self.loaded = False
+        """Whether the mailboxes hold a data document (or none is due): False when made and
+        after :meth:`clear`, True after :meth:`replace` (see ``McpHost``)."""
         self.root = Path(tempfile.mkdtemp(prefix="klavis-mail-"))
         self.root.chmod(0o711)
         self._smtp_socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -264,8 +278,7 @@ class MailServer:
         self._imap: subprocess.Popen[bytes] | None = None
         self._smtp: subprocess.Popen[bytes] | None = None
         self._closed = False
-        (self.root / "passwd").write_text(f"{account.email}:{{PLAIN}}{account.password}\n")
-        (self.root / "passwd").chmod(0o644)  # Dovecot's auth process reads it as its user
+        self._write_passwd()
 
     def __repr__(self) -> str:
         return (
@@ -283,15 +296,36 @@ class MailServer:
         """The process ids of Dovecot's master and of the SMTP server (while they run)."""
         return tuple(p.pid for p in (self._imap, self._smtp) if p is not None)
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The server's lock (reentrant): hold it to work on the mailboxes undisturbed."""
+        return self._lock
+
     def add_account(self, account: MailAccount) -> None:
         """Let ``account`` log in too (a client chose it with ``x-email-config``). An account
         that exists keeps its password: a wrong one fails to log in, as on a real server."""
         with self._lock:
-            passwd = self.root / "passwd"
-            known = {line.split(":", 1)[0] for line in passwd.read_text().splitlines()}
-            if account.email not in known:  # Dovecot rereads the file when it changes
-                with passwd.open("a") as lines:
-                    lines.write(f"{account.email}:{{PLAIN}}{account.password}\n")
+            if account.email not in self.accounts():  # Dovecot rereads the file when it changes
+                self._chosen[account.email] = account.password
+                self._write_passwd()
+
+    def accounts(self) -> dict[str, str]:
+        """Every account that can log in, with its password: the sandbox's own first, then
+        those ``x-email-config`` chose, then those a data document named."""
+        with self._lock:
+            merged = {self.account.email: self.account.password}
+            for more in (self._chosen, self._seeded):
+                for address, password in more.items():
+                    merged.setdefault(address, password)
+            return merged
+
+    def _write_passwd(self) -> None:
+        passwd = self.root / "passwd"
+        lines = "".join(f"{user}:{{PLAIN}}{pw}\n" for user, pw in self.accounts().items())
+        partial = passwd.with_suffix(".new")
+        partial.write_text(lines)
+        partial.chmod(0o644)  # Dovecot's auth process reads it as its user
+        partial.replace(passwd)  # atomic: the SMTP server and Dovecot reread it any time
 
     def auth_data(self) -> dict[str, Any]:
         """What the sandbox's server item carries: the mail server's address and ports and
@@ -390,15 +424,39 @@ class MailServer:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def clear(self) -> None:
-        """Empty every mailbox (the sandbox was reset); restarts the processes if they ran."""
+        """Empty every mailbox and forget the accounts data documents named (the sandbox
+        was reset); restarts the processes if they ran."""
         with self._lock:
             if self._closed:
                 return
             was_running = self.running
             self._kill()
             shutil.rmtree(self.root / "mail", ignore_errors=True)
+            self._seeded = {}
+            self.loaded = False
+            self._write_passwd()
             if was_running:
                 self.start()
+
+    def replace(self, seeded: Mapping[str, str]) -> dict[str, str]:
+        """Empty every mailbox, make the accounts ``seeded`` names (address -> password for
+        those that do not exist yet) and start the processes; every account's password.
+
+        Fresh mailboxes (not expunged ones), so UIDs start at 1 again.
+
+        Raises:
+            MailError: as :meth:`start`.
+        """
+        with self._lock:
+            if self._closed:
+                raise MailError("the mail server was stopped")
+            self._kill()
+            shutil.rmtree(self.root / "mail", ignore_errors=True)
+            self._seeded = dict(seeded)
+            self.loaded = True
+            self._write_passwd()
+            self.start()
+            return self.accounts()
 
     def _kill(self) -> None:
         for process in (self._imap, self._smtp):

@@ -12,8 +12,9 @@ first request (see :mod:`klavis_emulator._mcp_launch`) and bridges it with a fas
 one per sandbox and server, reused by later sessions. A server with a mail server
 (``poste_email_toolathlon``) gets its sandbox's :class:`~klavis_emulator._mail.MailServer`:
 chosen at acquire (its ports and account go into the server item's ``auth_data``), started
-before the MCP server, stopped on release, emptied on reset; an ``x-email-config`` header
-picks another account, with an MCP server process of its own.
+before the MCP server (or by the data endpoints, :meth:`McpHost.with_mail`), stopped on
+release, emptied on reset; an ``x-email-config`` header picks another account, with an MCP
+server process of its own.
 
 Lifecycle: each proxy app's lifespan runs in its own task of the host's task group (opened
 by the parent app's lifespan, see :func:`install_mcp`). A server is stopped when its
@@ -33,6 +34,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import imaplib
 import json
 import logging
 import os
@@ -45,7 +47,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import parse_qs
 
 import anyio
@@ -56,10 +58,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._bwrap import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
 from ._mail import MailAccount, MailError, MailServer, find_lda
+from ._mail_data import load_mail
 from ._mcp_catalog import CATALOG, DOVECOT, HOSTED_SERVERS, NotHosted
 from ._mcp_launch import DEFAULT_COMMAND_TIMEOUT, LaunchSpec, launch_spec
 from ._mcp_setup import McpToolPaths, find_tools
-from ._state import LOCAL_SERVER_NAMES, EmulatorState, SandboxRecord
+from ._state import LOCAL_SERVER_NAMES, EmulatorError, EmulatorState, SandboxRecord
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -74,6 +77,7 @@ _Key = tuple[str, str, str]
 """(sandbox id, server name, account): the account is "" for the sandbox's own, else the
 JSON of the :class:`MailAccount` a request chose (``x-email-config``, mail servers only)."""
 _ACCOUNT_HEADER: Final = b"x-email-config"
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -392,7 +396,8 @@ class McpHost:
             raise _Refusal(503, f"The mail server of the {server!r} server is not installed.")
         try:
             mail.start()
-        except MailError as exc:
+            self._load_stored(record, mail)
+        except (MailError, imaplib.IMAP4.error, OSError) as exc:
             raise _Refusal(
                 503, f"The mail server of the {server!r} MCP server did not start: {exc}"
             ) from exc
@@ -403,6 +408,59 @@ class McpHost:
             mail.add_account(chosen)
             config.update(email=chosen.email, password=chosen.password, name=chosen.name)
         return config
+
+    def with_mail(
+        self,
+        sandbox_id: str,
+        server: str,
+        work: Callable[[MailServer], _T],
+        *,
+        load_stored: bool = True,
+    ) -> _T:
+        """Run ``work`` (blocking) on the sandbox's mail server, made if needed (``work``
+        starts it: the data endpoints need it running even before the sandbox's servers
+        started); the server item's ``auth_data`` follows its ports afterwards. First the
+        stored document is loaded into mailboxes that do not hold it yet (``load_stored``,
+        see :meth:`_load_stored`).
+
+        Raises:
+            MailError: Dovecot is missing (the message names its package), the mail server
+                did not start, or the sandbox was released meanwhile.
+        """
+        record = _live_record(self.state, sandbox_id)
+        if record is None:
+            raise MailError(f"Local sandbox {sandbox_id!r} was released.")
+        mail = self._mail_for(record)
+        if mail is None:  # Dovecot missing (or the sandbox released right now)
+            raise MailError(
+                f"The emulator hosts the {server!r} server's mail server with Dovecot, which "
+                f"is not installed: install the distribution's package, e.g. "
+                f"`apt-get install {DOVECOT.apt}`."
+            )
+        try:
+            if load_stored:
+                self._load_stored(record, mail)
+            return work(mail)
+        finally:
+            if _live_record(self.state, sandbox_id) is not None:
+                self._mail_for(record)  # the IMAP port may have changed (taken meanwhile)
+
+    def _load_stored(self, record: SandboxRecord, mail: MailServer) -> None:
+        """Load the sandbox's stored mail document (the last ``initialize``, or its
+        benchmark pack's) into mailboxes that do not hold it yet: made by this emulator
+        process (mail does not outlive it) or emptied by a reset. Starts the server."""
+        with mail.lock:
+            if mail.loaded:
+                return
+            for server in record.server_names:
+                if CATALOG[server].mail_server:
+                    try:
+                        document = self.state.dump_server_data(record.tenant, record.id, server)
+                    except EmulatorError:  # released meanwhile
+                        return
+                    if document is not None:
+                        load_mail(mail, document)
+            mail.loaded = True
 
     def mail_pids(self, sandbox_id: str) -> tuple[int, ...]:
         """The process ids of the sandbox's mail server (none when it has none running)."""

@@ -12,9 +12,13 @@ defaults filled in, and ``dump`` answers it in the same shape.
 
 from __future__ import annotations
 
+import email.utils
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ._mail import is_plain_address
+from ._mail_data import MAX_ATTACHMENT_BYTES, folder_problem
 
 __all__ = [
     "DATA_MODELS",
@@ -163,12 +167,27 @@ class GoogleCloudData(_Strict):
 # ---------------------------------------------------------------------- poste_email_toolathlon
 
 
+def _one_line(value: str | None) -> str | None:
+    if value is not None and ("\r" in value or "\n" in value or "\0" in value):
+        raise ValueError("a header value must not contain line breaks or NUL characters")
+    return value
+
+
 class PosteEmailAttachment(_Strict):
-    """A file attached to an email."""
+    """A file attached to an email (on the mail server: ``size`` zero bytes)."""
 
     filename: str
     content_type: str | None = None
-    size: int | None = None
+    size: int | None = Field(default=None, ge=0, le=MAX_ATTACHMENT_BYTES)
+
+    _headers = field_validator("filename", "content_type")(_one_line)
+
+    @field_validator("content_type")
+    @classmethod
+    def _mime_type(cls, value: str | None) -> str | None:
+        if value is not None and value.count("/") != 1:
+            raise ValueError(f"content_type {value!r} is not a MIME type such as text/plain")
+        return value
 
 
 class PosteEmail(_Strict):
@@ -189,6 +208,31 @@ class PosteEmail(_Strict):
     folder: str | None = "INBOX"
     attachments: list[PosteEmailAttachment] | None = None
 
+    _headers = field_validator(
+        "subject", "from_addr", "to_addr", "cc_addr", "bcc_addr", "date", "message_id"
+    )(_one_line)
+
+    @field_validator("folder")
+    @classmethod
+    def _mailbox_name(cls, value: str | None) -> str | None:
+        problem = None if value is None else folder_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("date")
+    @classmethod
+    def _rfc2822(cls, value: str | None) -> str | None:
+        if value:
+            try:
+                email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"date {value!r} is not an RFC 2822 date such as "
+                    "'Wed, 10 Sep 2025 18:31:19 +0000'"
+                ) from None
+        return value
+
 
 class PosteEmailUserData(_Strict):
     """The messages of one user."""
@@ -200,6 +244,21 @@ class PosteEmailData(_Strict):
     """Body of ``POST /local-sandbox/poste_email_toolathlon/{sandbox_id}/initialize``."""
 
     users: dict[str, PosteEmailUserData] = Field(default_factory=dict)
+
+    @field_validator("users")
+    @classmethod
+    def _addresses(cls, value: dict[str, PosteEmailUserData]) -> dict[str, PosteEmailUserData]:
+        seen: set[str] = set()
+        for address in value:
+            if not is_plain_address(address):
+                raise ValueError(
+                    f"user {address[:80]!r} is not an email address such as name@example.com "
+                    "(each user is an account of the mail server)"
+                )
+            if address.lower() in seen:
+                raise ValueError(f"user {address!r} is named twice (addresses ignore case)")
+            seen.add(address.lower())
+        return value
 
 
 # ---------------------------------------------------------------------- canvas

@@ -1,20 +1,50 @@
 """Routes of the per-server data documents (google_cloud, poste_email_toolathlon, canvas):
-``POST .../{server}/{sandbox_id}/initialize`` and ``GET .../{server}/{sandbox_id}/dump``."""
+``POST .../{server}/{sandbox_id}/initialize`` and ``GET .../{server}/{sandbox_id}/dump``.
+
+Where the emulator hosts the MCP servers, ``poste_email_toolathlon``'s data is the
+sandbox's real mail server (:mod:`klavis_emulator._mail_data`), started on demand; 503 when
+Dovecot is missing. Its document is stored too, and loaded into mailboxes that start empty
+(an emulator restart; a benchmark pack's). Otherwise, and for the other servers, dump
+answers the stored document.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import imaplib
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import Body
+from fastapi import Body, HTTPException, Request
 
 from .._clock import isoformat
+from .._mail import MailError
+from .._mail_data import MailDocumentError, dump_mail, load_mail
+from .._mcp_catalog import CATALOG
 from .._schemas import ErrorResponse, InitializeSandboxResponse, ServerDataDumpResponse
 from .._server_data import DATA_MODELS, DATA_SERVERS, document_for, empty_document
 from ._shared import State, Tenant, api_router
 
+if TYPE_CHECKING:
+    from .._mcp_host import McpHost
+
 __all__ = ["router"]
 
 router = api_router()
+
+
+def _mail_host(request: Request, server_name: str) -> McpHost | None:
+    """The MCP host when ``server_name`` has a mail server and the emulator hosts it."""
+    if not CATALOG[server_name].mail_server:
+        return None
+    host: McpHost | None = getattr(request.app.state, "mcp", None)
+    return host
+
+
+def _on_mail_server(exc: Exception) -> HTTPException:
+    if isinstance(exc, MailDocumentError):
+        return HTTPException(422, str(exc))
+    if isinstance(exc, MailError):
+        return HTTPException(503, str(exc))
+    return HTTPException(502, f"The sandbox's mail server refused: {exc}")
 
 
 def _add_routes(server_name: str) -> None:
@@ -24,16 +54,38 @@ def _add_routes(server_name: str) -> None:
     not_held: dict[int | str, dict[str, Any]] = {
         400: {"model": ErrorResponse, "description": f"The sandbox does not hold {server_name}"},
     }
+    responses = dict(not_held)
+    if CATALOG[server_name].mail_server:
+        responses[503] = {
+            "model": ErrorResponse,
+            "description": "The sandbox's mail server is not installed (Dovecot) or did not start",
+        }
 
     def initialize_server_data(
         sandbox_id: str,
         tenant: Tenant,
         state: State,
+        request: Request,
         body: Any = None,
         init_default_data: bool = False,
     ) -> dict[str, Any]:
         document = document_for(server_name, body, default=init_default_data)
-        state.initialize_server_data(tenant, sandbox_id, server_name, document)
+        host = _mail_host(request, server_name)
+        if host is None:
+            state.initialize_server_data(tenant, sandbox_id, server_name, document)
+        else:
+            state.require_server(tenant, sandbox_id, server_name)
+            try:
+                host.with_mail(
+                    sandbox_id,
+                    server_name,
+                    lambda mail: load_mail(mail, document),
+                    load_stored=False,
+                )
+            except (MailError, imaplib.IMAP4.error, OSError) as exc:
+                raise _on_mail_server(exc) from exc
+            # kept too: loaded again into fresh mailboxes (after an emulator restart)
+            state.initialize_server_data(tenant, sandbox_id, server_name, document)
         what = "default data" if init_default_data and body is None else "data"
         if init_default_data and body is not None:
             what = "default data and the given data"
@@ -46,8 +98,18 @@ def _add_routes(server_name: str) -> None:
     # The body's model differs per server: give FastAPI the real type, not a string.
     initialize_server_data.__annotations__["body"] = Annotated[model | None, Body()]
 
-    def dump_server_data(sandbox_id: str, tenant: Tenant, state: State) -> dict[str, Any]:
-        data = state.dump_server_data(tenant, sandbox_id, server_name)
+    def dump_server_data(
+        sandbox_id: str, tenant: Tenant, state: State, request: Request
+    ) -> dict[str, Any]:
+        host = _mail_host(request, server_name)
+        if host is None:
+            data = state.dump_server_data(tenant, sandbox_id, server_name)
+        else:
+            state.require_server(tenant, sandbox_id, server_name)
+            try:
+                data = host.with_mail(sandbox_id, server_name, dump_mail)
+            except (MailError, imaplib.IMAP4.error, OSError) as exc:
+                raise _on_mail_server(exc) from exc
         return {
             "sandbox_id": sandbox_id,
             "server_name": server_name,
@@ -60,7 +122,7 @@ def _add_routes(server_name: str) -> None:
         initialize_server_data,
         methods=["POST"],
         response_model=InitializeSandboxResponse,
-        responses=not_held,
+        responses=responses,
         name=f"initialize_{server_name}_data",
         summary=f"Load {server_name} data (validated, replaces what the server held)",
     )
@@ -69,7 +131,7 @@ def _add_routes(server_name: str) -> None:
         dump_server_data,
         methods=["GET"],
         response_model=ServerDataDumpResponse,
-        responses=not_held,
+        responses=responses,
         name=f"dump_{server_name}_data",
         summary=f"Export the {server_name} data",
     )

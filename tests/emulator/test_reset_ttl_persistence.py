@@ -161,10 +161,11 @@ def test_everything_survives_a_restart_and_running_executions_fail(
         httpx.Client(base_url=server.base_url, headers=headers, timeout=30) as http,
     ):
         executions = Executions(server, http, token)
-        sandbox_id = executions.acquire(["filesystem", "poste_email_toolathlon"])
+        sandbox_id = executions.acquire(["filesystem", "canvas"])
         _initialize(http, sandbox_id, {"kept.txt": "kept"})
-        data: dict[str, object] = {"users": {"a@example.com": {"emails": []}}}
-        http.post(f"/local-sandbox/poste_email_toolathlon/{sandbox_id}/initialize", json=data)
+        # a stored data document (mail after a restart: tests/emulator/test_mail_data.py)
+        data: dict[str, object] = {"courses": [{"name": "Kept", "course_code": "K1"}]}
+        http.post(f"/local-sandbox/canvas/{sandbox_id}/initialize", json=data)
         assert executions.run(sandbox_id, "finished", {"main.py": "print('done once')"}) == (
             "completed"
         )
@@ -176,8 +177,8 @@ def test_everything_survives_a_restart_and_running_executions_fail(
     ):
         executions = Executions(server, http, token)
         assert (server.state.workspace_path(sandbox_id) / "kept.txt").read_text() == "kept"
-        dumped = http.get(f"/local-sandbox/poste_email_toolathlon/{sandbox_id}/dump").json()
-        assert dumped["data"] == {"users": {"a@example.com": {"emails": []}}}
+        dumped = http.get(f"/local-sandbox/canvas/{sandbox_id}/dump").json()
+        assert [course["course_code"] for course in dumped["data"]["courses"]] == ["K1"]
         assert executions.status(sandbox_id, "finished").json() == {"status": "completed"}
         assert "done once" in executions.logs(sandbox_id, "finished")["logs"]
         assert "./main.py" in executions.artifacts(sandbox_id, "finished")

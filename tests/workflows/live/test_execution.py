@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from klavis_emulator._mcp_setup import find_tools
 from tests.helpers import Face
 from workflows import InvalidInputError, NotFoundError, RequestValidationError
 
@@ -114,3 +115,24 @@ def test_server_data_round_trip(face: Face, conn: dict[str, str]) -> None:
             sb.dump_server_data("git")
         with pytest.raises((InvalidInputError, RequestValidationError)):
             sb.initialize_server_data("google_cloud", {"bigquery_datasets": "not a list"})
+
+
+def test_mail_data_goes_to_the_sandboxes_mail_server(face: Face, conn: dict[str, str]) -> None:
+    missing = find_tools().missing_outside("poste_email_toolathlon")
+    if missing:
+        pytest.skip(f"poste_email_toolathlon's mail server: {missing}")
+    mail = {"subject": "Hello", "from_addr": "ann@example.com", "to_addr": "agent@mcp.com"}
+    with face.acquire(["poste_email_toolathlon"], **conn) as sb:
+        sb.initialize_server_data(
+            "poste_email_toolathlon",
+            {"users": {"agent@mcp.com": {"emails": [{**mail, "folder": "Archive"}]}}},
+        )
+        users = sb.dump_server_data("poste_email_toolathlon").data["users"]
+        (message,) = users["agent@mcp.com"]["emails"]  # read back from the mail server
+        assert message["folder"] == "Archive"
+        assert message["email_id"] == "1"  # assigned by the server
+        with pytest.raises((InvalidInputError, RequestValidationError), match="mailbox name"):
+            sb.initialize_server_data(
+                "poste_email_toolathlon",
+                {"users": {"agent@mcp.com": {"emails": [{**mail, "folder": "../x"}]}}},
+            )

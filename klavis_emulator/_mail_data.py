@@ -1,0 +1,311 @@
+"""The ``poste_email_toolathlon`` data endpoints on a sandbox's real mail server.
+
+``initialize`` turns the contract's document (``users: {address: {emails: [...]}}``) into
+mailboxes: each user becomes an account of the sandbox's :class:`~klavis_emulator._mail.MailServer`
+and each message is appended over IMAP (Python's :mod:`imaplib`) to its folder, with
+``\\Seen`` for ``is_read`` and ``\\Flagged`` for ``is_important``, built with
+:class:`email.message.EmailMessage`. ``dump`` reads every account's folders back over IMAP
+and answers them in the same shape, so what the agent did with the MCP server (mail it sent,
+read or flagged) shows.
+
+Choices (the contract leaves them open):
+
+- replace: ``initialize`` empties every mailbox of the mail server first (as the stored
+  documents of the other servers are replaced whole); the accounts are then the sandbox's
+  own, those an ``x-email-config`` header chose, and the users the document names;
+- an account the document names that did not exist logs in with its address as password;
+  the sandbox's own account (``auth_data``) and chosen accounts keep theirs;
+- the server assigns ``email_id`` (the message's IMAP UID in its folder; a given one is
+  ignored); a header the document leaves out (``date``, ``message_id``...) stays out, as
+  in mail the agent sends with the MCP server, so a dump loads back unchanged; an
+  attachment has ``size`` zero bytes (the contract carries no content); bodies are stored
+  base64-encoded so they come back byte for byte.
+
+Hand-written on the standard library (:mod:`imaplib`, :mod:`email`): the mail server is
+Dovecot, and these are the few IMAP commands a mail client uses (LOGIN, CREATE, APPEND,
+LIST, SELECT, UID FETCH).
+"""
+
+from __future__ import annotations
+
+import email.policy
+import email.utils
+import imaplib
+import re
+from collections.abc import Iterator, Mapping
+from email.message import EmailMessage
+from typing import Any, Final
+
+from ._mail import LOOPBACK, MailServer
+
+__all__ = [
+    "MAX_ATTACHMENT_BYTES",
+    "MailDocumentError",
+    "dump_mail",
+    "folder_problem",
+    "load_mail",
+]
+
+MAX_ATTACHMENT_BYTES: Final = 25 * 1024 * 1024
+"""The largest ``size`` an attachment may have (Poste.io's default message size limit)."""
+
+_FOLDER_BAD: Final = re.compile(r'[/\\*%"\x00-\x1f\x7f]')
+_LIST_LINE: Final = re.compile(rb'\((?P<flags>[^)]*)\) (?:"[^"]*"|NIL) (?P<name>.+)')
+_TIMEOUT: Final = 30.0
+
+
+def folder_problem(folder: str) -> str | None:
+    """Why ``folder`` cannot be a mailbox name (None: it can): empty, ``/``, ``\\``,
+    ``..``, IMAP wildcards or quotes, control characters, a leading or trailing dot
+    (Dovecot's hierarchy separator) or space, more than 200 characters."""
+    if not folder.strip():
+        return "a folder name must not be empty"
+    if len(folder) > 200:
+        return "a folder name has at most 200 characters"
+    if ".." in folder or _FOLDER_BAD.search(folder):
+        return (
+            f"folder {folder!r} is not a mailbox name: no '/', '\\', '..', '*', '%', "
+            "quotes or control characters"
+        )
+    if folder != folder.strip() or folder.startswith(".") or folder.endswith("."):
+        return f"folder {folder!r} must not start or end with a dot or a space"
+    return None
+
+
+def _folder(email_data: Mapping[str, Any]) -> str:
+    folder = email_data.get("folder") or "INBOX"
+    return "INBOX" if folder.upper() == "INBOX" else str(folder)
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _message(data: Mapping[str, Any]) -> EmailMessage:
+    """The message of one email of the document."""
+    message = EmailMessage()
+    message["Subject"] = data["subject"]
+    message["From"] = data["from_addr"]
+    message["To"] = data["to_addr"]
+    for key, header in (
+        ("cc_addr", "Cc"),
+        ("bcc_addr", "Bcc"),
+        ("date", "Date"),
+        ("message_id", "Message-ID"),
+    ):
+        if data.get(key):
+            message[header] = data[key]
+    bodies = [
+        (subtype, data[key])
+        for key, subtype in (("body_text", "plain"), ("body_html", "html"))
+        if data.get(key) is not None
+    ]
+    for index, (subtype, text) in enumerate(bodies):
+        put = message.set_content if index == 0 else message.add_alternative
+        put(
+            text.encode("utf-8"),
+            maintype="text",
+            subtype=subtype,
+            cte="base64",
+            params={"charset": "utf-8"},
+        )
+    for attachment in data.get("attachments") or ():
+        maintype, _, subtype = (attachment.get("content_type") or "").partition("/")
+        if not maintype or not subtype:
+            maintype, subtype = "application", "octet-stream"
+        message.add_attachment(
+            bytes(attachment.get("size") or 0),
+            maintype=maintype,
+            subtype=subtype,
+            filename=attachment["filename"],
+        )
+    return message
+
+
+def _login(mail: MailServer, address: str, password: str) -> imaplib.IMAP4:
+    imap = imaplib.IMAP4(LOOPBACK, mail.imap_port, timeout=_TIMEOUT)
+    try:
+        imap.login(address, password)
+    except BaseException:
+        imap.shutdown()
+        raise
+    return imap
+
+
+class MailDocumentError(ValueError):
+    """A message of the document cannot be made (said before anything is written)."""
+
+
+def load_mail(mail: MailServer, document: Mapping[str, Any]) -> int:
+    """Replace the mail server's mailboxes with ``document`` (validated); the number of
+    messages appended. Starts the server if it was not running.
+
+    Raises:
+        MailDocumentError: a message cannot be built (the mailboxes are left as they were).
+    """
+    users: Mapping[str, Any] = document.get("users") or {}
+    prepared: dict[str, list[tuple[str, str, str | None, bytes]]] = {}
+    for address, user in users.items():
+        messages = prepared.setdefault(address.lower(), [])
+        for index, data in enumerate((user or {}).get("emails") or []):
+            flags = " ".join(
+                flag
+                for flag, wanted in (("\\Seen", "is_read"), ("\\Flagged", "is_important"))
+                if data.get(wanted)
+            )
+            try:
+                raw = _message(data).as_bytes()
+                when = _internal_date(data.get("date"))
+            except (ValueError, TypeError, LookupError) as exc:
+                raise MailDocumentError(
+                    f"users.{address}.emails[{index}] cannot be made into a message: {exc}"
+                ) from exc
+            messages.append((_folder(data), f"({flags})", when, raw))
+    with mail.lock:
+        passwords = mail.replace({address: address for address in prepared})
+        count = 0
+        for address, messages in prepared.items():
+            if not messages:
+                continue
+            imap = _login(mail, address, passwords[address])
+            try:
+                known = {name.upper() if name.upper() == "INBOX" else name for name in _list(imap)}
+                for folder, flags, when, raw in messages:
+                    if folder not in known:
+                        _check(imap.create(_quoted(folder)), f"CREATE {folder}")
+                        imap.subscribe(_quoted(folder))
+                        known.add(folder)
+                    _check(imap.append(_quoted(folder), flags, when, raw), f"APPEND to {folder}")
+                    count += 1
+            finally:
+                imap.logout()
+    return count
+
+
+def _internal_date(date: str | None) -> str | None:
+    if not date:
+        return None
+    parsed = email.utils.parsedate_to_datetime(date)
+    if parsed.tzinfo is None:
+        return None
+    return imaplib.Time2Internaldate(parsed)
+
+
+def _check(result: tuple[str, list[Any]], what: str) -> None:
+    typ, answer = result
+    if typ != "OK":
+        raise imaplib.IMAP4.error(f"{what} failed: {answer!r}")
+
+
+def _list(imap: imaplib.IMAP4) -> Iterator[str]:
+    """The selectable folders of the logged-in account (names as the server gives them)."""
+    typ, lines = imap.list()
+    _check((typ, lines), "LIST")
+    for line in lines:
+        if not isinstance(line, bytes):
+            continue
+        found = _LIST_LINE.match(line)
+        if found is None or b"\\noselect" in found["flags"].lower():
+            continue
+        name = found["name"].decode("utf-8", "replace")
+        if name.startswith('"') and name.endswith('"'):
+            name = name[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+        yield name
+
+
+def _folder_order(name: str) -> tuple[int, str]:
+    return (0 if name == "INBOX" else 1, name)
+
+
+def dump_mail(mail: MailServer) -> dict[str, Any]:
+    """Every account's messages, all folders (INBOX first, then by name; by UID within
+    one), in the shape ``initialize`` takes. Starts the server if it was not running."""
+    with mail.lock:
+        mail.start()
+        users: dict[str, Any] = {}
+        for address, password in mail.accounts().items():
+            imap = _login(mail, address, password)
+            try:
+                emails: list[dict[str, Any]] = []
+                for folder in sorted(_list(imap), key=_folder_order):
+                    emails.extend(_read_folder(imap, folder))
+            finally:
+                imap.logout()
+            users[address] = {"emails": emails}
+    return {"users": users}
+
+
+def _read_folder(imap: imaplib.IMAP4, folder: str) -> Iterator[dict[str, Any]]:
+    typ, _ = imap.select(_quoted(folder), readonly=True)
+    if typ != "OK":
+        return
+    typ, answer = imap.uid("FETCH", "1:*", "(UID FLAGS BODY.PEEK[])")
+    _check((typ, answer), f"FETCH in {folder}")
+    for item in answer:
+        if not isinstance(item, tuple):
+            continue
+        head = item[0].decode("ascii", "replace")
+        uid = re.search(r"UID (\d+)", head)
+        flags = re.search(r"FLAGS \(([^)]*)\)", head)
+        if uid is None:
+            continue
+        flag_set = set(flags[1].split()) if flags else set()
+        yield _email_of(item[1], uid[1], flag_set, folder)
+    imap.close()
+
+
+def _email_of(raw: bytes, uid: str, flags: set[str], folder: str) -> dict[str, Any]:
+    message = email.message_from_bytes(raw, policy=email.policy.default)
+
+    def header(name: str) -> str | None:
+        value = message[name]
+        return None if value is None else str(value)
+
+    body_text = body_html = None
+    attachments: list[dict[str, Any]] = []
+    for part in message.walk():
+        if part.is_multipart():
+            continue
+        payload = part.get_payload(decode=True)
+        content = payload if isinstance(payload, bytes) else b""
+        if part.is_attachment() or part.get_filename() is not None:
+            attachments.append(
+                {
+                    "filename": part.get_filename() or "",
+                    "content_type": part.get_content_type(),
+                    "size": len(content),
+                }
+            )
+            continue
+        if part.get("Content-Type") is None and not content.strip():
+            continue  # a message without a body (none was given)
+        charset = part.get_content_charset() or "utf-8"
+        text = content.decode(charset if _known_charset(charset) else "utf-8", "replace")
+        if part.get_content_type() == "text/plain" and body_text is None:
+            body_text = text
+        elif part.get_content_type() == "text/html" and body_html is None:
+            body_html = text
+    return {
+        "email_id": uid,
+        "subject": header("Subject") or "",
+        "from_addr": header("From") or "",
+        "to_addr": header("To") or "",
+        "cc_addr": header("Cc"),
+        "bcc_addr": header("Bcc"),
+        "date": header("Date"),
+        "message_id": header("Message-ID"),
+        "body_text": body_text,
+        "body_html": body_html,
+        "is_read": "\\Seen" in flags,
+        "is_important": "\\Flagged" in flags,
+        "folder": folder,
+        "attachments": attachments or None,
+    }
+
+
+def _known_charset(charset: str) -> bool:
+    try:
+        b"".decode(charset)
+    except LookupError:
+        return False
+    return True
