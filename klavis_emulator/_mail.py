@@ -387,14 +387,18 @@ class MailServer:
     def _start_imap(self) -> bool:
         """Start Dovecot in the foreground; True once it listens (it says "starting up"
         after binding its listeners), False when it exited (port taken...)."""
-        process = _spawn(
-            [str(self._dovecot), "-F", "-c", str(self.root / "dovecot.conf")],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        log = (self.root / "imap.log").open("ab")  # before the spawn: a failure leaks nothing
+        try:
+            process = _spawn(
+                [str(self._dovecot), "-F", "-c", str(self.root / "dovecot.conf")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        except BaseException:
+            log.close()
+            raise
         ready = threading.Event()
         listening = False
-        log = (self.root / "imap.log").open("ab")
 
         def copy_log() -> None:  # drains Dovecot's stderr into its log file, for ever
             nonlocal listening

@@ -234,6 +234,7 @@ class McpHost:
         self._tmp = state.data_dir / "mcp-tmp"  # unconfined servers' private TMPDIRs
         self._mail: dict[str, MailServer] = {}  # by sandbox id (see _mail.py)
         self._mail_lock = threading.Lock()
+        self._mail_closed = False  # after shutdown no mail server is made (nothing would stop it)
 
     def __repr__(self) -> str:
         known = None if self._confinement is None else self._confinement.enabled
@@ -283,6 +284,8 @@ class McpHost:
         if self._task_group is not None:
             raise RuntimeError("this McpHost is already serving")
         self._closing = False
+        with self._mail_lock:
+            self._mail_closed = False
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         await anyio.to_thread.run_sync(self._prepare)
@@ -365,6 +368,8 @@ class McpHost:
         if not servers:
             return None
         with self._mail_lock:
+            if self._mail_closed:
+                return None
             mail = self._mail.get(record.id)
             if mail is None:
                 dovecot = self.tools().system.get(DOVECOT.key)
@@ -470,6 +475,7 @@ class McpHost:
 
     def _stop_all_mail(self) -> None:
         with self._mail_lock:
+            self._mail_closed = True
             servers = list(self._mail.values())
             self._mail.clear()
         for mail in servers:
