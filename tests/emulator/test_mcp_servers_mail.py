@@ -260,3 +260,24 @@ def test_only_plain_addresses_become_accounts() -> None:
     chosen = base64.b64encode(json.dumps({"email": "x@y.z", "password": "p:q"}).encode())
     with pytest.raises(ValueError, match="without ':'"):
         MailAccount.from_header(chosen.decode())
+
+
+def test_no_mail_server_is_made_once_the_host_stopped_its_mail_servers() -> None:
+    """After the host's shutdown stopped every mail server, a late acquire's provisioning
+    must not make one (nothing would ever stop its processes or remove its folder)."""
+    missing = MISSING[SERVER]
+    if missing is not None:
+        pytest.skip(missing)
+    with hosting_emulator("unconfined", mcp_at_acquire=False) as server:
+        mcp_host = host(server)
+        mcp_host._stop_all_mail()  # what the host's shutdown runs
+        http = httpx.Client(
+            base_url=server.base_url, headers={"Authorization": f"Bearer m-{secrets.token_hex(6)}"}
+        )
+        with http:
+            acquired = http.post("/local-sandbox", json={"server_names": [SERVER]})
+            assert acquired.status_code == 201, acquired.text
+            sandbox_id = acquired.json()["local_sandbox_id"]
+            assert mcp_host.mail_pids(sandbox_id) == ()
+            assert mcp_host._mail == {}
+            http.delete(f"/local-sandbox/{sandbox_id}")
