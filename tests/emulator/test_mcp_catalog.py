@@ -14,8 +14,6 @@ from unittest import mock
 import httpx
 import pytest
 
-pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp (emulator extra)")
-
 from klavis_emulator import LOCAL_SERVER_NAMES, EmulatorConfig, EmulatorServer
 from klavis_emulator._mcp_catalog import CATALOG, HOSTED_SERVERS, NotHosted
 from klavis_emulator._mcp_host import McpHost

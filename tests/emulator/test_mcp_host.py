@@ -22,9 +22,6 @@ import httpx
 import psutil
 import pytest
 
-pytest.importorskip("fastmcp", reason="the emulator's MCP hosting needs fastmcp (emulator extra)")
-pytest.importorskip("mcp_server_git", reason="mcp-server-git is not installed (emulator extra)")
-
 import workflows
 from klavis_emulator import EmulatorServer, OffsetClock
 from klavis_emulator import create_app as original_create_app

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -171,9 +170,12 @@ def test_pdf_tools_reads_a_pdf_in_the_workspace_and_refuses_one_outside(
     assert "outside the allowed workspace" in outside.text
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="the emulator's own Python is 3.12+")
 def test_pdf_tools_without_a_python_3_12_answers_503_and_check_says_so() -> None:
-    with mock.patch.object(_mcp_setup, "find_python", return_value=None):
+    # as on a machine whose Pythons, the emulator's own included, are all older than 3.12
+    with (
+        mock.patch.object(_mcp_setup, "find_python", return_value=None),
+        mock.patch.object(_mcp_setup, "_own_python_suffices", return_value=False),
+    ):
         problem = McpToolPaths(node=None).missing("pdf-tools")
         rows = {row[0]: row for row in cli._check_rows(McpToolPaths(node=None), "-", ["pdf-tools"])}
         server = EmulatorServer(EmulatorConfig(host_mcp=True, mcp_at_acquire=False)).start()
