@@ -310,6 +310,36 @@ def test_decompressing_ahead_reports_the_compressed_position_and_the_decompresso
     assert _decompress_threads() == []
 
 
+def test_decompressing_ahead_reads_exact_sizes_across_blocks_and_seeks_forwards_only(
+    tmp_path: Path,
+) -> None:
+    """What a TarFile opened in mode "r" asks of its file: whole reads, tell, forward seeks."""
+    from klavis_emulator._archive import _COPY_CHUNK, _DecompressAhead, _igzip_file
+
+    data = os.urandom(2 * _COPY_CHUNK + 700)
+    path = tmp_path / "a.gz"
+    path.write_bytes(gzip.compress(data))
+    with path.open("rb") as raw, _igzip_file(fileobj=raw, mode="rb") as gz:
+        stream = _DecompressAhead(gz, raw)
+        assert stream.seekable()
+        assert stream.read(512) == data[:512]
+        start = _COPY_CHUNK - 100  # a read across the end of the first block
+        assert stream.seek(start) == start == stream.tell()
+        assert stream.read(1000) == data[start : start + 1000]
+        assert stream.tell() == start + 1000
+        with pytest.raises(io.UnsupportedOperation):
+            stream.seek(10)  # backwards
+        with pytest.raises(io.UnsupportedOperation):
+            stream.seek(0, io.SEEK_END)
+        stream.seek(start + 1000)  # where it is: nothing to skip
+        assert stream.read(_COPY_CHUNK + 200) == data[start + 1000 : start + _COPY_CHUNK + 1200]
+        # past the end: the seek stops there and reads return nothing
+        assert stream.seek(len(data) + 4096) == len(data)
+        assert stream.read(512) == b""
+        stream.close()
+    assert _decompress_threads() == []
+
+
 class _TellFailsLater(io.BufferedReader):
     """A file whose ``tell`` fails after its first call (outside the decompressor)."""
 
