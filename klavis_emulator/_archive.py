@@ -36,15 +36,12 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final, cast
+from typing import IO, Any, Final, cast
 
 from isal import igzip, igzip_threaded, isal_zlib
 
 from ._bwrap import CONFINED_WORKSPACE
-from ._tar_header import parse_common
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
+from ._tar_header import FastTarInfo
 
 __all__ = [
     "MAX_HEADER_BYTES",
@@ -590,7 +587,7 @@ class _BoundedTarFile(tarfile.TarFile):
     global_bytes = 0  # total size of the global ('g') headers, which tarfile keeps
 
 
-class _BoundedTarInfo(tarfile.TarInfo):
+class _BoundedTarInfo(FastTarInfo):
     """Refuses sparse members, and extended headers (PAX records, GNU long names) bigger than
     :data:`MAX_HEADER_BYTES` before tarfile reads them whole into memory.
 
@@ -598,12 +595,6 @@ class _BoundedTarInfo(tarfile.TarInfo):
     run on for the whole stream); the PAX sparse formats when their records are seen (the 1.0
     map sits in the member's data and tarfile would read it all).
     """
-
-    @classmethod
-    def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:
-        """tarfile's own, faster on the common header (see :mod:`._tar_header`)."""
-        parsed = parse_common(cls, bytes(buf), encoding, errors)
-        return parsed if parsed is not None else super().frombuf(buf, encoding, errors)
 
     def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
         reader = cast("_BoundedTarFile", tarfile_)
@@ -1038,7 +1029,7 @@ def _dump_info(
     lookups: owners are always root), or ``None`` for a type dumps leave out. A regular file
     met again through another hard link (``inodes``: those archived so far) is stored as a hard
     link to its first name."""
-    info = tarfile.TarInfo(arcname)
+    info = FastTarInfo(arcname)
     mode = st.st_mode
     if stat.S_ISREG(mode):
         key = (st.st_dev, st.st_ino)

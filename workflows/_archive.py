@@ -34,6 +34,7 @@ from isal import igzip, isal_zlib
 from workflows._errors import InvalidInputError, UnsafeArchiveError
 from workflows._paths import link_escapes, link_target_in_tree, normalize_member_name
 from workflows._snapshot import Snapshot, _SnapshotWriter
+from workflows._tar_header import FastTarInfo
 
 __all__ = [
     "ARCHIVE_MTIME",
@@ -51,9 +52,6 @@ ARCHIVE_MTIME = 946_684_800
 
 CHUNK_SIZE = 1024 * 1024
 _GIB = 1024**3
-# tarfile's stream reader slices its buffer for every 512-byte header: a 1 MiB buffer made
-# reading 100 MB in 2,000 files 4x slower than 64 KiB (measured), and cost 3 MiB more memory.
-_TAR_READ_BUFFER = 64 * 1024
 # Extended headers (PAX records, GNU long names) are read into memory by tarfile: cap them, one
 # by one, a chain of them before one member, and all the global ('g') ones together (tarfile
 # keeps their records for the rest of the archive: 20 global headers of 1 MiB with distinct keys
@@ -226,7 +224,7 @@ class _BoundedTarFile(tarfile.TarFile):
     global_bytes = 0  # total size of the global ('g') headers, which tarfile keeps
 
 
-class _BoundedTarInfo(tarfile.TarInfo):
+class _BoundedTarInfo(FastTarInfo):
     """Refuses extended headers (PAX records, GNU long names) bigger than 1 MiB, more than 8 of
     them in a row or over 1 MiB together before one member, global headers over 1 MiB in all,
     and sparse members of every kind, before tarfile reads them.
@@ -324,6 +322,40 @@ class _CountingReader(io.RawIOBase):
         return n
 
 
+class _ForwardReader(io.RawIOBase):
+    """The decompressed archive as a TarFile opened in mode "r" needs it: whole reads, ``tell``
+    and forward seeks (by reading on). tarfile's stream mode ("r|") copies its buffer for every
+    header it takes, and wraps each member's contents in two more objects: reading 5,000 small
+    files took 0.18 s through it, against 0.12 s this way."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__()
+        self._raw = raw
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True  # forwards only
+
+    def tell(self) -> int:
+        return self._position
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = self._raw.read(-1 if size is None else size)
+        self._position += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Skip forwards to ``offset`` (or to the end, if the archive ends before it)."""
+        if whence != io.SEEK_SET or offset < self._position:
+            raise io.UnsupportedOperation("the archive is read forwards only")
+        while self._position < offset and self.read(min(offset - self._position, CHUNK_SIZE)):
+            pass
+        return self._position
+
+
 class _Expansion:
     """Counts the bytes handed out (file contents, hard-link copies) against the compressed
     bytes read, and refuses a ratio over ``limits.max_expansion_ratio``."""
@@ -350,23 +382,29 @@ class _Expansion:
 
 
 class _MemberReader(io.RawIOBase):
-    """A member's contents as yielded by :func:`iter_archive_files`; corrupt data raises
+    """A member's contents as yielded by :func:`iter_archive_files`, read straight from the
+    archive (where tarfile left it: at the member's data); corrupt or missing data raises
     :class:`UnsafeArchiveError`, and so does an expansion over the limits."""
 
-    def __init__(self, raw: IO[bytes], name: str, expansion: _Expansion) -> None:
+    def __init__(self, raw: _ForwardReader, info: tarfile.TarInfo, expansion: _Expansion) -> None:
         super().__init__()
         self._raw = raw
-        self._name = name
+        self._name = info.name
+        self._left = info.size
         self._expansion = expansion
 
     def readable(self) -> bool:
         return True
 
-    def read(self, size: int = -1) -> bytes:
+    def read(self, size: int | None = -1) -> bytes:
+        wanted = self._left if size is None or size < 0 else min(size, self._left)
         try:
-            data = self._raw.read(size)
+            data = self._raw.read(wanted)
+            if len(data) < wanted:
+                raise tarfile.ReadError("unexpected end of data")  # as tarfile says it
         except _UNREADABLE as exc:
             raise _not_valid(exc) from exc
+        self._left -= len(data)
         self._expansion.add(len(data), self._name)
         return data
 
@@ -434,12 +472,10 @@ def iter_archive_files(
         counted = _CountingReader(raw)
         gz: IO[bytes] = igzip_file(fileobj=counted, mode="rb")
         stack.callback(gz.close)
+        stream = _ForwardReader(gz)
         try:
-            tar = _BoundedTarFile.open(  # closed by the exit stack
-                fileobj=gz,
-                mode="r|",
-                tarinfo=_BoundedTarInfo,
-                bufsize=_TAR_READ_BUFFER,
+            tar = _BoundedTarFile(  # closed by the exit stack
+                fileobj=cast("IO[bytes]", stream), mode="r", tarinfo=_BoundedTarInfo
             )
         except _UNREADABLE as exc:
             raise _not_valid(exc) from exc
@@ -448,7 +484,7 @@ def iter_archive_files(
             raise UnsafeArchiveError("the data is not a valid tar.gz archive (it is empty)")
         expansion = _Expansion(limits.max_expansion_ratio, counted)
         links = _Links(workspace_links, on_skipped_link)
-        yield from _iter_members(tar, limits, expansion, links)
+        yield from _iter_members(tar, stream, limits, expansion, links)
         # read on to the gzip trailer so that its CRC is checked, but not unboundedly
         try:
             left = _MAX_TRAILING_BYTES
@@ -517,7 +553,11 @@ class _Links:
 
 
 def _iter_members(
-    tar: tarfile.TarFile, limits: ArchiveLimits, expansion: _Expansion, links: _Links
+    tar: tarfile.TarFile,
+    stream: _ForwardReader,
+    limits: ArchiveLimits,
+    expansion: _Expansion,
+    links: _Links,
 ) -> Iterator[tuple[str, tarfile.TarInfo, BinaryIO | None]]:
     kinds: dict[str, str] = {}  # name -> "f" file, "d" folder, "l" symlink
     sizes: dict[str, int] = {}  # regular files (and hard-link copies) -> size
@@ -602,9 +642,7 @@ def _iter_members(
             kinds[name] = "f"
             sizes[name] = info.size
             links.forget(name)
-            fileobj = tar.extractfile(info)
-            assert fileobj is not None  # a regular member always has contents
-            yield name, info, cast("BinaryIO", _MemberReader(fileobj, info.name, expansion))
+            yield name, info, cast("BinaryIO", _MemberReader(stream, info, expansion))
         elif info.issym():
             if not info.linkname or "\x00" in info.linkname:
                 raise UnsafeArchiveError(

@@ -13,7 +13,7 @@ import os
 import tarfile
 import tempfile
 from collections.abc import Callable, Sequence
-from typing import IO, Any, BinaryIO, Literal, cast
+from typing import IO, Any, BinaryIO, cast
 
 from isal import igzip_threaded
 
@@ -26,7 +26,7 @@ from workflows._archive import (
 )
 from workflows._errors import InvalidInputError
 from workflows._seed_plan import SourceFile
-from workflows._tar_header import common_header
+from workflows._tar_header import FastTarInfo
 
 __all__ = ["pack_to_tempfile", "write_archive"]
 
@@ -106,23 +106,8 @@ class _SourceReader:
         return data
 
 
-class _PackedInfo(tarfile.TarInfo):
-    """A member header as tarfile writes it, built faster when common (see
-    :mod:`workflows._tar_header`)."""
-
-    def tobuf(
-        self,
-        format: Literal[0, 1, 2] | None = tarfile.DEFAULT_FORMAT,
-        encoding: str | None = tarfile.ENCODING,
-        errors: str = "surrogateescape",
-    ) -> bytes:
-        if format == tarfile.PAX_FORMAT and (header := common_header(self)) is not None:
-            return header
-        return super().tobuf(format, encoding, errors)
-
-
 def _tarinfo(entry: SourceFile) -> tarfile.TarInfo:
-    info = _PackedInfo(entry.name)
+    info = FastTarInfo(entry.name)
     info.mtime = ARCHIVE_MTIME if entry.mtime is None else entry.mtime
     info.uid = info.gid = 0
     info.uname = info.gname = ""

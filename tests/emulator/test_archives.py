@@ -263,6 +263,22 @@ def _decompress_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name == "archive-decompress"]
 
 
+def test_a_tar_cut_inside_a_members_contents_is_refused(tmp_path: Path) -> None:
+    """A whole gzip stream whose tar stops in the middle of a file's contents."""
+    from klavis_emulator._archive import ArchiveRejected, extract_archive
+
+    whole = io.BytesIO()
+    with tarfile.open(fileobj=whole, mode="w") as tar:
+        info = tarfile.TarInfo("a.bin")
+        info.size = 10_000
+        tar.addfile(info, io.BytesIO(b"a" * 10_000))
+    archive = tmp_path / "cut.tar.gz"
+    archive.write_bytes(gzip.compress(whole.getvalue()[: 512 + 5_000]))
+    (tmp_path / "root").mkdir()
+    with pytest.raises(ArchiveRejected, match="truncated or corrupt"):
+        extract_archive(archive, tmp_path / "root")
+
+
 def test_a_refused_archive_leaves_no_decompressing_thread(tmp_path: Path) -> None:
     from klavis_emulator._archive import ArchiveRejected, extract_archive
 

@@ -1,9 +1,13 @@
-"""The emulator's fast header parser gives what ``tarfile.TarInfo.frombuf`` gives, on real
-headers of every format and on mutated ones, or leaves the header to ``frombuf``."""
+"""The fast header parser gives what ``tarfile.TarInfo.frombuf`` gives, on real headers of every
+format and on mutated ones, or leaves the header to ``frombuf``; dumps stay byte for byte what
+tarfile writes. (Writing headers is tested on the library's copy of the module,
+``tests/workflows/test_tar_header.py``; the two copies are equal.)"""
 
 from __future__ import annotations
 
+import gzip
 import io
+import os
 import random
 import shutil
 import struct
@@ -14,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from klavis_emulator._archive import _BoundedTarInfo
+from klavis_emulator import _tar_header
+from klavis_emulator._archive import _BoundedTarInfo, make_archive
 from klavis_emulator._tar_header import parse_common
 
 ENCODINGS = (("utf-8", "surrogateescape"), ("ascii", "strict"))
@@ -214,3 +219,23 @@ def test_gnu_tar_headers_parse_as_tarfile_parses_them(tmp_path: Path) -> None:
             if fast is not None:
                 assert expected == ("ok", _fields(fast))
             assert _outcome_of_bounded(block, "utf-8", "surrogateescape") == expected
+
+
+def test_dumps_hold_tarfiles_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = tmp_path / "tree"
+    (tree / "src" / "pkg").mkdir(parents=True)
+    (tree / "empty").mkdir()
+    for i in range(20):
+        (tree / "src" / "pkg" / f"mod_{i}.py").write_text(f"x = {i}\n" * i)
+    (tree / "café.txt").write_text("non-ASCII name: a PAX record")
+    (tree / ("long" * 40)).write_text("a name over 100 bytes: a PAX record")
+    (tree / "link").symlink_to("café.txt")
+    os.link(tree / "café.txt", tree / "hard")
+
+    def dump(name: str) -> bytes:
+        make_archive(tree, tmp_path / name)
+        return gzip.decompress((tmp_path / name).read_bytes())
+
+    fast = dump("fast.tar.gz")
+    monkeypatch.setattr(_tar_header, "common_header", lambda info: None)
+    assert dump("tarfile.tar.gz") == fast

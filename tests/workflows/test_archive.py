@@ -348,6 +348,40 @@ def test_reads_from_a_non_seekable_stream(tmp_path: Path) -> None:
     assert extract_archive(_ReadOnlyStream(data), tmp_path / "o") == ["a", "b/c"]  # type: ignore[arg-type]
 
 
+def _tar_cut_inside_data() -> bytes:
+    """A whole gzip stream of a tar that stops in the middle of a member's contents."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo("a.bin")
+        info.size = 10_000
+        tar.addfile(info, io.BytesIO(b"a" * 10_000))
+    return gzip.compress(buffer.getvalue()[: 512 + 5_000])
+
+
+def test_a_tar_cut_inside_a_members_contents_is_not_valid(tmp_path: Path) -> None:
+    with pytest.raises(UnsafeArchiveError, match=r"not a valid tar\.gz"):
+        read_snapshot(io.BytesIO(_tar_cut_inside_data()))
+    with pytest.raises(UnsafeArchiveError, match=r"not a valid tar\.gz"):
+        extract_archive(io.BytesIO(_tar_cut_inside_data()), tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_archive_is_read_forwards_only() -> None:
+    from workflows._archive import _ForwardReader
+
+    reader = _ForwardReader(io.BytesIO(bytes(range(256)) * 40))
+    assert reader.seekable()
+    assert reader.read(10) == bytes(range(10))
+    assert reader.seek(300) == 300 == reader.tell()
+    assert reader.read(2) == bytes((300 % 256, 301 % 256))
+    with pytest.raises(io.UnsupportedOperation):
+        reader.seek(0)
+    with pytest.raises(io.UnsupportedOperation):
+        reader.seek(0, io.SEEK_END)
+    assert reader.seek(50_000) == 10_240  # past the end: stops there
+    assert reader.read(1) == b""
+
+
 def test_extract_from_a_path_and_into_new_parents(tmp_path: Path) -> None:
     (tmp_path / "a.tar.gz").write_bytes(pack({"x/y.txt": "y"}))
     assert extract_archive(tmp_path / "a.tar.gz", tmp_path / "deep" / "er" / "out") == ["x/y.txt"]

@@ -1,5 +1,6 @@
-"""The packer's fast header writer gives the bytes ``TarInfo.tobuf(PAX_FORMAT)`` gives, or
-leaves the member to it; whole archives stay byte for byte what tarfile writes."""
+"""The fast header writer gives the bytes ``TarInfo.tobuf(PAX_FORMAT)`` gives, or leaves the
+member to it; packed archives stay byte for byte what tarfile writes. (Reading is tested on the
+emulator's copy of the module, ``tests/emulator/test_tar_header.py``; the two copies are equal.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from workflows import _pack
+from workflows import _pack, _tar_header
 from workflows._seed_plan import plan_directory
 from workflows._tar_header import common_header
 
@@ -113,5 +114,13 @@ def test_packed_archives_are_tarfiles_bytes(
         return out.getvalue()
 
     fast = pack()
-    monkeypatch.setattr(_pack, "common_header", lambda info: None)
+    monkeypatch.setattr(_tar_header, "common_header", lambda info: None)
     assert pack() == fast
+
+
+def test_the_emulator_carries_the_same_module() -> None:
+    """The library and the emulator share only the contract: each has its copy, kept equal."""
+    import klavis_emulator._tar_header as emulator_copy
+
+    ours = Path(_tar_header.__file__).read_bytes()
+    assert Path(emulator_copy.__file__).read_bytes() == ours
