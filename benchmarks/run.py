@@ -59,6 +59,7 @@ from benchmarks._common import (
     file_create_ms,
     load_average,
     machine_info,
+    write_mb_s,
 )
 from benchmarks._workspace import generate
 
@@ -131,11 +132,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         environment["scratch_file_create_ms"] = probe = round(file_create_ms(scratch), 3)
-        if probe > 0.5:
+        environment["scratch_write_mb_s"] = speed = round(write_mb_s(scratch), 1)
+        if probe > 0.5 or speed < 1000:
             print(
-                f"!!! {scratch.parent} takes {probe:.1f} ms to create a file (healthy: < 0.1 ms); "
-                "the seed and dump figures will be slow and noisy: set TMPDIR to a faster "
-                "folder, or stop what else is writing to this disk",
+                f"!!! {scratch.parent} takes {probe:.2f} ms to create a file (healthy: < 0.1 ms) "
+                f"and writes {speed:.0f} MB/s (healthy: > 1,000); the seed and dump figures will "
+                "be slow and noisy: set TMPDIR to a faster folder, or stop what else is writing "
+                "to this disk",
                 flush=True,
             )
         began = time.perf_counter()
