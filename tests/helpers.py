@@ -145,6 +145,24 @@ class Executions:
         return read_tar_gz(download.content)
 
 
+def tree_of_every_header(root: Path) -> Path:
+    """A folder under ``root`` whose archive needs every kind of tar header: plain files in
+    folders, an empty folder, an executable, a symbolic link, a hard link, a non-ASCII name and
+    a name over 100 bytes (both PAX records)."""
+    tree = root / "tree"
+    (tree / "src" / "pkg").mkdir(parents=True)
+    (tree / "empty").mkdir()
+    for i in range(20):
+        (tree / "src" / "pkg" / f"mod_{i}.py").write_text(f"x = {i}\n" * i)
+    (tree / "café.txt").write_text("non-ASCII name: a PAX record")
+    (tree / ("long" * 40)).write_text("a name over 100 bytes: a PAX record")
+    (tree / "run.sh").write_text("#!/bin/sh\n")
+    (tree / "run.sh").chmod(0o755)
+    (tree / "link").symlink_to("café.txt")
+    os.link(tree / "café.txt", tree / "hard")
+    return tree
+
+
 def listed_sandboxes(base_url: str, token: str) -> list[str]:
     """The ids of the sandboxes the emulator lists for ``token``, read with plain httpx."""
     response = httpx.get(

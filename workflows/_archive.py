@@ -52,6 +52,10 @@ ARCHIVE_MTIME = 946_684_800
 
 CHUNK_SIZE = 1024 * 1024
 _GIB = 1024**3
+# Reads of the decompressed archive under this size come from a block read ahead (see
+# _ForwardReader): the decompressor's own buffer reads 512 KiB of compressed data at a time,
+# so the lead of the compressed count the expansion ratio is judged on barely moves.
+_FORWARD_BLOCK = 64 * 1024
 # Extended headers (PAX records, GNU long names) are read into memory by tarfile: cap them, one
 # by one, a chain of them before one member, and all the global ('g') ones together (tarfile
 # keeps their records for the rest of the archive: 20 global headers of 1 MiB with distinct keys
@@ -326,11 +330,15 @@ class _ForwardReader(io.RawIOBase):
     """The decompressed archive as a TarFile opened in mode "r" needs it: whole reads, ``tell``
     and forward seeks (by reading on). tarfile's stream mode ("r|") copies its buffer for every
     header it takes, and wraps each member's contents in two more objects: reading 5,000 small
-    files took 0.18 s through it, against 0.12 s this way."""
+    files took 0.18 s through it. Reads under :data:`_FORWARD_BLOCK` are served from a block
+    read ahead (a header, a small file's contents and the padding after them cost one slice
+    each, not a trip through the decompressor's Python layers); bigger ones go straight
+    through."""
 
     def __init__(self, raw: IO[bytes]) -> None:
         super().__init__()
         self._raw = raw
+        self._block = memoryview(b"")
         self._position = 0
 
     def readable(self) -> bool:
@@ -343,7 +351,22 @@ class _ForwardReader(io.RawIOBase):
         return self._position
 
     def read(self, size: int | None = -1) -> bytes:
-        data = self._raw.read(-1 if size is None else size)
+        block = self._block
+        if size is not None and 0 <= size <= len(block):  # the common case
+            self._block = block[size:]
+            self._position += size
+            return bytes(block[:size])
+        data = bytes(block)
+        self._block = memoryview(b"")
+        if size is None or size < 0:
+            data += self._raw.read()
+        elif size - len(data) >= _FORWARD_BLOCK:
+            data += self._raw.read(size - len(data))
+        else:
+            wanted = size - len(data)
+            fresh = memoryview(self._raw.read(_FORWARD_BLOCK))
+            data += fresh[:wanted]
+            self._block = fresh[wanted:]
         self._position += len(data)
         return data
 

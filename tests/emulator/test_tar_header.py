@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import random
 import shutil
 import struct
@@ -21,6 +20,7 @@ import pytest
 from klavis_emulator import _tar_header
 from klavis_emulator._archive import _BoundedTarInfo, make_archive
 from klavis_emulator._tar_header import parse_common
+from tests.helpers import tree_of_every_header
 
 ENCODINGS = (("utf-8", "surrogateescape"), ("ascii", "strict"))
 _FIELDS = (
@@ -222,15 +222,7 @@ def test_gnu_tar_headers_parse_as_tarfile_parses_them(tmp_path: Path) -> None:
 
 
 def test_dumps_hold_tarfiles_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    tree = tmp_path / "tree"
-    (tree / "src" / "pkg").mkdir(parents=True)
-    (tree / "empty").mkdir()
-    for i in range(20):
-        (tree / "src" / "pkg" / f"mod_{i}.py").write_text(f"x = {i}\n" * i)
-    (tree / "café.txt").write_text("non-ASCII name: a PAX record")
-    (tree / ("long" * 40)).write_text("a name over 100 bytes: a PAX record")
-    (tree / "link").symlink_to("café.txt")
-    os.link(tree / "café.txt", tree / "hard")
+    tree = tree_of_every_header(tmp_path)
 
     def dump(name: str) -> bytes:
         make_archive(tree, tmp_path / name)

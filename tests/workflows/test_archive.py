@@ -382,6 +382,32 @@ def test_the_archive_is_read_forwards_only() -> None:
     assert reader.read(1) == b""
 
 
+def test_the_forward_reader_gives_the_bytes_in_order_whatever_the_read_sizes() -> None:
+    """Reads under its block come from the block read ahead, bigger ones straight through."""
+    import random
+
+    from workflows._archive import _FORWARD_BLOCK, _ForwardReader
+
+    data = os.urandom(5 * _FORWARD_BLOCK + 123)
+    rng = random.Random(7)
+    reader = _ForwardReader(io.BytesIO(data))
+    got = b""
+    while True:
+        size = rng.choice((0, 1, 511, 512, _FORWARD_BLOCK - 1, _FORWARD_BLOCK, 3 * _FORWARD_BLOCK))
+        if rng.random() < 0.2:
+            reader.seek(reader.tell() + size)
+            got += data[len(got) : len(got) + size]
+            continue
+        chunk = reader.read(size)
+        assert len(chunk) == min(size, len(data) - len(got))
+        got += chunk
+        assert reader.tell() == len(got)
+        if len(got) >= len(data):
+            break
+    assert got == data
+    assert reader.read() == b""
+
+
 def test_extract_from_a_path_and_into_new_parents(tmp_path: Path) -> None:
     (tmp_path / "a.tar.gz").write_bytes(pack({"x/y.txt": "y"}))
     assert extract_archive(tmp_path / "a.tar.gz", tmp_path / "deep" / "er" / "out") == ["x/y.txt"]

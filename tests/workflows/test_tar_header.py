@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import tree_of_every_header
 from workflows import _pack, _tar_header
 from workflows._seed_plan import plan_directory
 from workflows._tar_header import common_header
@@ -96,16 +97,7 @@ def test_random_members_get_tarfiles_bytes_or_are_left_to_it() -> None:
 def test_packed_archives_are_tarfiles_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preserve_mtime: bool
 ) -> None:
-    tree = tmp_path / "tree"
-    (tree / "src" / "pkg").mkdir(parents=True)
-    (tree / "empty").mkdir()
-    for i in range(30):
-        (tree / "src" / "pkg" / f"mod_{i}.py").write_text(f"x = {i}\n" * i)
-    (tree / "café.txt").write_text("non-ASCII name: a PAX record")
-    (tree / ("long" * 40)).write_text("a name over 100 bytes: a PAX record")
-    (tree / "run.sh").write_text("#!/bin/sh\n")
-    (tree / "run.sh").chmod(0o755)
-    (tree / "link").symlink_to("café.txt")
+    tree = tree_of_every_header(tmp_path)
     entries = plan_directory(tree, preserve_mtime=preserve_mtime)
 
     def pack() -> bytes:
