@@ -136,6 +136,7 @@ _threaded_open: Callable[..., Any] = igzip_threaded.open
 # What corrupt or truncated data raises from the decompressor or tarfile while reading.
 _CORRUPT: tuple[type[BaseException], ...] = (
     tarfile.TarError,
+    io.UnsupportedOperation,  # tarfile seeking the forward-only stream backwards
     EOFError,
     zlib.error,
     gzip.BadGzipFile,
@@ -598,6 +599,8 @@ class _BoundedTarInfo(FastTarInfo):
 
     def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
         reader = cast("_BoundedTarFile", tarfile_)
+        if self.size < 0:  # tarfile reads "-1" as -1, and a read of -1 bytes reads it all
+            raise _negative_size(self.name, self.offset)
         if self.type == tarfile.GNUTYPE_SPARSE:
             raise _sparse(self.name)
         if self.type in _EXTENDED_HEADERS:
@@ -634,6 +637,12 @@ class _BoundedTarInfo(FastTarInfo):
         self, next: tarfile.TarInfo, pax_headers: dict[str, str], reader: tarfile.TarFile
     ) -> None:
         raise _sparse(pax_headers.get("GNU.sparse.name", next.name))
+
+
+def _negative_size(name: str, offset: int) -> ArchiveRejected:
+    return ArchiveRejected(
+        f"Archive member {_display(name)} at offset {offset:,} declares a negative size."
+    )
 
 
 def _truncated(exc: BaseException) -> ArchiveRejected:
@@ -736,9 +745,11 @@ class _DecompressAhead(io.RawIOBase):
         return self._position
 
     def read(self, size: int | None = -1) -> bytes:
-        """``size`` bytes, fewer only at the end of the stream."""
+        """``size`` bytes, fewer only at the end of the stream. Reading it all at once (no
+        size, or a negative one) is refused: nothing here needs it, and the stream can hold
+        gigabytes."""
         if size is None or size < 0:
-            return b"".join(iter(lambda: self.read(_COPY_CHUNK), b""))
+            raise tarfile.ReadError(f"a read of {size} bytes: the archive is read in pieces")
         block = self._block
         if len(block) >= size and self._error is None:  # the common case, in one block
             self._block = block[size:]
@@ -864,6 +875,8 @@ class _Extraction:
         """Check and write one member."""
         self.name = member.name
         self.count += 1
+        if member.size < 0:  # a PAX record can set it after the header was checked
+            raise _negative_size(member.name, member.offset)
         limits = self.limits
         if self.count > limits.max_members:
             raise ArchiveTooLarge(

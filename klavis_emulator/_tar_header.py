@@ -145,7 +145,7 @@ def common_header(info: tarfile.TarInfo) -> bytes | None:
     True
     """
     kind = info.type
-    if kind not in _COMMON_TYPES or info.pax_headers:
+    if type(kind) is not bytes or kind not in _COMMON_TYPES or info.pax_headers:
         return None
     name = info.name
     if kind == tarfile.DIRTYPE and type(name) is str and not name.endswith("/"):
@@ -197,6 +197,8 @@ class FastTarInfo(tarfile.TarInfo):
     Pass it as ``tarinfo=`` to a reading ``TarFile``, or build members from it for
     ``TarFile.addfile``.
     """
+
+    __slots__ = ()
 
     @classmethod
     def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:

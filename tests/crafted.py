@@ -170,6 +170,21 @@ def pax_file(name: str, headers: Mapping[str, str], data: bytes = b"") -> Member
     return Member(name, blocks)
 
 
+def negative_size(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"x" * 4096) -> Member:
+    """A member whose header's size field reads ``-1`` (tarfile takes it as -1), then ``data``
+    (what a reader that takes -1 for "read it all" would swallow)."""
+    header = bytearray(_header(_info(name, kind, 0o644)))
+    header[124:136] = b"-1".ljust(12, b"\0")
+    _set_checksum(header)
+
+    def blocks() -> Iterator[bytes]:
+        yield bytes(header)
+        yield data
+        yield _padding(len(data))
+
+    return Member(name, blocks)
+
+
 def _pax_record(key: str, value: str) -> bytes:
     """``"%d %s=%s\\n"``, where the length counts its own digits (``\\udcXX``: raw byte XX)."""
     payload = f" {key}={value}\n".encode("utf-8", "surrogateescape")  # raw bytes too

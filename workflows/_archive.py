@@ -200,6 +200,7 @@ _CORRUPT: tuple[type[BaseException], ...] = (
     zlib.error,
     cast("type[BaseException]", isal_zlib.error),
     tarfile.TarError,
+    io.UnsupportedOperation,  # tarfile seeking the forward-only stream backwards
 )
 
 
@@ -244,6 +245,8 @@ class _BoundedTarInfo(FastTarInfo):
     """
 
     def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.size < 0:  # tarfile reads "-1" as -1, and a read of -1 bytes reads it all
+            _refuse_negative_size(self.name, self.offset)
         if self.type == tarfile.GNUTYPE_SPARSE:
             _refuse_sparse(self.name, "GNU type 'S'")
         reader = cast("_BoundedTarFile", tarfile_)
@@ -296,6 +299,13 @@ def _sparse_name(member: tarfile.TarInfo, args: tuple[Any, ...]) -> str:
     headers = args[0] if args and isinstance(args[0], dict) else {}
     name = headers.get("GNU.sparse.name") or headers.get("path") or member.name
     return str(name)
+
+
+def _refuse_negative_size(name: str, offset: int) -> NoReturn:
+    raise UnsafeArchiveError(
+        f"archive member {name!r} at offset {offset:,} declares a negative size; refused",
+        member=name,
+    )
 
 
 def _refuse_sparse(name: str, kind: str) -> NoReturn:
@@ -351,16 +361,18 @@ class _ForwardReader(io.RawIOBase):
         return self._position
 
     def read(self, size: int | None = -1) -> bytes:
+        """``size`` bytes, fewer only at the end. Reading it all at once (no size, or a
+        negative one) is refused: nothing here needs it, and the archive can hold gigabytes."""
+        if size is None or size < 0:
+            raise tarfile.ReadError(f"a read of {size} bytes: the archive is read in pieces")
         block = self._block
-        if size is not None and 0 <= size <= len(block):  # the common case
+        if size <= len(block):  # the common case
             self._block = block[size:]
             self._position += size
             return bytes(block[:size])
         data = bytes(block)
         self._block = memoryview(b"")
-        if size is None or size < 0:
-            data += self._raw.read()
-        elif size - len(data) >= _FORWARD_BLOCK:
+        if size - len(data) >= _FORWARD_BLOCK:
             data += self._raw.read(size - len(data))
         else:
             wanted = size - len(data)
@@ -414,6 +426,7 @@ class _MemberReader(io.RawIOBase):
         self._raw = raw
         self._name = info.name
         self._left = info.size
+        self._at = raw.tell()  # where the rest of the contents starts, while they are current
         self._expansion = expansion
 
     def readable(self) -> bool:
@@ -422,11 +435,17 @@ class _MemberReader(io.RawIOBase):
     def read(self, size: int | None = -1) -> bytes:
         wanted = self._left if size is None or size < 0 else min(size, self._left)
         try:
+            if self._raw.tell() != self._at:
+                raise tarfile.StreamError(
+                    f"the contents of {self._name!r} were read after the next member was asked "
+                    "for; read each member's contents before asking for the next"
+                )
             data = self._raw.read(wanted)
             if len(data) < wanted:
                 raise tarfile.ReadError("unexpected end of data")  # as tarfile says it
         except _UNREADABLE as exc:
             raise _not_valid(exc) from exc
+        self._at += len(data)
         self._left -= len(data)
         self._expansion.add(len(data), self._name)
         return data
@@ -613,6 +632,8 @@ def _iter_members(
             break
         if info.sparse is not None:  # pragma: no cover - refused while its header was read
             _refuse_sparse(info.name, "sparse map")
+        if info.size < 0:  # a PAX record can set it after the header was checked
+            _refuse_negative_size(info.name, info.offset)
         members += 1
         if members > limits.max_members:
             raise UnsafeArchiveError(

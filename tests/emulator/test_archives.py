@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer
+from tests import crafted
 
 MakeTarGz = Callable[[Mapping[str, bytes | str]], bytes]
 Member = tuple[tarfile.TarInfo, bytes | None]
@@ -277,6 +278,42 @@ def test_a_tar_cut_inside_a_members_contents_is_refused(tmp_path: Path) -> None:
     (tmp_path / "root").mkdir()
     with pytest.raises(ArchiveRejected, match="truncated or corrupt"):
         extract_archive(archive, tmp_path / "root")
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        crafted.negative_size("n"),
+        crafted.negative_size("././@PaxHeader", tarfile.XHDTYPE),
+        crafted.pax_file("n", {"size": "-1"}, b"x"),
+    ],
+    ids=["header", "pax-header", "pax-record"],
+)
+def test_a_negative_size_is_refused(tmp_path: Path, member: crafted.Member) -> None:
+    """tarfile reads a size of "-1" as -1, and a read of -1 bytes would read everything."""
+    from klavis_emulator._archive import ArchiveRejected, extract_archive
+
+    archive = tmp_path / "negative.tar.gz"
+    archive.write_bytes(crafted.tar_gz([member, crafted.file("after", b"y" * 4096)]))
+    (tmp_path / "root").mkdir()
+    with pytest.raises(ArchiveRejected, match="negative size"):
+        extract_archive(archive, tmp_path / "root")
+    assert not (tmp_path / "root" / "after").exists()
+
+
+def test_the_decompressed_archive_is_never_read_all_at_once(tmp_path: Path) -> None:
+    from klavis_emulator._archive import _DecompressAhead, _igzip_file
+
+    path = tmp_path / "a.gz"
+    path.write_bytes(gzip.compress(b"x" * 1000))
+    with path.open("rb") as raw, _igzip_file(fileobj=raw, mode="rb") as gz:
+        stream = _DecompressAhead(gz, raw)
+        with pytest.raises(tarfile.ReadError):
+            stream.read(-1)
+        with pytest.raises(tarfile.ReadError):
+            stream.read(None)
+        assert stream.read(10) == b"x" * 10
+        stream.close()
 
 
 def test_a_refused_archive_leaves_no_decompressing_thread(tmp_path: Path) -> None:

@@ -380,6 +380,8 @@ def test_the_archive_is_read_forwards_only() -> None:
         reader.seek(0, io.SEEK_END)
     assert reader.seek(50_000) == 10_240  # past the end: stops there
     assert reader.read(1) == b""
+    with pytest.raises(tarfile.ReadError):  # never all at once
+        reader.read(-1)
 
 
 def test_the_forward_reader_gives_the_bytes_in_order_whatever_the_read_sizes() -> None:
@@ -405,7 +407,18 @@ def test_the_forward_reader_gives_the_bytes_in_order_whatever_the_read_sizes() -
         if len(got) >= len(data):
             break
     assert got == data
-    assert reader.read() == b""
+    assert reader.read(10) == b""
+
+
+def test_a_members_contents_read_after_the_next_member_are_refused() -> None:
+    items = iter_archive_files(io.BytesIO(pack({"a": "A" * 10, "b": "B" * 10})))
+    _, _, first = next(items)
+    _, _, second = next(items)
+    assert first is not None
+    assert second is not None
+    with pytest.raises(UnsafeArchiveError, match="read after the next member"):
+        first.read()
+    assert second.read() == b"B" * 10
 
 
 def test_extract_from_a_path_and_into_new_parents(tmp_path: Path) -> None:
@@ -612,6 +625,13 @@ bad(
     ArchiveLimits(max_total_bytes=15),
 )
 bad("huge-pax-header", craft(M("a", b"a"), pax_headers={"comment": "x" * (2 * 1024 * 1024)}), None)
+bad("negative-size", crafted.tar_gz([crafted.negative_size("n")]), "n")
+bad(
+    "negative-size-pax-header",
+    crafted.tar_gz([crafted.negative_size("././@PaxHeader", tarfile.XHDTYPE)]),
+    "././@PaxHeader",
+)
+bad("negative-size-pax-record", crafted.tar_gz([crafted.pax_file("n", {"size": "-1"}, b"x")]), "n")
 bad("sparse-gnu", crafted.tar_gz([crafted.sparse_file("s", 2**30)]), "s")
 bad("sparse-pax-0.0", crafted.tar_gz([crafted.pax_sparse_file("s", 2**30, "0.0")]), "s")
 bad("sparse-pax-0.1", crafted.tar_gz([crafted.pax_sparse_file("s", 2**30, "0.1")]), "s")
