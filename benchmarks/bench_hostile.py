@@ -4,8 +4,8 @@ Figures:
 
 * ``hostile_emulator_peak_rss_mb``: the largest growth of an emulator process's resident memory
   while it answers one hostile request (a 1 GiB PAX header in a 1 MB upload, a 60 MB JSON body,
-  the same body chunked without a length, a 1 GiB sparse member, names over NAME_MAX and
-  PATH_MAX). The emulator runs in a child process; before each request its kernel high-water
+  the same body chunked without a length, a 1 GiB sparse member, a member of size -1 before
+  1 GiB of zeros, names over NAME_MAX and PATH_MAX). The emulator runs in a child process; before each request its kernel high-water
   mark is reset (``/proc/PID/clear_refs``) and its growth is ``VmHWM`` minus the RSS just before.
 * ``hostile_client_peak_rss_mb``: the same for a client process (``benchmarks/_hostile_child.py``)
   running ``dump()`` and ``dump_to()`` against hostile storage answers (see that module).
@@ -40,6 +40,7 @@ from tests.crafted import (
     hardlink,
     iter_tar_gz,
     long_name,
+    negative_size,
     pax_header_member,
     sparse_file,
     tar_gz,
@@ -127,6 +128,11 @@ def _emulator_cases(
         (
             "sparse-member-1GiB",
             lambda: _upload_and_initialize(client, lambda: [sparse_file("hole.bin", _GIB)]),
+            (400,),
+        ),
+        (
+            "negative-size-then-1GiB",
+            lambda: _upload_and_initialize(client, lambda: [negative_size("n", follow=_GIB)]),
             (400,),
         ),
         (

@@ -170,17 +170,22 @@ def pax_file(name: str, headers: Mapping[str, str], data: bytes = b"") -> Member
     return Member(name, blocks)
 
 
-def negative_size(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"x" * 4096) -> Member:
-    """A member whose header's size field reads ``-1`` (tarfile takes it as -1), then ``data``
-    (what a reader that takes -1 for "read it all" would swallow)."""
+def negative_size(name: str, kind: bytes = tarfile.REGTYPE, follow: int = 4096) -> Member:
+    """A member whose header's size field reads ``-1`` (tarfile takes it as -1), then
+    ``follow`` zero bytes in 1 MiB chunks: what a reader taking -1 for "read it all" swallows
+    (1 GiB of zeros is about 1 MB compressed)."""
     header = bytearray(_header(_info(name, kind, 0o644)))
     header[124:136] = b"-1".ljust(12, b"\0")
     _set_checksum(header)
 
     def blocks() -> Iterator[bytes]:
         yield bytes(header)
-        yield data
-        yield _padding(len(data))
+        left = follow
+        while left > 0:
+            step = min(left, _CHUNK)
+            yield _ZEROS[:step]
+            left -= step
+        yield _padding(follow)
 
     return Member(name, blocks)
 
