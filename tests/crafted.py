@@ -112,9 +112,8 @@ def file(name: str, data: bytes | str = b"", mode: int = 0o644) -> Member:
     return member(_info(name, tarfile.REGTYPE, mode), content)
 
 
-def zeros_file(name: str, size: int, mode: int = 0o644) -> Member:
-    """A regular file of ``size`` zero bytes, written in 1 MiB chunks (a compression bomb)."""
-    header = _header(_info(name, tarfile.REGTYPE, mode, size))
+def _header_then_zeros(name: str, header: bytes, size: int) -> Member:
+    """``header``, then ``size`` zero bytes in 1 MiB chunks and their padding."""
 
     def blocks() -> Iterator[bytes]:
         yield header
@@ -126,6 +125,11 @@ def zeros_file(name: str, size: int, mode: int = 0o644) -> Member:
         yield _padding(size)
 
     return Member(name, blocks)
+
+
+def zeros_file(name: str, size: int, mode: int = 0o644) -> Member:
+    """A regular file of ``size`` zero bytes, written in 1 MiB chunks (a compression bomb)."""
+    return _header_then_zeros(name, _header(_info(name, tarfile.REGTYPE, mode, size)), size)
 
 
 def folder(name: str, mode: int = 0o755) -> Member:
@@ -177,17 +181,7 @@ def negative_size(name: str, kind: bytes = tarfile.REGTYPE, follow: int = 4096) 
     header = bytearray(_header(_info(name, kind, 0o644)))
     header[124:136] = b"-1".ljust(12, b"\0")
     _set_checksum(header)
-
-    def blocks() -> Iterator[bytes]:
-        yield bytes(header)
-        left = follow
-        while left > 0:
-            step = min(left, _CHUNK)
-            yield _ZEROS[:step]
-            left -= step
-        yield _padding(follow)
-
-    return Member(name, blocks)
+    return _header_then_zeros(name, bytes(header), follow)
 
 
 def _pax_record(key: str, value: str) -> bytes:
