@@ -684,6 +684,10 @@ class _DecompressAhead(io.RawIOBase):
     worker meets (the decompressor's error, or any other) is handed to the reader where the
     block would have been, with its own type, and raised again on every later read; a worker
     that dies without a word still ends the reader's wait (it checks the worker is alive).
+
+    It is read as a TarFile opened in mode "r" reads its file: whole reads (never everything
+    at once), ``tell`` and seeks forwards (by reading on); tarfile's stream mode ("r|") copied
+    its buffer for every header it took, 0.03 s on 5,000 files.
     """
 
     def __init__(self, gz: IO[bytes], raw: IO[bytes]) -> None:
@@ -812,8 +816,7 @@ def _open_archive(archive: Path) -> Iterator[tuple[_DecompressAhead, tarfile.Tar
             contextlib.closing(_DecompressAhead(gz, raw)) as stream,
         ):
             try:
-                # mode "r" over the stream, which seeks forwards only: tarfile's stream mode
-                # ("r|") copies its buffer for every header it takes (0.03 s on 5,000 files)
+                # mode "r" over the stream, which seeks forwards only (see _DecompressAhead)
                 tar = _BoundedTarFile(  # closed by the with below
                     fileobj=cast("IO[bytes]", stream), mode="r", tarinfo=_BoundedTarInfo
                 )
