@@ -5,8 +5,9 @@ Figures:
 * ``hostile_emulator_peak_rss_mb``: the largest growth of an emulator process's resident memory
   while it answers one hostile request (a 1 GiB PAX header in a 1 MB upload, a 60 MB JSON body,
   the same body chunked without a length, a 1 GiB sparse member, a member of size -1 before
-  1 GiB of zeros, names over NAME_MAX and PATH_MAX). The emulator runs in a child process; before each request its kernel high-water
-  mark is reset (``/proc/PID/clear_refs``) and its growth is ``VmHWM`` minus the RSS just before.
+  1 GiB of zeros, names over NAME_MAX and PATH_MAX). The emulator runs in a child process;
+  before each request its kernel high-water mark is reset (``/proc/PID/clear_refs``) and its
+  growth is ``VmHWM`` minus the RSS just before.
 * ``hostile_client_peak_rss_mb``: the same for a client process (``benchmarks/_hostile_child.py``)
   running ``dump()`` and ``dump_to()`` against hostile storage answers (see that module).
 * ``hostile_inputs_refused``: how many of the hostile inputs were refused with the expected
