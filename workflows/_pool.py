@@ -127,21 +127,24 @@ class _Book(Generic[S]):
 
 
 class _PoolBase:
+    """What both pools share: the checked acquire arguments, the settings, the health-check
+    rule. Each pool sets up its own bookkeeping in :meth:`_start`."""
+
     def __init__(
         self,
         server_names: Sequence[str] | str,
         *,
-        size: int,
-        benchmark: str | None,
-        ttl_seconds: int | None,
-        test_account_email: str | None,
-        api_key: str | ApiKey | None,
-        base_url: str | None,
-        timeout: float | None,
-        progress: bool | None,
-        ledger: Ledger | bool,
-        limits: ArchiveLimits | None,
-        health_check_after: float,
+        size: int = 4,
+        benchmark: str | None = None,
+        ttl_seconds: int | None = 7200,
+        test_account_email: str | None = None,
+        api_key: str | ApiKey | None = None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+        progress: bool | None = None,
+        ledger: Ledger | bool = True,
+        limits: ArchiveLimits | None = None,
+        health_check_after: float = 60.0,
     ) -> None:
         check_acquire(
             server_names,
@@ -168,6 +171,10 @@ class _PoolBase:
         }
         self._server_names = server_names
         install_exit_handlers()  # workers acquire off the main thread, where SIGTERM's cannot be
+        self._start()
+
+    def _start(self) -> None:
+        raise NotImplementedError
 
     @property
     def settings(self) -> Settings:
@@ -201,37 +208,8 @@ class SandboxPool(_PoolBase):
     :mod:`workflows._pool`.
     """
 
-    def __init__(
-        self,
-        server_names: Sequence[str] | str,
-        *,
-        size: int = 4,
-        benchmark: str | None = None,
-        ttl_seconds: int | None = 7200,
-        test_account_email: str | None = None,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-        progress: bool | None = None,
-        ledger: Ledger | bool = True,
-        limits: ArchiveLimits | None = None,
-        health_check_after: float = 60.0,
-    ) -> None:
-        super().__init__(
-            server_names,
-            size=size,
-            benchmark=benchmark,
-            ttl_seconds=ttl_seconds,
-            test_account_email=test_account_email,
-            api_key=api_key,
-            base_url=base_url,
-            timeout=timeout,
-            progress=progress,
-            ledger=ledger,
-            limits=limits,
-            health_check_after=health_check_after,
-        )
-        self._book: _Book[LocalSandbox] = _Book(size)
+    def _start(self) -> None:
+        self._book: _Book[LocalSandbox] = _Book(self.size)
         self._cond = threading.Condition()
         self._stops: set[threading.Event] = set()
 
@@ -568,37 +546,8 @@ class AsyncSandboxPool(_PoolBase):
     coroutine is cancelled (and its sandbox replaced).
     """
 
-    def __init__(
-        self,
-        server_names: Sequence[str] | str,
-        *,
-        size: int = 4,
-        benchmark: str | None = None,
-        ttl_seconds: int | None = 7200,
-        test_account_email: str | None = None,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-        progress: bool | None = None,
-        ledger: Ledger | bool = True,
-        limits: ArchiveLimits | None = None,
-        health_check_after: float = 60.0,
-    ) -> None:
-        super().__init__(
-            server_names,
-            size=size,
-            benchmark=benchmark,
-            ttl_seconds=ttl_seconds,
-            test_account_email=test_account_email,
-            api_key=api_key,
-            base_url=base_url,
-            timeout=timeout,
-            progress=progress,
-            ledger=ledger,
-            limits=limits,
-            health_check_after=health_check_after,
-        )
-        self._book: _Book[AsyncLocalSandbox] = _Book(size)
+    def _start(self) -> None:
+        self._book: _Book[AsyncLocalSandbox] = _Book(self.size)
         self._cond: asyncio.Condition | None = None
         self._driver: AsyncDriver | None = None
         self._workers: set[asyncio.Task[None]] = set()
