@@ -130,6 +130,8 @@ class _PoolBase:
     """What both pools share: the checked acquire arguments, the settings, the health-check
     rule. Each pool sets up its own bookkeeping in :meth:`_start`."""
 
+    _book: _Book[Any]
+
     def __init__(
         self,
         server_names: Sequence[str] | str,
@@ -183,6 +185,19 @@ class _PoolBase:
 
     def _stale(self, idle: _Idle[Any]) -> bool:
         return time.monotonic() - idle.since > self.health_check_after
+
+    def _summary(
+        self, done: list[TaskResult[R]], started: float, replaced_before: int
+    ) -> PoolResults[R]:
+        """A run's results (``started``: its perf_counter; ``replaced_before``: the book's
+        count of replaced sandboxes then), logged."""
+        results = PoolResults(
+            done,
+            wall_seconds=time.perf_counter() - started,
+            sandboxes_replaced=self._book.replaced - replaced_before,
+        )
+        log.info("pool run: %s", results.summary())
+        return results
 
 
 class SandboxPool(_PoolBase):
@@ -299,13 +314,7 @@ class SandboxPool(_PoolBase):
         started = time.perf_counter()
         before = self._book.replaced
         done = list(self.imap_unordered(fn, tasks, timeout=timeout, retries=retries))
-        results = PoolResults(
-            done,
-            wall_seconds=time.perf_counter() - started,
-            sandboxes_replaced=self._book.replaced - before,
-        )
-        log.info("pool run: %s", results.summary())
-        return results
+        return self._summary(done, started, before)
 
     def imap_unordered(
         self,
@@ -656,13 +665,7 @@ class AsyncSandboxPool(_PoolBase):
         ) as results:
             async for result in results:
                 done.append(result)
-        pool_results = PoolResults(
-            done,
-            wall_seconds=time.perf_counter() - started,
-            sandboxes_replaced=self._book.replaced - before,
-        )
-        log.info("pool run: %s", pool_results.summary())
-        return pool_results
+        return self._summary(done, started, before)
 
     def imap_unordered(
         self,
