@@ -19,10 +19,13 @@ server process of its own.
 Lifecycle: each proxy app's lifespan runs in its own task of the host's task group (opened
 by the parent app's lifespan, see :func:`install_mcp`). A server is stopped when its
 sandbox is released or expires (through the state's listener hook, with a periodic sweep
-and a check on every request as a backstop), restarted when its workspace
-folder is replaced (reset, initialize), and every server is stopped when the emulator shuts
-down. Server processes run in their own process group, killed as a group; with bubblewrap
-they also die with the emulator if it is killed.
+and a check on every request as a backstop), and every server is stopped when the emulator
+shuts down. A reset stops the sandbox's server processes and holds its MCP requests
+(:meth:`McpHost.halt`) while the state ends every other process of the sandbox and empties
+it, then starts fresh ones (:meth:`McpHost.restart`); the proxies, and the MCP sessions
+clients hold with them, stay. Server processes run in their own process group, killed as a
+group; with bubblewrap each runs in a PID namespace of its own, and everything it started
+ends with it (and with the emulator if it is killed).
 
 ``klavis-emulator setup`` installs the npm and venv parts
 (:func:`~klavis_emulator._mcp_setup.setup_mcp_servers`).
@@ -43,9 +46,8 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import parse_qs
@@ -80,22 +82,6 @@ _ACCOUNT_HEADER: Final = b"x-email-config"
 _T = TypeVar("_T")
 
 
-@dataclass(frozen=True)
-class _WorkspaceId:
-    """Identity of a workspace folder: reset and initialize replace the folder itself."""
-
-    device: int
-    inode: int
-
-    @classmethod
-    def of(cls, path: Path) -> _WorkspaceId | None:
-        try:
-            info = path.stat()
-        except OSError:
-            return None
-        return cls(info.st_dev, info.st_ino)
-
-
 class _Backend:
     """One stdio server of one sandbox, behind its own fastmcp proxy app."""
 
@@ -103,7 +89,6 @@ class _Backend:
         self,
         key: _Key,
         spec: LaunchSpec,
-        workspace: _WorkspaceId,
         log_file: Path,
         tmp_dir: Path | None = None,
     ) -> None:
@@ -113,7 +98,6 @@ class _Backend:
 
         self.key = key
         self.spec = spec
-        self.workspace = workspace
         self.log_file = log_file
         self.tmp_dir = tmp_dir
         self.transport = StdioTransport(
@@ -161,12 +145,11 @@ class _Backend:
         except Exception:  # noqa: BLE001 - a dying server must not break the shutdown
             logger.warning("stopping the %s server of %s failed", self.key[1], self.key[0])
 
-    async def restart(self, workspace: _WorkspaceId) -> None:
-        """Stop the server process; the next request starts a fresh one on ``workspace``."""
+    async def stop_process(self) -> None:
+        """Stop the server process (and, confined, everything it started); the proxy stays,
+        and the next request starts a fresh process."""
         async with self.restart_lock:
-            if self.workspace != workspace:
-                await self._close_transport()
-                self.workspace = workspace
+            await self._close_transport()
 
     def log_tail(self, limit: int = 600) -> str:
         """The end of the server's stderr (for error messages)."""
@@ -221,6 +204,7 @@ class McpHost:
         self._startup_timeout = startup_timeout
         self.start_at_acquire = start_at_acquire
         self._warming: dict[str, asyncio.Future[None]] = {}
+        self._resetting: dict[str, asyncio.Event] = {}  # held requests wait on these
         self._backends: dict[_Key, _Backend] = {}
         self._alive: set[_Backend] = set()  # started and not yet stopped, listed or not
         self._starting: dict[_Key, anyio.Lock] = {}
@@ -518,6 +502,7 @@ class McpHost:
         async def start(server: str) -> None:
             key = (sandbox_id, server, "")
             try:
+                await self._not_resetting(sandbox_id)
                 async with self._starting.setdefault(key, anyio.Lock()):
                     await self._ensure_backend(key)
             except _Refusal as refusal:  # released meanwhile, or the host is stopping
@@ -544,30 +529,82 @@ class McpHost:
 
         asyncio.run_coroutine_threadsafe(waiting(), loop).result(timeout)
 
+    def halt(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
+        """Stop the server processes of one sandbox being reset, and hold its MCP requests
+        until :meth:`restart`; blocks until the processes have ended (the state then ends
+        whatever is left of the sandbox's processes). Safe from any thread but the host's
+        loop's (from there it only starts the stop). Extra arguments are ignored (listener
+        hook)."""
+        self._run_on_loop(self._halt(sandbox_id))
+
+    async def _halt(self, sandbox_id: str) -> None:
+        self._resetting.setdefault(sandbox_id, asyncio.Event())  # new starts wait from now on
+        await self._stop_processes(sandbox_id)
+
+    async def _stop_processes(self, sandbox_id: str) -> None:
+        backends = [backend for key, backend in self._backends.items() if key[0] == sandbox_id]
+        async with anyio.create_task_group() as group:
+            for backend in backends:
+                group.start_soon(backend.stop_process)
+
     def restart(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
-        """Restart the servers of one sandbox on its (new) workspace; safe from any thread.
-
-        The proxies and their client sessions stay; each server process is stopped and the
-        next request starts a fresh one. The sandbox's mailboxes, if it has a mail server,
-        are emptied before this returns. Extra arguments are ignored (listener hook).
-        """
-
-        def restart_now() -> None:
-            group = self._task_group
-            if group is None:
-                return
-            workspace = _WorkspaceId.of(self.state.workspace_path(sandbox_id))
-            for key, backend in list(self._backends.items()):
-                if key[0] == sandbox_id:
-                    group.start_soon(backend.restart, workspace or _WorkspaceId(-1, -1))
-
+        """Start the servers of a sandbox that was reset again, fresh: its mailboxes (if it
+        has a mail server) are emptied, any process started while it was reset is stopped,
+        its held MCP requests go on, and its servers start in the background (as at acquire).
+        Blocks like :meth:`halt`. Extra arguments are ignored (listener hook)."""
         try:
             with self._mail_lock:
                 mail = self._mail.get(sandbox_id)
             if mail is not None:  # the service resets its servers' data: the mailboxes too
                 mail.clear()
-        finally:  # a mail server that fails to empty must not keep the servers on the old data
-            self._in_loop(restart_now)
+        finally:  # a mail server that fails to empty must not keep the servers held
+            self._run_on_loop(self._restart(sandbox_id))
+
+    async def _restart(self, sandbox_id: str) -> None:
+        try:
+            # a start that was under way when the reset began ran on the old workspace: let
+            # it finish (new ones wait for the gate, holding no lock), then stop it too
+            for key, lock in list(self._starting.items()):
+                if key[0] == sandbox_id:
+                    async with lock:
+                        pass
+            await self._stop_processes(sandbox_id)
+        finally:
+            gate = self._resetting.pop(sandbox_id, None)
+            if gate is not None:
+                gate.set()
+        if self.start_at_acquire:
+            self.warm(sandbox_id)
+
+    async def _not_resetting(self, sandbox_id: str) -> None:
+        """Wait while the sandbox is being reset (its requests go on with fresh servers)."""
+        gate = self._resetting.get(sandbox_id)
+        if gate is not None:
+            with anyio.fail_after(self._startup_timeout):
+                await gate.wait()
+
+    def _run_on_loop(self, work: Coroutine[Any, Any, None], timeout: float = 60.0) -> None:
+        """Run ``work`` on the host's loop; from another thread, wait for it (``timeout``)."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._task_group is None:
+            work.close()
+            return
+        if threading.get_ident() == self._loop_thread:
+            task = loop.create_task(work)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        try:
+            future = asyncio.run_coroutine_threadsafe(work, loop)
+        except RuntimeError:  # the loop closed meanwhile
+            work.close()
+            return
+        try:
+            future.result(timeout)
+        except (TimeoutError, concurrent.futures.TimeoutError):
+            logger.warning("the MCP servers of a sandbox took over %g s to stop", timeout)
+        except concurrent.futures.CancelledError:
+            pass  # the host is stopping
 
     def shutdown(self, *, wait: float | None = None) -> None:
         """Stop every server and refuse new MCP requests (503); safe from any thread.
@@ -671,6 +708,7 @@ class McpHost:
         if self._task_group is None or self._closing:
             raise _Refusal(503, "The emulator's MCP host is not running (starting or stopping).")
         key = (sandbox_id, server, _chosen_account(scope) if CATALOG[server].mail_server else "")
+        await self._not_resetting(sandbox_id)
         lock = self._starting.setdefault(key, anyio.Lock())
         async with lock:
             return await self._ensure_backend(key)
@@ -678,13 +716,10 @@ class McpHost:
     async def _ensure_backend(self, key: _Key) -> _Backend:
         sandbox_id, server, account = key
         workspace_path = self.state.workspace_path(sandbox_id)
-        workspace = _WorkspaceId.of(workspace_path)
-        if workspace is None:
+        if not workspace_path.is_dir():
             raise _Refusal(404, f"Local sandbox {sandbox_id!r} was released.")
         backend = self._backends.get(key)
         if backend is not None:
-            if backend.workspace != workspace:  # reset or initialize replaced the folder
-                await backend.restart(workspace)
             return backend
         tools = self.tools()
         problem = tools.missing(server)
@@ -713,7 +748,7 @@ class McpHost:
         self._logs.mkdir(parents=True, exist_ok=True)
         log_file = self._logs / f"{sandbox_id}-{server}-{uuid.uuid4().hex[:8]}.log"
         started = time.monotonic()
-        backend = _Backend(key, spec, workspace, log_file, tmp_dir)
+        backend = _Backend(key, spec, log_file, tmp_dir)
         group = self._task_group
         if group is None or self._closing:
             raise _Refusal(503, "The emulator's MCP host is stopping.")
@@ -874,6 +909,7 @@ def install_mcp(
     emulator.add_listener(on_acquired=host.provision)  # before acquire answers: auth_data
     emulator.add_listener(
         on_gone=host.stop,
+        on_resetting=host.halt,
         on_reset=host.restart,
         on_acquired=host.warm if host.start_at_acquire else None,
     )

@@ -40,6 +40,7 @@ Other modules can follow sandboxes going away through :meth:`EmulatorState.add_l
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -60,6 +61,7 @@ from .errors import (
     InvalidExecutionName,
     NoUploadedArchive,
     ObjectNotFound,
+    OutOfSpace,
     SandboxNotFound,
     ServerNotInSandbox,
     UploadTooLarge,
@@ -91,6 +93,7 @@ __all__ = [
     "InvalidExecutionName",
     "NoUploadedArchive",
     "ObjectNotFound",
+    "OutOfSpace",
     "Region",
     "SandboxNotFound",
     "SandboxRecord",
@@ -275,12 +278,13 @@ class EmulatorState:
         on_gone: Callable[[str], None] | None = None,
         on_reset: Callable[[str], None] | None = None,
         on_acquired: Callable[[str], None] | None = None,
+        on_resetting: Callable[[str], None] | None = None,
     ) -> Callable[[], None]:
         """Subscribe to sandboxes being acquired, going away or being reset; returns an
         unsubscribe function (see :meth:`Sandboxes.add_listener
         <.sandboxes.Sandboxes.add_listener>`)."""
         return self._sandboxes.add_listener(
-            on_gone=on_gone, on_reset=on_reset, on_acquired=on_acquired
+            on_gone=on_gone, on_reset=on_reset, on_acquired=on_acquired, on_resetting=on_resetting
         )
 
     # ------------------------------------------------------------------ sandboxes
@@ -339,15 +343,14 @@ class EmulatorState:
         return self._sandboxes.release(tenant, sandbox_id, is_ttl=is_ttl)
 
     def reset(self, tenant: str, sandbox_id: str) -> str:
-        """Empty the workspace, the per-server data and the executions (running ones are
-        killed); the id and the servers stay. A sandbox of a benchmark with a pack gets the
-        pack again: that is its initial state."""
-        message = self._sandboxes.reset(tenant, sandbox_id)
+        """Start the sandbox's life again: its processes end (executions, MCP servers and what
+        they started), the workspace, the per-server data and the executions are emptied; the
+        id and the servers stay. A sandbox of a benchmark with a pack gets the pack again:
+        that is its initial state."""
         record = self._sandboxes.live(tenant, sandbox_id)
         pack = self._packs.get(record.benchmark) if record.benchmark is not None else None
-        if pack is not None:
-            self._apply_pack(tenant, record, pack)
-        return message
+        refill = None if pack is None else functools.partial(self._apply_pack, tenant, record, pack)
+        return self._sandboxes.reset(tenant, sandbox_id, refill=refill)
 
     def require_server(self, tenant: str, sandbox_id: str, server_name: str) -> SandboxRecord:
         """The sandbox, if it holds ``server_name`` (else :class:`ServerNotInSandbox`)."""

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
 from .._clock import Clock, isoformat
+from .._processes import end_processes, sandbox_processes
 from .db import Database, Folders
 from .errors import SandboxNotFound, ServerNotInSandbox
 
@@ -157,6 +158,7 @@ class _Listener:
     on_gone: Callable[[str], None] | None
     on_reset: Callable[[str], None] | None
     on_acquired: Callable[[str], None] | None = None
+    on_resetting: Callable[[str], None] | None = None
 
 
 class Sandboxes:
@@ -203,6 +205,7 @@ class Sandboxes:
         on_gone: Callable[[str], None] | None = None,
         on_reset: Callable[[str], None] | None = None,
         on_acquired: Callable[[str], None] | None = None,
+        on_resetting: Callable[[str], None] | None = None,
     ) -> Callable[[], None]:
         """Subscribe to sandboxes being acquired, going away or being reset; returns an
         unsubscribe function.
@@ -212,14 +215,19 @@ class Sandboxes:
         executions were removed. ``on_reset(sandbox_id)`` is called after a reset emptied
         the workspace, per-server data and executions (same id and servers).
         ``on_acquired(sandbox_id)`` is called once a new sandbox exists (its workspace made),
-        before acquire answers.
+        before acquire answers. ``on_resetting(sandbox_id)`` is called when a reset begins,
+        before anything is stopped or emptied: a listener that runs processes of the sandbox
+        ends them before it returns (it may block), and may start them again in
+        ``on_reset``, which follows even when the reset fails.
 
         Callbacks run synchronously on the thread that made the change (a request worker
         thread or the TTL reaper), outside the state's locks: keep them short and
         thread-safe (hand work to an event loop with ``call_soon_threadsafe``). Their
         exceptions are logged and otherwise ignored.
         """
-        listener = _Listener(on_gone=on_gone, on_reset=on_reset, on_acquired=on_acquired)
+        listener = _Listener(
+            on_gone=on_gone, on_reset=on_reset, on_acquired=on_acquired, on_resetting=on_resetting
+        )
         with self._listeners_lock:
             self._listeners.append(listener)
 
@@ -229,13 +237,16 @@ class Sandboxes:
 
         return remove
 
-    def _notify(self, event: Literal["gone", "reset", "acquired"], sandbox_id: str) -> None:
+    def _notify(
+        self, event: Literal["gone", "reset", "resetting", "acquired"], sandbox_id: str
+    ) -> None:
         with self._listeners_lock:
             listeners = list(self._listeners)
         for listener in listeners:
             callback = {
                 "gone": listener.on_gone,
                 "reset": listener.on_reset,
+                "resetting": listener.on_resetting,
                 "acquired": listener.on_acquired,
             }[event]
             if callback is None:
@@ -460,23 +471,40 @@ class Sandboxes:
             "it will be released asynchronously in background."
         )
 
-    def reset(self, tenant: str, sandbox_id: str) -> str:
-        """Empty the workspace, the per-server data and the executions (running ones are
-        killed); the id and the servers stay."""
+    def reset(
+        self, tenant: str, sandbox_id: str, *, refill: Callable[[], None] | None = None
+    ) -> str:
+        """Start the sandbox's life again: every process of its life so far ends (its
+        executions, its MCP servers and whatever they started: see :mod:`.._processes`), then
+        the workspace, the per-server data and the executions are emptied; the id and the
+        servers stay. ``refill`` gives it its initial contents again (a benchmark's pack)
+        before the ``reset`` listeners hear of it (the MCP host starts fresh servers then)."""
         self.live(tenant, sandbox_id)
-        for part in self._parts:
-            part.stop(sandbox_id)
-        with self._db.sandbox_lock(sandbox_id):
-            workspace = self.workspace_locked(tenant, sandbox_id)
+        self._notify("resetting", sandbox_id)
+        try:
             for part in self._parts:
-                part.stop(sandbox_id)  # one may have started meanwhile
-            with self._db.transaction() as db:
+                part.stop(sandbox_id)
+            with self._db.sandbox_lock(sandbox_id):
+                workspace = self.workspace_locked(tenant, sandbox_id)
                 for part in self._parts:
-                    part.forget(db, sandbox_id)
-            for part in self._parts:
-                part.clear(sandbox_id, workspace)
-        self.touch(sandbox_id)
-        self._notify("reset", sandbox_id)
+                    part.stop(sandbox_id)  # one may have started meanwhile
+                left = end_processes(sandbox_processes(workspace))
+                if left:
+                    logger.warning(
+                        "reset of sandbox %s: processes %s did not end within the wait",
+                        sandbox_id,
+                        left,
+                    )
+                with self._db.transaction() as db:
+                    for part in self._parts:
+                        part.forget(db, sandbox_id)
+                for part in self._parts:
+                    part.clear(sandbox_id, workspace)
+            if refill is not None:
+                refill()
+            self.touch(sandbox_id)
+        finally:  # servers stopped for the reset start again, even if it failed half-way
+            self._notify("reset", sandbox_id)
         return (
             f"Local sandbox {sandbox_id} was reset to its initial state "
             "(workspace, server data and executions emptied)."
