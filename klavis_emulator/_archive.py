@@ -1,4 +1,4 @@
-"""Safe tar.gz extraction into a workspace, and tar.gz creation for dumps.
+"""Safe tar.gz extraction into a workspace (dumps are made by :mod:`._workspace`).
 
 Extraction never uses ``TarFile.extractall``. The archive is read in one streaming pass
 (ISA-L decompression) and every member is checked as it arrives, before anything is written
@@ -24,11 +24,9 @@ import contextlib
 import errno
 import gzip
 import io
-import itertools
 import os
 import posixpath
 import queue
-import shutil
 import stat
 import tarfile
 import threading
@@ -38,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final, cast
 
-from isal import igzip, igzip_threaded, isal_zlib
+from isal import igzip, isal_zlib
 
 from ._bwrap import CONFINED_WORKSPACE
 from ._tar_header import FastTarInfo
@@ -52,9 +50,7 @@ __all__ = [
     "ArchiveLimits",
     "ArchiveRejected",
     "ArchiveTooLarge",
-    "copy_tree",
     "extract_archive",
-    "make_archive",
 ]
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -86,13 +82,6 @@ _AHEAD_BLOCKS = 2  # decompressed blocks of _COPY_CHUNK waiting for the tar read
 _MAX_TRAILING_BYTES = 1024 * 1024
 # Same as Linux's MAXSYMLINKS: more links in one resolution is a loop (ELOOP in the sandbox).
 _MAX_SYMLINK_HOPS = 40
-# ISA-L level of the dumps. On the 100 MiB benchmark workspace, one after the other on a busy
-# machine, zlib's 6 (what ``tar czf`` writes) took 23.4 s for 56.3 MB; ISA-L 1 2.5 s for
-# 59.9 MB (+6 %), ISA-L 2 2.8 s for 59.6 MB, ISA-L 0 2.0 s for 71.8 MB. The client library
-# packs at 1 too. With the rest of make_archive, interleaved: 3.62 s before, 0.36 s after.
-_DUMP_COMPRESSLEVEL = 1
-# Blocks of the compression thread and of tarfile's writes (the library's pack uses 256 KiB).
-_DUMP_BLOCK = 256 * 1024
 _O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | getattr(os, "O_BINARY", 0)
 _UTIME_FD = os.utime in os.supports_fd
@@ -131,7 +120,6 @@ _NO_SPACE_ERRNOS = frozenset(
 
 # isal's Python modules are untyped
 _igzip_file: Callable[..., Any] = igzip.IGzipFile
-_threaded_open: Callable[..., Any] = igzip_threaded.open
 
 # What corrupt or truncated data raises from the decompressor or tarfile while reading.
 _CORRUPT: tuple[type[BaseException], ...] = (
@@ -967,156 +955,3 @@ def extract_archive(archive: Path, root: Path, limits: ArchiveLimits | None = No
     except OSError as exc:
         raise _os_error(exc, "(a symbolic link)") from exc
     return extraction.written
-
-
-def copy_tree(source: Path, destination: Path) -> None:
-    """Copy the folder ``source`` to the new folder ``destination``, keeping links as links.
-
-    Iterative, unlike ``shutil.copytree``: a sandbox can make a tree deeper than Python's
-    recursion limit (``mkdir -p`` of 2,000 levels fits in PATH_MAX), and copytree needs two
-    frames a level. FIFOs, sockets and devices made in the sandbox are skipped (copytree
-    raised on them, a 500 for every later seed); dumps leave them out too.
-    """
-    os.mkdir(destination)
-    folders: list[tuple[str, str]] = [(os.fspath(source), os.fspath(destination))]
-    pending = list(folders)
-    while pending:
-        from_folder, to_folder = pending.pop()
-        with os.scandir(from_folder) as entries:
-            for entry in entries:
-                target = os.path.join(to_folder, entry.name)
-                if entry.is_symlink():
-                    os.symlink(os.readlink(entry.path), target)
-                elif entry.is_dir(follow_symlinks=False):
-                    os.mkdir(target)
-                    pending.append((entry.path, target))
-                    folders.append((entry.path, target))
-                elif entry.is_file(follow_symlinks=False):
-                    shutil.copy2(entry.path, target, follow_symlinks=False)
-    for from_folder, to_folder in reversed(folders):  # children first: their writes are done
-        shutil.copystat(from_folder, to_folder, follow_symlinks=False)
-
-
-def _walk_sorted(folder: str, arc: str) -> Iterator[tuple[str, str, os.stat_result]]:
-    """Yield ``(path, arcname, lstat)`` depth first, the entries of each folder sorted by name
-    (iteratively: see :func:`copy_tree`); an entry that vanishes while walked is skipped."""
-    pending: list[tuple[str, str]] = []
-
-    def push(parent: str, parent_arc: str) -> None:
-        try:
-            names = sorted(os.listdir(parent))
-        except OSError:
-            return
-        pending.extend((os.path.join(parent, n), f"{parent_arc}/{n}") for n in reversed(names))
-
-    push(folder, arc)
-    while pending:
-        path, child_arc = pending.pop()
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        yield path, child_arc, st
-        if stat.S_ISDIR(st.st_mode):
-            push(path, child_arc)
-
-
-class _Sink:
-    """What tarfile writes a dump to: the compressor, with the ``tell`` tarfile asks for
-    (tarfile's own stream mode re-buffers every write: 0.3 s of 5,000 small files)."""
-
-    def __init__(self, out: IO[bytes]) -> None:
-        self._out = out
-        self._pos = 0
-
-    def write(self, data: bytes) -> int:
-        self._out.write(data)
-        self._pos += len(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self._pos
-
-
-def _dump_info(
-    arcname: str, st: os.stat_result, path: str, inodes: dict[tuple[int, int], str]
-) -> tarfile.TarInfo | None:
-    """The header of one dump member (as ``TarFile.gettarinfo`` makes it, without its owner
-    lookups: owners are always root), or ``None`` for a type dumps leave out. A regular file
-    met again through another hard link (``inodes``: those archived so far) is stored as a hard
-    link to its first name."""
-    info = FastTarInfo(arcname)
-    mode = st.st_mode
-    if stat.S_ISREG(mode):
-        key = (st.st_dev, st.st_ino)
-        first = inodes.get(key) if st.st_nlink > 1 else None
-        if first is not None:
-            info.type = tarfile.LNKTYPE
-            info.linkname = first
-        else:
-            info.type = tarfile.REGTYPE
-            info.size = st.st_size
-    elif stat.S_ISDIR(mode):
-        info.type = tarfile.DIRTYPE
-    elif stat.S_ISLNK(mode):
-        info.type = tarfile.SYMTYPE
-        info.linkname = os.readlink(path)
-    else:
-        return None
-    info.mode = stat.S_IMODE(mode)
-    # a float time needs a PAX header of its own for every member
-    info.mtime = int(st.st_mtime)
-    info.uid = info.gid = 0
-    info.uname = info.gname = "root"
-    return info
-
-
-def make_archive(root: Path, destination: Path) -> int:
-    """Write ``root`` as a tar.gz to ``destination`` with members ``.`` and ``./name``.
-
-    Members are sorted by name within each folder; regular files, folders and symbolic
-    links are kept (a file's further hard links as hard links), other file types are skipped.
-    Returns the number of members.
-
-    Compression is ISA-L at :data:`_DUMP_COMPRESSLEVEL` on one background thread, so reading
-    the files overlaps with compressing them; each entry is ``lstat``-ed once and its header
-    built here (``gettarinfo`` looked up the owner's name of every file, then we replaced it).
-    """
-    count = 0
-    inodes: dict[tuple[int, int], str] = {}
-    with (
-        open(destination, "wb") as raw,
-        cast(
-            "IO[bytes]",
-            _threaded_open(
-                raw, "wb", compresslevel=_DUMP_COMPRESSLEVEL, threads=1, block_size=_DUMP_BLOCK
-            ),
-        ) as gz,
-        tarfile.TarFile(
-            fileobj=cast("IO[bytes]", _Sink(gz)),
-            mode="w",
-            format=tarfile.PAX_FORMAT,
-            copybufsize=_COPY_CHUNK,
-        ) as tar,
-    ):
-        top = os.fspath(root)
-        for path, arcname, st in itertools.chain(
-            [(top, ".", os.lstat(top))], _walk_sorted(top, ".")
-        ):
-            info = _dump_info(arcname, st, path, inodes)
-            if info is None:
-                continue
-            if info.type == tarfile.REGTYPE:
-                try:
-                    data = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below
-                except OSError:
-                    continue  # vanished (or unreadable) since it was listed
-                with data:
-                    tar.addfile(info, data)
-                if st.st_nlink > 1:
-                    inodes[(st.st_dev, st.st_ino)] = arcname
-            else:
-                tar.addfile(info)
-            _forget_members(tar)
-            count += 1
-    return count

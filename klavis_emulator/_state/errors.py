@@ -8,6 +8,7 @@
     ├── NoUploadedArchive          409: initialize/execute before any upload
     ├── ObjectNotFound             404: a signed URL's object is gone
     ├── UploadTooLarge             413: over the upload cap
+    ├── OutOfSpace                 507: the emulator's disk is full (or a file size limit)
     ├── InvalidExecutionName       400: not a safe folder/object name
     ├── ExecutionNotFound          404: no execution of that name
     └── ExecutionConflict          409: still running, or not finished yet
@@ -15,13 +16,17 @@
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "EmulatorError",
     "ExecutionConflict",
     "ExecutionNotFound",
     "InvalidExecutionName",
+    "NO_SPACE_ERRNOS",
     "NoUploadedArchive",
     "ObjectNotFound",
+    "OutOfSpace",
     "SandboxNotFound",
     "ServerNotInSandbox",
     "UploadTooLarge",
@@ -58,6 +63,25 @@ class ObjectNotFound(EmulatorError):
 
 class UploadTooLarge(EmulatorError):
     """An upload exceeds the emulator's size cap."""
+
+
+class OutOfSpace(EmulatorError):
+    """The emulator could not write what a request needs: its disk is full, a quota or the
+    process's file size limit was reached. Nothing half-written is kept."""
+
+    def __init__(self, doing: str, error: OSError) -> None:
+        code = errno.errorcode.get(error.errno or 0, "")
+        reason = f"{error.strerror or type(error).__name__}{f' ({code})' if code else ''}"
+        super().__init__(
+            f"The emulator ran out of disk space {doing}: {reason}. Free space on the "
+            "emulator's machine (or raise its limits) and try again."
+        )
+
+
+NO_SPACE_ERRNOS: frozenset[int] = frozenset(
+    getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG") if hasattr(errno, name)
+)
+"""What writing raises when the disk, a quota or the file size limit is full."""
 
 
 class InvalidExecutionName(EmulatorError):

@@ -318,7 +318,7 @@ class Executions(SandboxPart):
             self._sandboxes.workspace_locked(tenant, sandbox_id)
             work = self.path(sandbox_id, name) / "work"
             work.mkdir(parents=True, exist_ok=True)
-            self._storage.archive_to(work, key)
+            self._storage.archive_to(work, key, what="the execution's artifacts")
         return self._storage.download_url(key, base_url)
 
     def wait(

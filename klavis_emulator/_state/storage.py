@@ -19,11 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Final, Literal
 
-from .._archive import make_archive
 from .._clock import Clock
 from .._signing import SignedUrl, UrlSigner, is_valid_object_key
+from .._workspace import make_archive
 from .db import Database, Folders
-from .errors import ObjectNotFound, UploadTooLarge
+from .errors import NO_SPACE_ERRNOS, ObjectNotFound, OutOfSpace, UploadTooLarge
 from .sandboxes import Sandboxes, SandboxPart
 
 __all__ = ["REGIONS", "Region", "Storage", "UploadWriter"]
@@ -70,13 +70,26 @@ class UploadWriter:
             raise UploadTooLarge(
                 f"The upload is larger than the emulator's limit of {self._max_bytes} bytes."
             )
-        self._file.write(chunk)
+        try:
+            self._file.write(chunk)
+        except OSError as exc:
+            self.abort()
+            if exc.errno in NO_SPACE_ERRNOS:
+                raise OutOfSpace("receiving the upload", exc) from exc
+            raise
 
     def commit(self) -> None:
         """Publish the received bytes as the object (replacing an earlier upload)."""
         if self._file is None:
             raise RuntimeError("this upload is already finished")
-        self._file.close()
+        try:
+            self._file.close()  # flushes what is buffered
+        except OSError as exc:
+            self._file = None
+            self.abort()
+            if exc.errno in NO_SPACE_ERRNOS:
+                raise OutOfSpace("receiving the upload", exc) from exc
+            raise
         self._file = None
         try:
             self._publish(self._temp, self._final)
@@ -156,14 +169,19 @@ class Storage(SandboxPart):
             minutes=self.signed_url_minutes,
         )
 
-    def archive_to(self, folder: Path, key: str) -> None:
-        """Write ``folder`` as a tar.gz object under ``key``, keeping a few per folder."""
+    def archive_to(self, folder: Path, key: str, *, what: str) -> None:
+        """Write ``folder`` as a tar.gz object under ``key``, keeping a few per folder
+        (:class:`OutOfSpace` naming ``what`` when the disk is full)."""
         target = self._root / key
         temp = self._tmp / f"archive-{uuid.uuid4()}.tar.gz"
         try:
             make_archive(folder, temp)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(temp, target)
+        except OSError as exc:
+            if exc.errno in NO_SPACE_ERRNOS:
+                raise OutOfSpace(f"writing {what}", exc) from exc
+            raise
         finally:
             with contextlib.suppress(FileNotFoundError):
                 temp.unlink()

@@ -14,10 +14,11 @@ import shutil
 import uuid
 from pathlib import Path
 
-from .._archive import ArchiveLimits, copy_tree, extract_archive
+from .._archive import ArchiveLimits, extract_archive
 from .._signing import SignedUrl
+from .._workspace import copy_tree
 from .db import Database, Folders
-from .errors import NoUploadedArchive
+from .errors import NO_SPACE_ERRNOS, NoUploadedArchive, OutOfSpace
 from .sandboxes import Sandboxes, SandboxPart
 from .storage import Region, Storage
 
@@ -102,8 +103,10 @@ class Workspaces(SandboxPart):
         staging = self._tmp / f"staging-{uuid.uuid4()}"
         try:
             copy_tree(folder, staging)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS:
+                raise OutOfSpace("copying the workspace to seed it", exc) from exc
             raise
         return staging
 
@@ -113,7 +116,7 @@ class Workspaces(SandboxPart):
         key = f"sandboxes/{sandbox_id}/dumps/{uuid.uuid4()}.tar.gz"
         with self._db.sandbox_lock(sandbox_id):
             workspace = self._sandboxes.workspace_locked(tenant, sandbox_id)
-            self._storage.archive_to(workspace, key)
+            self._storage.archive_to(workspace, key, what="the workspace's dump")
         return self._storage.download_url(key, base_url)
 
     def _swap_contents(self, workspace: Path, replacement: Path | None) -> None:

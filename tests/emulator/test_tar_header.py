@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from klavis_emulator import _tar_header
-from klavis_emulator._archive import _BoundedTarInfo, make_archive
+from klavis_emulator._archive import _BoundedTarInfo
 from klavis_emulator._tar_header import parse_common
+from klavis_emulator._workspace import make_archive
 from tests.helpers import tree_of_every_header
 
 ENCODINGS = (("utf-8", "surrogateescape"), ("ascii", "strict"))
