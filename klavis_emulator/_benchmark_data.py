@@ -12,13 +12,18 @@ it at theirs: ``klavis-emulator --benchmark-data MCP_Atlas=PATH`` (or
                                       sandboxes that hold that server; not copied
 
 Documents are checked against the contract when the emulator starts (a bad pack fails then,
-not at the first acquire). A reset restores the pack: it is the sandbox's initial state.
+not at the first acquire), and so is every entry of the pack: only regular files, folders and
+symbolic links are copied into workspaces, so a FIFO, socket or device is refused by name (a
+FIFO among the documents blocked the emulator's start on reading it), and so is a sparse file
+(a 1 GiB file of holes took 1 GiB of disk in every sandbox using the pack, and 1 GiB in every
+dump). A reset restores the pack: it is the sandbox's initial state.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +74,7 @@ def load_pack(benchmark: str, root: str | os.PathLike[str]) -> BenchmarkPack:
     folder = Path(root).expanduser().resolve()
     if not folder.is_dir():
         raise ValueError(f"benchmark data of {benchmark}: {folder} is not a folder")
+    _check_entries(benchmark, folder)
     documents: dict[str, dict[str, Any]] = {}
     data = folder / SERVER_DATA_FOLDER
     if data.is_dir():
@@ -76,6 +82,42 @@ def load_pack(benchmark: str, root: str | os.PathLike[str]) -> BenchmarkPack:
             server, document = _document(benchmark, path)
             documents[server] = document
     return BenchmarkPack(benchmark, folder, documents)
+
+
+def _check_entries(benchmark: str, folder: Path) -> None:
+    """Refuse what a workspace cannot hold as is: FIFOs, sockets, devices, sparse files."""
+    for parent, folders, files in os.walk(folder):
+        for name in (*folders, *files):
+            path = Path(parent, name)
+            info = path.lstat()
+            if stat.S_ISDIR(info.st_mode) or stat.S_ISLNK(info.st_mode):
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                raise ValueError(
+                    f"benchmark data of {benchmark}: {path} is not a regular file, a folder or "
+                    "a symbolic link (a FIFO, socket or device): a workspace cannot hold it"
+                )
+            if _has_holes(path, info):
+                raise ValueError(
+                    f"benchmark data of {benchmark}: {path} is a sparse file ({info.st_size:,} "
+                    "bytes, with holes): every sandbox would get all of it on disk; write it "
+                    "out in full (e.g. `cp --sparse=never`) or leave it out"
+                )
+
+
+def _has_holes(path: Path, info: os.stat_result) -> bool:
+    """Whether a regular file has a hole (``SEEK_HOLE`` before its end; without it, fewer
+    blocks than its size needs)."""
+    if info.st_size == 0:
+        return False
+    seek_hole = getattr(os, "SEEK_HOLE", None)
+    if seek_hole is None:  # pragma: no cover - every Linux has it
+        return info.st_blocks * 512 < info.st_size
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        return os.lseek(fd, 0, seek_hole) < info.st_size
+    finally:
+        os.close(fd)
 
 
 def load_packs(packs: Mapping[str, str | os.PathLike[str]]) -> dict[str, BenchmarkPack]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,6 +111,31 @@ def test_a_bad_pack_stops_the_start(tmp_path: Path) -> None:
     unknown = EmulatorConfig(data_dir=tmp_path / "e", benchmark_data={"Atlas": pack})
     with pytest.raises(ValueError, match="the benchmarks are MCP_Atlas"):
         EmulatorServer(unknown).start()
+
+
+@pytest.mark.parametrize("where", ["docs/pipe", ".server-data/canvas.json"])
+def test_a_pack_with_a_fifo_is_refused_at_start_by_name(tmp_path: Path, where: str) -> None:
+    pack = _make_pack(tmp_path / "atlas")
+    os.mkfifo(pack / where)  # reading it would block: the start must not even try
+    config = EmulatorConfig(data_dir=tmp_path / "e", benchmark_data={"MCP_Atlas": pack})
+    with pytest.raises(ValueError, match=rf"{re.escape(str(pack / where))} is not a regular"):
+        EmulatorServer(config).start()
+
+
+def test_a_pack_with_a_sparse_file_is_refused_at_start_by_name(tmp_path: Path) -> None:
+    pack = _make_pack(tmp_path / "atlas")
+    sparse = pack / "docs" / "holes.bin"
+    with sparse.open("wb") as out:
+        out.truncate(1024**3)  # 1 GiB of holes, no block written
+    with sparse.open("rb") as check:
+        if os.lseek(check.fileno(), 0, os.SEEK_HOLE) >= sparse.stat().st_size:
+            pytest.skip(f"the file system of {tmp_path} does not report holes (SEEK_HOLE)")
+    config = EmulatorConfig(data_dir=tmp_path / "e", benchmark_data={"MCP_Atlas": pack})
+    with pytest.raises(ValueError, match=rf"{re.escape(str(sparse))} is a sparse file"):
+        EmulatorServer(config).start()
+    sparse.write_bytes(b"\0" * 4096)  # written out in full, the same bytes are welcome
+    with EmulatorServer(config):
+        pass
 
 
 def test_the_command_takes_packs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
