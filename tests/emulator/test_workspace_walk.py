@@ -1,0 +1,158 @@
+"""The walk of a folder that a sandbox's processes can change (``klavis_emulator._workspace``),
+on its own: its order, its limits, its descriptors, and what it reads when a folder is swapped
+for a symbolic link between two of its steps (the generator is paused there, so the swap
+lands exactly where a racing process would need it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from klavis_emulator._archive import MAX_DEPTH
+from klavis_emulator._workspace import FOLDER_DESCRIPTORS, copy_tree, walk
+
+SECRET = b"the emulator's own secret"
+
+
+def _outside(tmp_path: Path) -> Path:
+    """A folder beside the walked one, holding files named as the walked folder's."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("b.txt", "c.txt"):
+        (outside / name).write_bytes(SECRET)
+    return outside
+
+
+def _read(fd: int) -> bytes:
+    return os.pread(fd, 1 << 20, 0)
+
+
+def test_order_kinds_and_what_is_left_out(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "b" / "c").mkdir(parents=True)
+    (root / "a.txt").write_text("a")
+    (root / "b" / "x.txt").write_text("x")
+    (root / "c.txt").write_text("c")
+    os.symlink("a.txt", root / "link")
+    os.mkfifo(root / "fifo")
+    steps = [(entry.kind, entry.arcname) for entry in walk(root)]
+    assert steps == [
+        ("folder", "."),
+        ("file", "./a.txt"),
+        ("folder", "./b"),
+        ("folder", "./b/c"),
+        ("end", "./b/c"),
+        ("file", "./b/x.txt"),
+        ("end", "./b"),
+        ("file", "./c.txt"),
+        ("link", "./link"),
+        ("end", "."),
+    ]
+
+
+def test_a_folder_swapped_for_a_link_after_it_was_opened_is_read_as_opened(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    (root / "dir").mkdir(parents=True)
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (root / "dir" / name).write_bytes(b"mine")
+    outside = _outside(tmp_path)
+    read: dict[str, bytes] = {}
+    for entry in walk(root):
+        if entry.kind == "file":
+            read[entry.arcname] = _read(entry.fd)
+            if entry.arcname == "./dir/a.txt":  # the swap a racing process makes
+                os.rename(root / "dir", root / "moved")
+                os.symlink(outside, root / "dir")
+    assert read == {"./dir/a.txt": b"mine", "./dir/b.txt": b"mine", "./dir/c.txt": b"mine"}
+
+
+def test_a_folder_swapped_before_it_is_opened_is_left_out(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "dir").mkdir(parents=True)
+    (root / "a.txt").write_bytes(b"mine")
+    (root / "dir" / "b.txt").write_bytes(b"mine")
+    outside = _outside(tmp_path)
+    kinds: dict[str, str] = {}
+    for entry in walk(root):
+        kinds[entry.arcname] = entry.kind
+        if entry.kind == "file":
+            assert _read(entry.fd) == b"mine"
+        if entry.arcname == "./a.txt":
+            os.rename(root / "dir", root / "moved")  # listed as a folder, now a link
+            os.symlink(outside, root / "dir")
+    assert "./dir/b.txt" not in kinds
+    assert kinds.get("./dir") in (None, "link")
+
+
+def test_deep_trees_keep_few_descriptors_and_stop_at_the_depth_limit(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    depth = MAX_DEPTH + 5
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # deeper than PATH_MAX allows by path: made relative to descriptors
+        for level in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            with open(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd), "w") as out:
+                out.write(str(level))
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+    before = len(os.listdir("/proc/self/fd"))
+    most = 0
+    levels: list[int] = []
+    for entry in walk(root):
+        most = max(most, len(os.listdir("/proc/self/fd")) - before)
+        if entry.kind == "file":
+            levels.append(int(_read(entry.fd)))
+    assert most <= FOLDER_DESCRIPTORS + 3  # the folders kept, a file, listdir's own
+    # a member may go through MAX_DEPTH folders: files at levels 0..MAX_DEPTH ("d" < "f":
+    # the deepest file comes first)
+    assert levels == list(reversed(range(MAX_DEPTH + 1)))
+    assert len(os.listdir("/proc/self/fd")) == before  # every descriptor closed
+
+
+def test_a_shallow_folder_swapped_while_the_walk_is_deep_ends_its_walk(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    chain = root.joinpath(*(["d"] * (FOLDER_DESCRIPTORS + 20)))
+    chain.mkdir(parents=True)
+    (root / "d" / "z.txt").write_bytes(b"mine")  # read after the walk comes back up
+    outside = tmp_path / "outside"
+    (outside / "d").mkdir(parents=True)
+    (outside / "z.txt").write_bytes(SECRET)
+    read: dict[str, bytes] = {}
+    swapped = False
+    for entry in walk(root):
+        if entry.kind == "file":
+            read[entry.arcname] = _read(entry.fd)
+        if entry.kind == "folder" and len(entry.parts) == FOLDER_DESCRIPTORS + 20 and not swapped:
+            # ./d was closed to stay under the budget: put a link in its place
+            os.rename(root / "d", root / "moved")
+            os.symlink(outside, root / "d")
+            swapped = True
+    assert swapped
+    assert SECRET not in read.values()
+    assert "./d/z.txt" not in read  # its folder could not be opened again as itself
+
+
+def test_copy_tree_copies_contents_modes_times_and_links(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    (source / "sub").mkdir(parents=True)
+    (source / "sub" / "run.sh").write_bytes(b"#!/bin/sh\n")
+    (source / "sub" / "run.sh").chmod(0o750)
+    os.utime(source / "sub" / "run.sh", ns=(1_000_000_000, 2_000_000_000))
+    os.symlink("/data/sub/run.sh", source / "abs")
+    os.mkfifo(source / "fifo")
+    (source / "sub").chmod(0o705)
+    copy = tmp_path / "copy"
+    copy_tree(source, copy)
+    assert (copy / "sub" / "run.sh").read_bytes() == b"#!/bin/sh\n"
+    assert (copy / "sub" / "run.sh").stat().st_mode & 0o777 == 0o750
+    assert (copy / "sub" / "run.sh").stat().st_mtime_ns == 2_000_000_000
+    assert (copy / "sub").stat().st_mode & 0o777 == 0o705
+    assert os.readlink(copy / "abs") == "/data/sub/run.sh"
+    assert not (copy / "fifo").exists()
