@@ -14,10 +14,9 @@ Files are opened with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO put in a file's place 
 the emulator) and described by ``fstat`` of the open file, so a member's header and its bytes
 come from the same file.
 
-What a walk leaves out: FIFOs, sockets and devices (dumps never held them); entries more than
-:data:`~klavis_emulator._archive.MAX_DEPTH` folders deep or whose path passes
-:data:`~klavis_emulator._archive.MAX_PATH_BYTES` (no archive may hold them: the emulator and the
-client library refuse such members).
+What a walk leaves out: FIFOs, sockets and devices (dumps never held them), and entries whose
+path passes :data:`~klavis_emulator._archive.MAX_PATH_BYTES` (no archive may hold them: the
+emulator and the client library refuse such members).
 
 Why by hand: ``os.fwalk`` is just as safe against swaps, but it yields all of a folder's files
 before its sub-folders (dumps are sorted by name within a folder, files and folders mixed, and
@@ -34,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import secrets
 import stat
 import tarfile
 from collections.abc import Callable, Iterator
@@ -43,10 +43,10 @@ from typing import IO, Any, Final, Literal, cast
 
 from isal import igzip_threaded
 
-from ._archive import MAX_DEPTH, MAX_PATH_BYTES
+from ._archive import MAX_PATH_BYTES
 from ._tar_header import FastTarInfo
 
-__all__ = ["FOLDER_DESCRIPTORS", "WalkEntry", "copy_tree", "make_archive", "walk"]
+__all__ = ["FOLDER_DESCRIPTORS", "WalkEntry", "copy_tree", "make_archive", "remove_tree", "walk"]
 
 FOLDER_DESCRIPTORS: Final = 64
 """Most folder descriptors one walk keeps open (a tree can be thousands of folders deep)."""
@@ -112,8 +112,6 @@ class _Lost(Exception):
 
 
 def _within_limits(parts: tuple[str, ...]) -> bool:
-    if len(parts) > MAX_DEPTH + 1:
-        return False
     return len("/".join(parts).encode("utf-8", "surrogateescape")) <= MAX_PATH_BYTES
 
 
@@ -152,9 +150,7 @@ def walk(root: str | os.PathLike[str]) -> Iterator[WalkEntry]:
                 continue
             if step.kind == "folder":
                 child = _Folder(parts, step.fd, step.stat)
-                child.names = (
-                    _sorted_names(step.fd) if len(parts) <= MAX_DEPTH else []
-                )  # deeper members would pass MAX_DEPTH
+                child.names = _sorted_names(step.fd)
                 stack.append(child)
                 _keep_under_budget(stack)
                 yield step
@@ -251,32 +247,38 @@ def copy_tree(source: Path, destination: Path) -> None:
     """Copy the folder ``source`` to the new folder ``destination``, keeping links as links.
 
     ``source`` is read with :func:`walk` (a sandbox may be changing it); ``destination`` is the
-    emulator's own (a staging folder nobody else reaches). Files get their mode and times,
-    folders theirs once their entries are written. FIFOs, sockets and devices made in the
-    sandbox are left out (dumps leave them out too).
+    emulator's own (a staging folder nobody else reaches), written relative to its descriptor
+    (a path under it may be longer than the host's PATH_MAX allows with its prefix). Files get
+    their mode and times, folders theirs once their entries are written. FIFOs, sockets and
+    devices made in the sandbox are left out (dumps leave them out too).
     """
-    top = os.fspath(destination)
-    for entry in walk(source):
-        target = os.path.join(top, *entry.parts)
-        if entry.kind == "folder":
-            os.mkdir(target, 0o700)
-        elif entry.kind == "file":
-            _copy_file(entry, target)
-        elif entry.kind == "link":
-            os.symlink(entry.target, target)
-            with contextlib.suppress(OSError):
-                os.utime(target, ns=_times(entry.stat), follow_symlinks=False)
-        else:  # the folder's entries are written: its own mode and times
-            os.chmod(target, stat.S_IMODE(entry.stat.st_mode))
-            os.utime(target, ns=_times(entry.stat))
+    os.mkdir(destination, 0o700)
+    top = os.open(destination, _FOLDER_FLAGS)
+    try:
+        for entry in walk(source):
+            target = "/".join(entry.parts) or "."
+            if entry.kind == "folder":
+                if entry.parts:
+                    os.mkdir(target, 0o700, dir_fd=top)
+            elif entry.kind == "file":
+                _copy_file(entry, target, top)
+            elif entry.kind == "link":
+                os.symlink(entry.target, target, dir_fd=top)
+                with contextlib.suppress(OSError):
+                    os.utime(target, ns=_times(entry.stat), dir_fd=top, follow_symlinks=False)
+            else:  # the folder's entries are written: its own mode and times
+                os.chmod(target, stat.S_IMODE(entry.stat.st_mode), dir_fd=top)
+                os.utime(target, ns=_times(entry.stat), dir_fd=top)
+    finally:
+        os.close(top)
 
 
 def _times(info: os.stat_result) -> tuple[int, int]:
     return (info.st_atime_ns, info.st_mtime_ns)
 
 
-def _copy_file(entry: WalkEntry, target: str) -> None:
-    out = os.open(target, _NEW_FILE, 0o600)
+def _copy_file(entry: WalkEntry, target: str, top: int) -> None:
+    out = os.open(target, _NEW_FILE, 0o600, dir_fd=top)
     try:
         _copy_data(entry.fd, out)
         os.fchmod(out, stat.S_IMODE(entry.stat.st_mode))
@@ -421,3 +423,89 @@ def make_archive(root: Path, destination: Path) -> int:
             tar.members.clear()  # type: ignore[attr-defined]  # tarfile keeps every TarInfo
             count += 1
     return count
+
+
+# ---------------------------------------------------------------------- removal
+
+
+def remove_tree(path: str | os.PathLike[str]) -> None:
+    """Delete ``path`` and everything below it, never following a link, at any depth; what
+    cannot be deleted is left (like ``shutil.rmtree(..., ignore_errors=True)``).
+
+    Why not ``shutil.rmtree``: before Python 3.13 it recurses once a level, and a sandbox can
+    make a tree deeper than the recursion limit (``mkdir -p`` of 2,000 levels fits in
+    PATH_MAX): ``RecursionError`` is no ``OSError``, so even ``ignore_errors=True`` raised it,
+    and every release of such a sandbox failed. Here the tree is kept two levels deep while it
+    is deleted: a folder found inside a sub-folder is moved up beside it (a rename within the
+    tree) before the sub-folder is emptied, so two descriptors suffice. Each pass deletes what
+    it finds; it stops when the tree is gone or a pass deleted nothing (something keeps
+    refilling it, or cannot be deleted).
+    """
+    try:
+        top = os.open(path, _FOLDER_FLAGS)
+    except FileNotFoundError:
+        return
+    except OSError:  # not a folder (a file, a link): delete the name itself
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return
+    try:
+        hoisted = 0
+        prefix = f".removing-{secrets.token_hex(4)}-"
+        while True:
+            names = _listed(top)
+            progress = False
+            for name in names:
+                removed, hoisted = _remove_entry(top, name, prefix, hoisted)
+                progress = progress or removed
+            if not names or not progress:
+                break
+    finally:
+        os.close(top)
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+
+
+def _listed(fd: int) -> list[str]:
+    try:
+        return os.listdir(fd)
+    except OSError:
+        return []
+
+
+def _remove_entry(top: int, name: str, prefix: str, hoisted: int) -> tuple[bool, int]:
+    """Delete ``name`` of the folder ``top`` if it is not a folder; if it is, delete its
+    files, move its sub-folders up into ``top`` (to be deleted by a later pass), and delete it
+    once empty. Whether something was deleted or moved, and the hoisting counter."""
+    try:
+        os.unlink(name, dir_fd=top)
+        return True, hoisted
+    except IsADirectoryError:
+        pass
+    except OSError:
+        return False, hoisted
+    try:
+        folder = os.open(name, _FOLDER_FLAGS, dir_fd=top)
+    except OSError:
+        return False, hoisted
+    progress = False
+    try:
+        for inner in _listed(folder):
+            try:
+                os.unlink(inner, dir_fd=folder)
+                progress = True
+                continue
+            except IsADirectoryError:
+                pass
+            except OSError:
+                continue
+            hoisted += 1
+            with contextlib.suppress(OSError):
+                os.rename(inner, f"{prefix}{hoisted}", src_dir_fd=folder, dst_dir_fd=top)
+                progress = True
+    finally:
+        os.close(folder)
+    with contextlib.suppress(OSError):
+        os.rmdir(name, dir_fd=top)
+        progress = True
+    return progress, hoisted

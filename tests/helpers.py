@@ -163,6 +163,23 @@ def tree_of_every_header(root: Path) -> Path:
     return tree
 
 
+def make_chain(root: Path, depth: int, name: str = "d") -> None:
+    """Make ``root/name/name/...`` ``depth`` folders deep, each with a file ``f`` holding its
+    level, relative to descriptors (deeper than PATH_MAX allows by path, as a sandbox's
+    process can by entering each folder it makes)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for level in range(depth):
+            os.mkdir(name, dir_fd=fd)
+            with open(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd), "w") as out:
+                out.write(str(level))
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+
+
 def listed_sandboxes(base_url: str, token: str) -> list[str]:
     """The ids of the sandboxes the emulator lists for ``token``, read with plain httpx."""
     response = httpx.get(

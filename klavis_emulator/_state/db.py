@@ -9,13 +9,14 @@ connection shared by the request threads, the TTL reaper and the execution threa
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sqlite3
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final
+
+from .._workspace import remove_tree
 
 __all__ = ["Database", "Folders"]
 
@@ -98,7 +99,7 @@ class Folders:
         )
         for folder in (folders.workspaces, folders.executions, folders.storage):
             folder.mkdir(exist_ok=True)
-        shutil.rmtree(folders.tmp, ignore_errors=True)
+        remove_tree(folders.tmp)
         folders.tmp.mkdir()
         return folders
 

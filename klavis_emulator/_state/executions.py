@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import shutil
 import sqlite3
 import threading
 import time
@@ -35,6 +34,7 @@ from .._runner import (
     read_log,
 )
 from .._signing import SignedUrl
+from .._workspace import remove_tree
 from .db import Database, Folders
 from .errors import ExecutionConflict, ExecutionNotFound, InvalidExecutionName, NoUploadedArchive
 from .sandboxes import Sandboxes, SandboxPart
@@ -64,7 +64,7 @@ def _trash(folder: Path, tmp: Path) -> None:
     if folder.exists():
         trash = tmp / f"old-{uuid.uuid4()}"
         os.rename(folder, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+        remove_tree(trash)
 
 
 class Executions(SandboxPart):
@@ -111,7 +111,7 @@ class Executions(SandboxPart):
 
     def remove(self, sandbox_id: str) -> None:
         """Delete the execution folders of a released sandbox."""
-        shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
+        remove_tree(self._root / sandbox_id)
 
     def clear(self, sandbox_id: str, workspace: Path) -> None:
         """Delete the execution folders of a sandbox being reset; wake status waiters."""
@@ -233,7 +233,7 @@ class Executions(SandboxPart):
                 extract_archive(archive, staging / "work", self._archive_limits)
                 (staging / "output.log").touch()
             except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
+                remove_tree(staging)
                 raise
             folder = self.path(sandbox_id, name)
             folder.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import shutil
 import sqlite3
 import threading
 import uuid
@@ -29,6 +28,7 @@ from typing import Any, Final, Literal, get_args
 
 from .._clock import Clock, isoformat
 from .._processes import end_processes, sandbox_processes
+from .._workspace import remove_tree
 from .db import Database, Folders
 from .errors import SandboxNotFound, ServerNotInSandbox
 
@@ -376,7 +376,7 @@ class Sandboxes:
         for part in self._parts:
             part.stop(sandbox_id)
         with self._db.sandbox_lock(sandbox_id):
-            shutil.rmtree(self.workspace_path(sandbox_id), ignore_errors=True)
+            remove_tree(self.workspace_path(sandbox_id))
             for part in self._parts:
                 part.remove(sandbox_id)
         self._db.forget_sandbox_lock(sandbox_id)

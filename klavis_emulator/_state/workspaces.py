@@ -10,13 +10,12 @@ on success, so a refused archive changes nothing.
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from pathlib import Path
 
 from .._archive import ArchiveLimits, extract_archive
 from .._signing import SignedUrl
-from .._workspace import copy_tree
+from .._workspace import copy_tree, remove_tree
 from .db import Database, Folders
 from .errors import NO_SPACE_ERRNOS, NoUploadedArchive, OutOfSpace
 from .sandboxes import Sandboxes, SandboxPart
@@ -75,7 +74,7 @@ class Workspaces(SandboxPart):
             try:
                 count = extract_archive(archive, staging, self._archive_limits)
             except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
+                remove_tree(staging)
                 raise
             self._swap_contents(workspace, staging)
         self._sandboxes.touch(sandbox_id)
@@ -90,9 +89,9 @@ class Workspaces(SandboxPart):
             left_out = staging / leave_out
             try:
                 if left_out.is_dir() and not left_out.is_symlink():
-                    shutil.rmtree(left_out)
+                    remove_tree(left_out)
             except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
+                remove_tree(staging)
                 raise
             self._swap_contents(workspace, staging)
         self._sandboxes.touch(sandbox_id)
@@ -104,7 +103,7 @@ class Workspaces(SandboxPart):
         try:
             copy_tree(folder, staging)
         except BaseException as exc:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_tree(staging)
             if isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS:
                 raise OutOfSpace("copying the workspace to seed it", exc) from exc
             raise
@@ -135,6 +134,6 @@ class Workspaces(SandboxPart):
                     os.rename(replacement / name, workspace / name)
                 os.chmod(workspace, replacement.stat().st_mode & 0o7777)
         finally:
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree(old)
             if replacement is not None:
-                shutil.rmtree(replacement, ignore_errors=True)
+                remove_tree(replacement)

@@ -41,6 +41,7 @@ from tests.crafted import (
     tar_gz,
     zeros_file,
 )
+from tests.helpers import make_chain
 
 GZIP = {"Content-Type": "application/gzip"}
 BASELINE = [file("keep.txt", "kept"), folder("d"), file("d/inner.txt", "inner")]
@@ -506,6 +507,27 @@ def test_odd_things_made_inside_the_sandbox_do_not_break_later_seeds(tenant: Ten
     dumped = _dump(tenant, sandbox_id)
     assert dumped["./" + "/".join(["d"] * 600) + "/bottom.txt"] == ("file", b"bottom")
     assert "./pipe" not in dumped  # FIFOs are neither dumped nor kept by a seed
+
+
+@pytest.mark.parametrize("how", ["reset", "release"])
+def test_a_tree_deeper_than_python_recursion_is_reset_and_released(
+    tenant: Tenant, how: str
+) -> None:
+    """A sandbox's process can make folders thousands of levels deep (entering each one, so
+    no path passes PATH_MAX). ``shutil.rmtree`` recursed once a level before Python 3.13, and
+    ``RecursionError`` is no ``OSError``: even ``ignore_errors=True`` raised it, and every reset
+    and release of such a sandbox answered 500."""
+    sandbox_id = tenant.acquire()
+    workspace = tenant.workspace(sandbox_id)
+    make_chain(workspace, 3000)
+    if how == "reset":
+        response = tenant.client.post(f"/local-sandbox/{sandbox_id}/reset")
+        assert response.status_code == 200, response.text
+        assert os.listdir(workspace) == []
+    else:
+        response = tenant.client.delete(f"/local-sandbox/{sandbox_id}")
+        assert response.status_code == 200, response.text
+        assert not workspace.exists()
 
 
 def test_a_real_compression_ratio_is_accepted(tenant: Tenant) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from klavis_emulator._archive import MAX_DEPTH
-from klavis_emulator._workspace import FOLDER_DESCRIPTORS, copy_tree, walk
+from klavis_emulator._archive import MAX_PATH_BYTES
+from klavis_emulator._workspace import FOLDER_DESCRIPTORS, copy_tree, remove_tree, walk
+from tests.helpers import make_chain
 
 SECRET = b"the emulator's own secret"
 
@@ -87,21 +88,11 @@ def test_a_folder_swapped_before_it_is_opened_is_left_out(tmp_path: Path) -> Non
     assert kinds.get("./dir") in (None, "link")
 
 
-def test_deep_trees_keep_few_descriptors_and_stop_at_the_depth_limit(tmp_path: Path) -> None:
+def test_deep_trees_keep_few_descriptors_and_stop_at_the_path_limit(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    depth = MAX_DEPTH + 5
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:  # deeper than PATH_MAX allows by path: made relative to descriptors
-        for level in range(depth):
-            os.mkdir("d", dir_fd=fd)
-            with open(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd), "w") as out:
-                out.write(str(level))
-            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    finally:
-        os.close(fd)
+    deepest = (MAX_PATH_BYTES - 1) // 2  # "d/" a level, then "f": the last file that fits
+    make_chain(root, deepest + 5)
     before = len(os.listdir("/proc/self/fd"))
     most = 0
     levels: list[int] = []
@@ -110,10 +101,38 @@ def test_deep_trees_keep_few_descriptors_and_stop_at_the_depth_limit(tmp_path: P
         if entry.kind == "file":
             levels.append(int(_read(entry.fd)))
     assert most <= FOLDER_DESCRIPTORS + 3  # the folders kept, a file, listdir's own
-    # a member may go through MAX_DEPTH folders: files at levels 0..MAX_DEPTH ("d" < "f":
-    # the deepest file comes first)
-    assert levels == list(reversed(range(MAX_DEPTH + 1)))
+    # every file whose path fits MAX_PATH_BYTES ("d" < "f": the deepest comes first)
+    assert levels == list(reversed(range(deepest + 1)))
     assert len(os.listdir("/proc/self/fd")) == before  # every descriptor closed
+    copy = tmp_path / "copy"
+    copy_tree(root, copy)  # deeper than the host's PATH_MAX with the copy's prefix
+    fd = os.open(copy, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        path = "/".join(["d"] * deepest + ["f"])
+        with open(os.open(path, os.O_RDONLY, dir_fd=fd)) as copied:
+            assert copied.read() == str(deepest)
+    finally:
+        os.close(fd)
+    for tree in (root, copy):  # shutil.rmtree (pytest's cleanup too) recursed before 3.13
+        remove_tree(tree)
+        assert not tree.exists()
+
+
+def test_remove_tree_deletes_any_depth_and_never_follows_a_link(tmp_path: Path) -> None:
+    outside = _outside(tmp_path)
+    root = tmp_path / "root"
+    root.mkdir()
+    make_chain(root, 3000)
+    os.symlink(outside, root / "link")
+    (root / "sub").mkdir()
+    os.symlink(outside / "b.txt", root / "sub" / "file-link")
+    remove_tree(root)
+    assert not root.exists()
+    assert sorted(os.listdir(outside)) == ["b.txt", "c.txt"]  # what links led to stays
+    remove_tree(root)  # gone already: nothing to do
+    (root).write_text("a file")
+    remove_tree(root)
+    assert not root.exists()
 
 
 def test_a_shallow_folder_swapped_while_the_walk_is_deep_ends_its_walk(tmp_path: Path) -> None:
