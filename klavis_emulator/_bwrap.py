@@ -33,6 +33,13 @@ network with ``--allow-network``) can do whatever the emulator's user can, inclu
 the control routes, which answer loopback clients when no ``--control-token`` is set.
 ``KLAVIS_EMULATOR_MCP_CONFINE``, the older name, is read when the new one is not set.
 
+**What a confined process holds.** No capabilities (``--cap-drop ALL``): bubblewrap 0.8.0
+started as root keeps nearly all of them for the sandboxed process (``CapEff
+000001fffeffffff`` measured), and with ``CAP_SYS_ADMIN`` in its mount namespace a process
+could remount a read-only bind writable (``mount -o remount,rw,bind /usr``: it then wrote
+into the host's folder) or unmount what hides a file. Started as an unprivileged user,
+bubblewrap drops them anyway; the option changes nothing there.
+
 Rejected alternatives: keeping a probe per consumer (two probes drifted apart, which is the
 bug above); warning and going on unconfined when bwrap fails (nobody reads a line in every
 log: the failure went unseen); ``--ro-bind-try`` for the interpreter (a missing interpreter
@@ -177,17 +184,18 @@ def bwrap_args(
 ) -> list[str]:
     """The ``bwrap ... --`` arguments that confine one process; append its command line.
 
-    New namespaces for everything (network too, unless ``network``), the process dies with
-    its parent and runs in a new session (no terminal to inject input into), an environment
-    of exactly ``env``. Mounts, in this order: a private tmpfs at ``/tmp`` (first, so that
-    binds below ``/tmp`` survive: see the module docs), ``/proc``, ``/dev``, the system
-    folders and the emulator's Python read-only, the folders in ``read_only`` read-only at
-    their own path, ``workspace`` read-write at ``/data``, then ``binds``.
+    New namespaces for everything (network too, unless ``network``), no capabilities, the
+    process dies with its parent and runs in a new session (no terminal to inject input
+    into), an environment of exactly ``env``. Mounts, in this order: a private tmpfs at
+    ``/tmp`` (first, so that binds below ``/tmp`` survive: see the module docs), ``/proc``,
+    ``/dev``, the system folders and the emulator's Python read-only, the folders in
+    ``read_only`` read-only at their own path, ``workspace`` read-write at ``/data``, then
+    ``binds``.
     """
     args = [bwrap, "--unshare-all"]
     if network:
         args.append("--share-net")
-    args += ["--die-with-parent", "--new-session", "--clearenv"]
+    args += ["--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL"]
     args += ["--tmpfs", PRIVATE_TMP, "--proc", "/proc", "--dev", "/dev"]
     args += _system_args()
     for root in read_only_roots([*python_roots(), *read_only]):

@@ -190,6 +190,36 @@ def test_a_run_cannot_reach_the_network(attacker: Executions, listener: socket.s
     assert not _accepted(listener)
 
 
+# ---------------------------------------------------------------------- capabilities
+
+# main.py: the capabilities it holds, and whether it can make a read-only mount writable.
+REMOUNTER = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+status = open("/proc/self/status").read()
+print("CAPS", [line.split()[1] for line in status.splitlines() if line.startswith("CapEff")][0])
+MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 2, 4, 32, 4096
+for path in ("/usr", "/etc"):
+    done = libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, None)
+    said = "remounted" if done == 0 else os.strerror(ctypes.get_errno())
+    print("REMOUNT", path, said, "writable" if os.access(path, os.W_OK) else "read-only")
+"""
+
+
+def test_a_run_holds_no_capabilities_and_cannot_make_the_system_writable(
+    attacker: Executions,
+) -> None:
+    """bubblewrap started by root keeps nearly every capability for the sandboxed process;
+    with them it remounted its read-only view of the host's /usr writable. (Only checks
+    access: nothing is written.)"""
+    sandbox_id = attacker.acquire()
+    assert attacker.run(sandbox_id, "remount", {"main.py": REMOUNTER}) == "completed"
+    logs = attacker.logs(sandbox_id, "remount")["logs"]
+    assert "CAPS 0000000000000000\n" in logs, logs
+    for path in ("/usr", "/etc"):
+        assert f"REMOUNT {path} Operation not permitted read-only\n" in logs, logs
+
+
 # ---------------------------------------------------------------------- the install step
 
 # An in-tree PEP 517 build backend: importing it (pip does, to build the project) POSTs the
