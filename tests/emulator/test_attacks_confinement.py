@@ -38,7 +38,10 @@ from klavis_emulator._bwrap import (
     ConfinementError,
     decide_confinement,
 )
+from klavis_emulator._mcp_setup import find_tools
+from tests.emulator.mcp_servers import ServerSandbox
 from tests.helpers import Executions, require_confinement, run_cli
+from workflows import _mcp as client
 
 SECRET = "tenant-a-secret-7f3c"
 
@@ -188,6 +191,130 @@ def test_a_run_cannot_reach_the_network(attacker: Executions, listener: socket.s
     assert "BLOCKED" in logs, logs
     assert "CONNECTED" not in logs
     assert not _accepted(listener)
+
+
+# ---------------------------------------------------------------------- host root's secrets
+
+# main.py: try to lift what covers each path of targets.json (umount2, MNT_DETACH), then read
+# it; one JSON line: path -> "read" / "listed" (something came back), "empty", or the error.
+SECRETS_READER = """
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+found = {}
+for path in json.load(open("targets.json")):
+    libc.umount2(path.encode(), 2)
+    try:
+        if os.path.isdir(path):
+            found[path] = "listed" if os.listdir(path) else "empty"
+        else:
+            with open(path, "rb") as handle:
+                found[path] = "read" if handle.read(1) else "empty"
+    except OSError as exc:
+        found[path] = type(exc).__name__
+print("RESULT", json.dumps(found))
+"""
+
+# The same through code-runner's run-code (javascript), after "const TARGETS = [...];".
+SECRETS_READER_JS = """
+const fs = require('fs');
+const found = {};
+for (const path of TARGETS) {
+  try {
+    if (fs.statSync(path).isDirectory()) {
+      found[path] = fs.readdirSync(path).length ? 'listed' : 'empty';
+    } else {
+      const fd = fs.openSync(path, 'r');
+      found[path] = fs.readSync(fd, Buffer.alloc(1), 0, 1, null) ? 'read' : 'empty';
+      fs.closeSync(fd);
+    }
+  } catch (error) {
+    found[path] = error.code;
+  }
+}
+console.log('RESULT ' + JSON.stringify(found));
+"""
+
+SYSTEM_VIEW = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""The host folders a confined process sees (those that are folders, not links into /usr)."""
+NOBODY = 65534
+
+
+def _hidden_from_unprivileged_users() -> list[str]:
+    """Every path of the system view that the host's unprivileged users cannot read, found by
+    one of them (``find`` run as nobody: the kernel's own permission checks, ACLs included),
+    and everything below the folders among them (found as root)."""
+    setpriv, find = shutil.which("setpriv"), shutil.which("find")
+    if setpriv is None or find is None:
+        pytest.skip("needs setpriv (util-linux) and find to list what nobody can read")
+    roots = [root for root in SYSTEM_VIEW if os.path.isdir(root) and not os.path.islink(root)]
+    unreadable_folder = ["-type", "d", "(", "!", "-readable", "-o", "!", "-executable", ")"]
+    unreadable_file = ["!", "-type", "d", "!", "-type", "l", "!", "-readable"]
+    done = subprocess.run(
+        [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", find, *roots,
+         "(", *unreadable_folder, "-prune", "-print0", ")", "-o",
+         "(", *unreadable_file, "-print0", ")"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )  # fmt: skip
+    hidden = [os.fsdecode(path) for path in done.stdout.split(b"\0") if path]
+    below: list[str] = []
+    for path in hidden:
+        if os.path.isdir(path) and not os.path.islink(path):
+            for folder, names, files in os.walk(path):
+                below += [os.path.join(folder, name) for name in (*names, *files)]
+    return sorted({*hidden, *below})
+
+
+@pytest.fixture(scope="module")
+def root_secrets(confined_server: EmulatorServer) -> list[str]:
+    """What host root can read of the system view and its unprivileged users cannot; skips
+    unless the emulator runs as root (as an unprivileged user, confined processes run as
+    that user and root's files are closed to them by the kernel)."""
+    if os.geteuid() != 0:
+        pytest.skip("the emulator does not run as root here: its confined processes run as "
+                    "an unprivileged user, whom the kernel keeps from root's files")  # fmt: skip
+    hidden = _hidden_from_unprivileged_users()
+    assert "/etc/shadow" in hidden  # the password hashes: on every Linux distribution
+    return hidden
+
+
+def _leaks(result_line: str) -> dict[str, str]:
+    """The targets a reader's ``RESULT`` line says it read something of."""
+    found: dict[str, str] = json.loads(result_line.split("RESULT ", 1)[1].splitlines()[0])
+    return {path: what for path, what in found.items() if what in ("read", "listed")}
+
+
+def test_a_run_reads_nothing_the_hosts_unprivileged_users_cannot(
+    attacker: Executions, root_secrets: list[str]
+) -> None:
+    """Run by a root emulator, a confined process is uid 0 mapped to host root: without the
+    masks it read /etc/shadow, /etc/ssl/private and every other file of root's."""
+    sandbox_id = attacker.acquire()
+    files = {"main.py": SECRETS_READER, "targets.json": json.dumps(root_secrets)}
+    status = attacker.run(sandbox_id, "secrets", files)
+    logs = attacker.logs(sandbox_id, "secrets")["logs"]
+    assert status == "completed", logs
+    assert "RESULT " in logs, logs
+    assert _leaks(logs) == {}
+    assert "root:" not in logs
+
+
+def test_a_servers_tool_reads_nothing_the_hosts_unprivileged_users_cannot(
+    confined_server: EmulatorServer, root_secrets: list[str]
+) -> None:
+    """The same through an MCP server: code-runner's run-code, which runs any tenant's code."""
+    missing = {"code-runner": find_tools().missing_outside("code-runner")}
+    box = ServerSandbox(confined_server, "code-runner", missing)
+    try:
+        snippet = f"const TARGETS = {json.dumps(root_secrets)};\n{SECRETS_READER_JS}"
+        ran = client.call_tool(box.url, "run-code", {"code": snippet, "languageId": "javascript"})
+    finally:
+        box.close()
+    assert not ran.is_error, ran.text
+    assert "RESULT " in ran.text, ran.text
+    assert _leaks(ran.text) == {}
+    assert "root:" not in ran.text
 
 
 # ---------------------------------------------------------------------- capabilities
