@@ -57,8 +57,9 @@ rule. The list is computed once per process, at the first command line built (th
 probe): measured on a 2-core machine shared with other jobs, 2-9 ms for ``/etc`` (1,268
 entries, 12 files and 3 folders masked) and 0.55-1.0 s for ``/usr`` (141,279 entries, one
 folder masked) with a warm cache, 2.1 s cold; ``find`` takes about as long, a thread per
-subfolder longer. The other read-only binds (the interpreters, the servers' installs) are
-the emulator's own installs and are not walked (none held such a file here).
+subfolder longer. The other read-only binds (the interpreters, the servers' installs, the
+commands' folders) are the emulator's own installs and are not walked (none held such a
+file here).
 
 **Not hidden: the workspace's host path.** ``/proc/self/mountinfo`` shows, for the bind at
 ``/data``, its root inside the host file system (``/srv/emulator/workspaces/<id>``): the
@@ -70,6 +71,14 @@ Only a workspace that is the root of a file system of its own (a tmpfs or loop d
 sandbox, mounted by a privileged emulator) would print ``/``. The path is information, not
 access: nothing outside ``/data`` of that path is mounted, and the emulator's walks of a
 workspace do not re-resolve paths a tenant can swap.
+
+**Commands** (:func:`sandbox_commands`). The service's image runs ``python``; the system
+folders alone may have no ``python`` (Debian ships ``python3`` only), so the builder adds a
+read-only folder of symbolic links, :data:`SANDBOX_BIN`, to ``PATH`` (before its system
+folders): ``python``/``python3`` (the base interpreter of the emulator's venv: no emulator
+packages; its ``pip`` where it has one), ``node``/``npm``/``npx`` (the ``node`` on the
+emulator's ``PATH``, the one its npm servers run on, and the npm beside it), ``git``,
+``bash`` and ``sh`` from the system folders. A command the host lacks is left out.
 
 Rejected alternatives: keeping a probe per consumer (two probes drifted apart, which is the
 bug above); warning and going on unconfined when bwrap fails (nobody reads a line in every
@@ -93,10 +102,13 @@ from pathlib import Path
 from typing import Final, Literal
 
 __all__ = [
+    "CONFINED_PATH",
     "CONFINED_WORKSPACE",
     "CONFINE_ENV",
     "LEGACY_CONFINE_ENV",
     "PRIVATE_TMP",
+    "SANDBOX_BIN",
+    "SANDBOX_COMMANDS",
     "Bind",
     "ConfineSetting",
     "Confinement",
@@ -109,6 +121,7 @@ __all__ = [
     "probe",
     "python_roots",
     "read_only_roots",
+    "sandbox_commands",
 ]
 
 logger = logging.getLogger("klavis_emulator")
@@ -122,8 +135,35 @@ CONFINED_WORKSPACE: Final = "/data"
 """Where the sandbox's workspace is mounted (the real service's ``AGENT_WORKSPACE``)."""
 PRIVATE_TMP: Final = "/tmp"  # noqa: S108 - a fresh tmpfs inside the sandbox, private to it
 
+SANDBOX_BIN: Final = "/opt/klavis/bin"
+"""A read-only folder of symbolic links to the commands of :data:`SANDBOX_COMMANDS`, on the
+confined ``PATH`` before its system folders."""
+SANDBOX_COMMANDS: Final[tuple[str, ...]] = (
+    "python",
+    "python3",
+    "pip",
+    "pip3",
+    "node",
+    "npm",
+    "npx",
+    "git",
+    "bash",
+    "sh",
+)
+"""Commands a confined process finds on ``PATH`` where the host has them (see the module docs)."""
+
 _SYSTEM_READ_ONLY: Final[tuple[str, ...]] = ("/usr", "/etc")
 _MERGED_DIRS: Final[tuple[str, ...]] = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_SYSTEM_PATH: Final[tuple[str, ...]] = (
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+)
+CONFINED_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
+"""A confined MCP server's ``PATH`` (before :data:`SANDBOX_BIN` is added)."""
 _MASK_FILE_SOURCE: Final = "/dev/null"
 _MASK_FOLDER_MODE: Final = "0111"
 _PROBE_TIMEOUT: Final = 30.0
@@ -237,6 +277,75 @@ def _mask_args() -> tuple[list[str], list[str]]:
     return args, [arg for path in folders for arg in ("--remount-ro", path)]
 
 
+def _base_python() -> str:
+    """The interpreter the emulator's venv was made from (the emulator's own outside a venv)."""
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    return base if os.path.isfile(base) else sys.executable
+
+
+def _beside(executable: str, names: Sequence[str]) -> str | None:
+    """The first of ``names`` in the folder of ``executable`` (as given, then resolved)."""
+    for folder in dict.fromkeys(
+        [os.path.dirname(executable), os.path.dirname(os.path.realpath(executable))]
+    ):
+        for name in names:
+            candidate = os.path.join(folder, name)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate
+    return None
+
+
+@functools.cache
+def sandbox_commands() -> Mapping[str, str]:
+    """:data:`SANDBOX_COMMANDS` the host has: name -> the host executable its link names
+    (see the module docs for where each comes from). Computed once per process."""
+    python = _base_python()
+    found: dict[str, str | None] = {
+        "python": python,
+        "python3": python,
+        "pip": _beside(python, ("pip", "pip3")),
+        "pip3": _beside(python, ("pip3", "pip")),
+    }
+    node = shutil.which("node")
+    if node is not None:
+        node = os.path.abspath(node)
+        found["node"] = node
+        found["npm"] = _beside(node, ("npm",))
+        found["npx"] = _beside(node, ("npx",))
+    system_path = os.pathsep.join(_SYSTEM_PATH)
+    for name in ("git", "bash", "sh"):
+        found[name] = shutil.which(name, path=system_path)
+    return {name: path for name in SANDBOX_COMMANDS if (path := found.get(name)) is not None}
+
+
+def _command_roots() -> list[str]:
+    """Folders the commands' links need mounted: each target's folder, or the npm package
+    whose ``bin/`` holds it (``npm`` is a link to ``lib/node_modules/npm/bin/npm-cli.js``).
+    Never a whole install prefix: a ``node`` in ``~/bin`` would bring the home folder."""
+    roots: list[str] = []
+    for target in sandbox_commands().values():
+        folder = Path(os.path.realpath(target)).parent
+        if folder.name == "bin" and (folder.parent / "package.json").is_file():
+            folder = folder.parent
+        roots.append(str(folder))
+    return roots
+
+
+def _command_args() -> list[str]:
+    """The :data:`SANDBOX_BIN` folder and its links (made read-only by a later remount)."""
+    args = ["--tmpfs", SANDBOX_BIN]
+    for name, target in sandbox_commands().items():
+        args += ["--symlink", target, f"{SANDBOX_BIN}/{name}"]
+    return args
+
+
+def _with_sandbox_bin(path: str) -> str:
+    """``PATH`` with :data:`SANDBOX_BIN` before its first system folder (or last)."""
+    parts = [part for part in path.split(os.pathsep) if part and part != SANDBOX_BIN]
+    at = next((i for i, part in enumerate(parts) if part in _SYSTEM_PATH), len(parts))
+    return os.pathsep.join([*parts[:at], SANDBOX_BIN, *parts[at:]])
+
+
 def _system_args() -> list[str]:
     """``/usr`` and ``/etc`` read-only; ``/bin``, ``/lib``... as on the host (symlinks into
     ``/usr`` on a merged-/usr system, read-only binds otherwise)."""
@@ -295,12 +404,14 @@ def bwrap_args(
 
     New namespaces for everything (network too, unless ``network``), no capabilities, the
     process dies with its parent and runs in a new session (no terminal to inject input
-    into), an environment of exactly ``env``. Mounts, in this order: a private tmpfs at
-    ``/tmp`` (first, so that binds below ``/tmp`` survive: see the module docs), ``/proc``,
-    ``/dev``, the system folders read-only, the masks over what others may not read there
-    (as root), the emulator's Python read-only, the folders in ``read_only`` read-only at
-    their own path, ``workspace`` read-write at ``/data``, then ``binds``; last, the masks'
-    folders are made read-only.
+    into), an environment of exactly ``env``, but for :data:`SANDBOX_BIN` added to its
+    ``PATH`` (when it has one). Mounts, in this order: a private tmpfs at ``/tmp`` (first,
+    so that binds below ``/tmp`` survive: see the module docs), ``/proc``, ``/dev``, the
+    system folders read-only, the masks over what others may not read there (as root), the
+    commands' folder, the emulator's Python and the commands' installs read-only, the
+    folders in ``read_only`` read-only at their own path, ``workspace`` read-write at
+    ``/data``, then ``binds``; last, the masks' folders and the commands' folder are made
+    read-only.
     """
     args = [bwrap, "--unshare-all"]
     if network:
@@ -310,14 +421,17 @@ def bwrap_args(
     args += _system_args()
     masks, read_only_masks = _mask_args()
     args += masks
-    for root in read_only_roots([*python_roots(), *read_only]):
+    args += _command_args()
+    for root in read_only_roots([*python_roots(), *_command_roots(), *read_only]):
         args += ["--ro-bind", root, root]
     args += ["--bind", str(workspace), CONFINED_WORKSPACE]
     for bind in binds:
         args += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.target]
-    args += read_only_masks
+    args += [*read_only_masks, "--remount-ro", SANDBOX_BIN]
     args += ["--chdir", chdir]
     for key, value in env.items():
+        if key == "PATH":
+            value = _with_sandbox_bin(value)
         args += ["--setenv", key, value]
     args.append("--")
     return args

@@ -601,7 +601,12 @@ import httpx
 from klavis_emulator import EmulatorConfig, EmulatorServer
 from tests.helpers import Executions
 
-main = "import os, sys; print('prefix', sys.prefix); print('ws', os.environ['AGENT_WORKSPACE'])"
+main = (
+    "import os, subprocess, sys; print('prefix', sys.prefix); "
+    "print('ws', os.environ['AGENT_WORKSPACE']); "
+    "base = subprocess.run(['/opt/klavis/bin/python', '-c', 'import sys; print(sys.prefix)'], "
+    "capture_output=True, text=True); print('base', base.stdout.strip() or base.stderr)"
+)
 with EmulatorServer(EmulatorConfig(data_dir=sys.argv[1])) as server, httpx.Client(
     base_url=server.base_url, headers={"Authorization": "Bearer under-tmp"}, timeout=30
 ) as http:
@@ -640,6 +645,7 @@ def test_an_interpreter_under_tmp_is_confined(
     assert report["status"] == "completed", report["logs"]
     assert f"prefix {venv_under_tmp}\n" in report["logs"]  # the venv is visible inside
     assert "ws /data\n" in report["logs"]
+    assert f"base {sys.base_prefix}\n" in report["logs"]  # the commands' python runs too
     assert "[emulator]" not in report["logs"]
 
 

@@ -18,6 +18,7 @@ from klavis_emulator._bwrap import (
     CONFINE_ENV,
     CONFINED_WORKSPACE,
     PRIVATE_TMP,
+    SANDBOX_BIN,
     bwrap_args,
     decide_confinement,
     masked_paths,
@@ -198,7 +199,7 @@ def test_the_masks_come_after_the_system_folders_and_turn_read_only_last(tmp_pat
     assert system < min(masks)
     assert max(masks) < min(binds)
     assert max(binds) < min(remounts)
-    assert [args[i + 1] for i in remounts] == list(folders)
+    assert [args[i + 1] for i in remounts] == [*folders, SANDBOX_BIN]
 
 
 @pytest.fixture
