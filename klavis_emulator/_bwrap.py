@@ -78,7 +78,8 @@ read-only folder of symbolic links, :data:`SANDBOX_BIN`, to ``PATH`` (before its
 folders): ``python``/``python3`` (the base interpreter of the emulator's venv: no emulator
 packages; its ``pip`` where it has one), ``node``/``npm``/``npx`` (the ``node`` on the
 emulator's ``PATH``, the one its npm servers run on, and the npm beside it), ``git``,
-``bash`` and ``sh`` from the system folders. A command the host lacks is left out.
+``bash`` and ``sh`` from the system folders. A command the host lacks is left out, and
+``klavis-emulator check`` names it (:func:`missing_commands` asks inside the confinement).
 
 Rejected alternatives: keeping a probe per consumer (two probes drifted apart, which is the
 bug above); warning and going on unconfined when bwrap fails (nobody reads a line in every
@@ -118,6 +119,7 @@ __all__ = [
     "decide_confinement",
     "detect_confinement",
     "masked_paths",
+    "missing_commands",
     "probe",
     "python_roots",
     "read_only_roots",
@@ -446,34 +448,63 @@ _PROBE_CODE: Final = (
 )
 
 
-@functools.lru_cache(maxsize=8)
-def probe(bwrap: str) -> str | None:
-    """Run this interpreter once through :func:`bwrap_args` with ``bwrap``: ``None`` when
-    that works, else a sentence saying what failed. Cached per ``bwrap`` path (once per
-    process)."""
+def _trial(bwrap: str, code: str) -> tuple[str, str | None]:
+    """Run ``code`` with this interpreter through :func:`bwrap_args` with ``bwrap``, as a
+    confined MCP server's ``PATH`` has it: ``(stdout, None)`` when it exits with status 0,
+    else ``("", a sentence saying what failed)``."""
     with tempfile.TemporaryDirectory(prefix="klavis-bwrap-probe-") as workspace:
         command = bwrap_args(
             bwrap,
             workspace=Path(workspace),
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            env={"PATH": CONFINED_PATH, "LANG": "C.UTF-8"},
         )
         try:
             done = subprocess.run(
-                [*command, sys.executable, "-c", _PROBE_CODE],
+                [*command, sys.executable, "-c", code],
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=_PROBE_TIMEOUT,
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return f"a trial run under {bwrap} did not end within {_PROBE_TIMEOUT:g} s"
+            return "", f"a trial run under {bwrap} did not end within {_PROBE_TIMEOUT:g} s"
         except OSError as exc:
-            return f"{bwrap} could not be started ({exc.strerror or exc})"
+            return "", f"{bwrap} could not be started ({exc.strerror or exc})"
     if done.returncode == 0:
-        return None
+        return done.stdout.decode("utf-8", "replace"), None
     lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
     said = f": {lines[-1][:300]}" if lines else " and printed nothing"
-    return f"a trial run under {bwrap} exited with status {done.returncode}{said}"
+    return "", f"a trial run under {bwrap} exited with status {done.returncode}{said}"
+
+
+@functools.lru_cache(maxsize=8)
+def probe(bwrap: str) -> str | None:
+    """Run this interpreter once through :func:`bwrap_args` with ``bwrap``: ``None`` when
+    that works, else a sentence saying what failed. Cached per ``bwrap`` path (once per
+    process)."""
+    return _trial(bwrap, _PROBE_CODE)[1]
+
+
+_MISSING_CODE: Final = (
+    "import shutil\n"
+    f"print(*[name for name in {SANDBOX_COMMANDS!r} if shutil.which(name) is None])\n"
+)
+
+
+def missing_commands(bwrap: str | None) -> list[str]:
+    """The commands of :data:`SANDBOX_COMMANDS` a process cannot run by name: inside the
+    confinement of ``bwrap`` (asked there, on a confined server's ``PATH``), or, with
+    ``None``, unconfined on this process's ``PATH``.
+
+    Raises:
+        ConfinementError: the trial run under ``bwrap`` failed (the message says how).
+    """
+    if bwrap is None:
+        return [name for name in SANDBOX_COMMANDS if shutil.which(name) is None]
+    said, problem = _trial(bwrap, _MISSING_CODE)
+    if problem is not None:
+        raise ConfinementError(problem)
+    return said.split()
 
 
 def detect_confinement() -> Confinement:
