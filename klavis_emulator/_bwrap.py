@@ -55,9 +55,9 @@ later below it stay reachable), read-only. Symbolic links are not followed (thei
 masked or not by its own entry). ACLs and group bits are not consulted: "others" is the
 rule. The list is computed once per process, at the first command line built (the startup
 probe): measured on a 2-core machine shared with other jobs, 2-9 ms for ``/etc`` (1,268
-entries, 12 files and 3 folders masked) and 0.55-1.0 s for ``/usr`` (141,279 entries, one
-folder masked) with a warm cache, 2.1 s cold; ``find`` takes about as long, a thread per
-subfolder longer. The other read-only binds (the interpreters, the servers' installs, the
+entries, 12 files and 3 folders masked) and 0.45-1.0 s for ``/usr`` (141,279 entries, one
+folder masked) with a warm cache, 2.1 s on the first walk after boot; ``find`` takes about
+as long, a thread per subfolder longer. The other read-only binds (the interpreters, the servers' installs, the
 commands' folders) are the emulator's own installs and are not walked (none held such a
 file here).
 
