@@ -36,9 +36,10 @@ the control routes, which answer loopback clients when no ``--control-token`` is
 **What a confined process holds.** No capabilities (``--cap-drop ALL``): bubblewrap 0.8.0
 started as root keeps nearly all of them for the sandboxed process (``CapEff
 000001fffeffffff`` measured), and with ``CAP_SYS_ADMIN`` in its mount namespace a process
-could remount a read-only bind writable (``mount -o remount,rw,bind /usr``: it then wrote
-into the host's folder) or unmount what hides a file. Started as an unprivileged user,
-bubblewrap drops them anyway; the option changes nothing there.
+could remount a read-only bind writable (measured: after ``mount -o remount,rw,bind`` of
+one, a file it wrote there appeared in the host's folder) or unmount what hides a file.
+Started as an unprivileged user, bubblewrap drops them anyway; the option changes nothing
+there.
 
 **The system view, as root** (:func:`masked_paths`). Without capabilities a process started
 by a root emulator is still uid 0 mapped to host uid 0 (``uid_map`` ``0 0 1``; ``--uid
@@ -57,9 +58,9 @@ rule. The list is computed once per process, at the first command line built (th
 probe): measured on a 2-core machine shared with other jobs, 2-9 ms for ``/etc`` (1,268
 entries, 12 files and 3 folders masked) and 0.45-1.0 s for ``/usr`` (141,279 entries, one
 folder masked) with a warm cache, 2.1 s on the first walk after boot; ``find`` takes about
-as long, a thread per subfolder longer. The other read-only binds (the interpreters, the servers' installs, the
-commands' folders) are the emulator's own installs and are not walked (none held such a
-file here).
+as long, a thread per subfolder longer. The other read-only binds (the interpreters, the
+servers' installs, the commands' folders) are the emulator's own installs and are not
+walked (none held such a file here).
 
 **Not hidden: the workspace's host path.** ``/proc/self/mountinfo`` shows, for the bind at
 ``/data``, its root inside the host file system (``/srv/emulator/workspaces/<id>``): the
@@ -69,8 +70,9 @@ overlay options, from 0.9, would print the upper folder in the mount options ins
 ``/proc`` is mounted fresh per sandbox, so no per-process file can be covered in advance.
 Only a workspace that is the root of a file system of its own (a tmpfs or loop device per
 sandbox, mounted by a privileged emulator) would print ``/``. The path is information, not
-access: nothing outside ``/data`` of that path is mounted, and the emulator's walks of a
-workspace do not re-resolve paths a tenant can swap.
+access: nothing of the host's tree around the workspace is mounted. What must not follow a
+link a tenant plants there is the emulator's own walks of the workspace (relative to open
+descriptors: see ``ARCHITECTURE.md``), not this builder.
 
 **Commands** (:func:`sandbox_commands`). The service's image runs ``python``; the system
 folders alone may have no ``python`` (Debian ships ``python3`` only), so the builder adds a
