@@ -4,7 +4,8 @@
 :class:`~klavis_emulator.EmulatorConfig` field of its name); ``klavis-emulator setup
 [--only NAMES] [--force] [-q]`` installs the MCP servers it hosts (all, or the named ones)
 and ``klavis-emulator check`` prints a table of every server of the contract: installed,
-version, confined, or why it is not available.
+version, confined, or why it is not available; then which of the commands a sandbox's
+processes run by name (``python``, ``node``, ``git``...) they would not find.
 
 Without the emulator extra it prints one line naming it and exits with code 1 (see ``_extra``).
 """
@@ -32,7 +33,7 @@ import uvicorn
 
 from ._app import create_app
 from ._benchmark_data import parse_benchmark_data
-from ._bwrap import ConfinementError, decide_confinement
+from ._bwrap import SANDBOX_COMMANDS, ConfinementError, decide_confinement, missing_commands
 from ._config import EmulatorConfig, default_data_dir, field_default, field_problem
 from ._faults import FAULT_MODES
 from ._mcp_catalog import CATALOG, HOSTED_SERVERS, NotHosted
@@ -281,6 +282,35 @@ def _check_rows(
     return rows
 
 
+_COMMAND_SOURCES: Final = {
+    "python": "Python",
+    "python3": "Python",
+    "pip": "pip (in the Python the emulator's venv was made from)",
+    "pip3": "pip (in the Python the emulator's venv was made from)",
+    "node": "Node.js",
+    "npm": "npm",
+    "npx": "npm",
+    "git": "git",
+    "bash": "bash",
+    "sh": "a POSIX shell",
+}
+"""What provides each command of ``SANDBOX_COMMANDS`` (named when it is missing)."""
+
+
+def _commands_line(missing: Sequence[str], *, confined: bool) -> tuple[str, bool]:
+    """``check``'s line about the commands a sandbox's processes run by name (code-runner's
+    ``python``, ``node``...): the line, and whether it reports missing ones."""
+    where = "inside the confinement" if confined else "on PATH, unconfined"
+    if not missing:
+        return f"commands ({where}): {' '.join(SANDBOX_COMMANDS)}", False
+    sources = dict.fromkeys(_COMMAND_SOURCES.get(name, name) for name in missing)
+    return (
+        f"commands missing ({where}): {' '.join(missing)}; install {', '.join(sources)} "
+        "(code-runner, terminal and desktop-commander run them by name)",
+        True,
+    )
+
+
 def _tools_command(argv: Sequence[str]) -> int:
     """``klavis-emulator setup|check``: install or report the MCP servers the emulator hosts."""
     parser = argparse.ArgumentParser(
@@ -345,6 +375,16 @@ def _tools_command(argv: Sequence[str]) -> int:
             print(line, file=sys.stderr, flush=True)
         else:
             say(line)
+    try:  # reported, not failed: the servers start without them
+        missing = missing_commands(confinement.bwrap if confinement.enabled else None)
+    except ConfinementError as exc:
+        print(f"commands: {exc}", file=sys.stderr, flush=True)
+        return 1
+    line, lacking = _commands_line(missing, confined=confinement.enabled)
+    if lacking:
+        print(line, file=sys.stderr, flush=True)
+    else:
+        say(line)
     return 0 if ok else 1
 
 
@@ -354,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``klavis-emulator setup [--only NAMES] [--force] [-q]`` installs the MCP servers it
     hosts instead (``npm ci`` for the npm servers, a venv each for terminal, excel and word);
     ``check [--only NAMES]`` prints a table: server, installed, version, confined (or why
-    it is not available).
+    it is not available), and the commands a sandbox's processes would not find.
     """
     rest = list(sys.argv[1:] if argv is None else argv)
     if rest and rest[0] in ("setup", "check"):

@@ -33,6 +33,56 @@ network with ``--allow-network``) can do whatever the emulator's user can, inclu
 the control routes, which answer loopback clients when no ``--control-token`` is set.
 ``KLAVIS_EMULATOR_MCP_CONFINE``, the older name, is read when the new one is not set.
 
+**What a confined process holds.** No capabilities (``--cap-drop ALL``): bubblewrap 0.8.0
+started as root keeps nearly all of them for the sandboxed process (``CapEff
+000001fffeffffff`` measured), and with ``CAP_SYS_ADMIN`` in its mount namespace a process
+could remount a read-only bind writable (measured: after ``mount -o remount,rw,bind`` of
+one, a file it wrote there appeared in the host's folder) or unmount what hides a file.
+Started as an unprivileged user, bubblewrap drops them anyway; the option changes nothing
+there.
+
+**The system view, as root** (:func:`masked_paths`). Without capabilities a process started
+by a root emulator is still uid 0 mapped to host uid 0 (``uid_map`` ``0 0 1``; ``--uid
+1000`` maps 1000 to host 0, the same), so the owner bits of root's files apply: it read
+``/etc/shadow`` and ``/etc/ssl/private``. Running ``bwrap`` itself as another host user
+(``setpriv --reuid``) stops that, but then the workspace the emulator writes as root is not
+the sandbox's. So when the emulator runs as root, the builder hides from the system view
+everything the host's unprivileged users cannot read: under each system folder it binds
+(``/usr``, ``/etc``, and ``/bin``... where they are folders), every file without the
+"others" read bit is covered by ``/dev/null`` (bound read-only and ``nodev``: opening it
+fails with ``EACCES``, as for an unprivileged user), every folder without the "others" read
+or search bit by an empty tmpfs of mode 0111 (listing fails with ``EACCES``; binds made
+later below it stay reachable), read-only. Symbolic links are not followed (their target is
+masked or not by its own entry). ACLs and group bits are not consulted: "others" is the
+rule. The list is computed once per process, at the first command line built (the startup
+probe): measured on a 2-core machine shared with other jobs, 2-9 ms for ``/etc`` (1,268
+entries, 12 files and 3 folders masked) and 0.45-1.0 s for ``/usr`` (141,279 entries, one
+folder masked) with a warm cache, 2.1 s on the first walk after boot; ``find`` takes about
+as long, a thread per subfolder longer. The other read-only binds (the interpreters, the
+servers' installs, the commands' folders) are the emulator's own installs and are not
+walked (none held such a file here).
+
+**Not hidden: the workspace's host path.** ``/proc/self/mountinfo`` shows, for the bind at
+``/data``, its root inside the host file system (``/srv/emulator/workspaces/<id>``): the
+kernel prints the mount's root relative to its file system's root, whatever the mount or
+user namespace and the process's root. bubblewrap 0.8 has no option to change it (its
+overlay options, from 0.9, would print the upper folder in the mount options instead), and
+``/proc`` is mounted fresh per sandbox, so no per-process file can be covered in advance.
+Only a workspace that is the root of a file system of its own (a tmpfs or loop device per
+sandbox, mounted by a privileged emulator) would print ``/``. The path is information, not
+access: nothing of the host's tree around the workspace is mounted. What must not follow a
+link a tenant plants there is the emulator's own walks of the workspace (relative to open
+descriptors: see ``ARCHITECTURE.md``), not this builder.
+
+**Commands** (:func:`sandbox_commands`). The service's image runs ``python``; the system
+folders alone may have no ``python`` (Debian ships ``python3`` only), so the builder adds a
+read-only folder of symbolic links, :data:`SANDBOX_BIN`, to ``PATH`` (before its system
+folders): ``python``/``python3`` (the base interpreter of the emulator's venv: no emulator
+packages; its ``pip`` where it has one), ``node``/``npm``/``npx`` (the ``node`` on the
+emulator's ``PATH``, the one its npm servers run on, and the npm beside it), ``git``,
+``bash`` and ``sh`` from the system folders. A command the host lacks is left out, and
+``klavis-emulator check`` names it (:func:`missing_commands` asks inside the confinement).
+
 Rejected alternatives: keeping a probe per consumer (two probes drifted apart, which is the
 bug above); warning and going on unconfined when bwrap fails (nobody reads a line in every
 log: the failure went unseen); ``--ro-bind-try`` for the interpreter (a missing interpreter
@@ -45,6 +95,7 @@ import functools
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -54,10 +105,13 @@ from pathlib import Path
 from typing import Final, Literal
 
 __all__ = [
+    "CONFINED_PATH",
     "CONFINED_WORKSPACE",
     "CONFINE_ENV",
     "LEGACY_CONFINE_ENV",
     "PRIVATE_TMP",
+    "SANDBOX_BIN",
+    "SANDBOX_COMMANDS",
     "Bind",
     "ConfineSetting",
     "Confinement",
@@ -66,9 +120,12 @@ __all__ = [
     "confine_setting_from_env",
     "decide_confinement",
     "detect_confinement",
+    "masked_paths",
+    "missing_commands",
     "probe",
     "python_roots",
     "read_only_roots",
+    "sandbox_commands",
 ]
 
 logger = logging.getLogger("klavis_emulator")
@@ -82,8 +139,37 @@ CONFINED_WORKSPACE: Final = "/data"
 """Where the sandbox's workspace is mounted (the real service's ``AGENT_WORKSPACE``)."""
 PRIVATE_TMP: Final = "/tmp"  # noqa: S108 - a fresh tmpfs inside the sandbox, private to it
 
+SANDBOX_BIN: Final = "/opt/klavis/bin"
+"""A read-only folder of symbolic links to the commands of :data:`SANDBOX_COMMANDS`, on the
+confined ``PATH`` before its system folders."""
+SANDBOX_COMMANDS: Final[tuple[str, ...]] = (
+    "python",
+    "python3",
+    "pip",
+    "pip3",
+    "node",
+    "npm",
+    "npx",
+    "git",
+    "bash",
+    "sh",
+)
+"""Commands a confined process finds on ``PATH`` where the host has them (see the module docs)."""
+
 _SYSTEM_READ_ONLY: Final[tuple[str, ...]] = ("/usr", "/etc")
 _MERGED_DIRS: Final[tuple[str, ...]] = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_SYSTEM_PATH: Final[tuple[str, ...]] = (
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+)
+CONFINED_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
+"""A confined MCP server's ``PATH`` (before :data:`SANDBOX_BIN` is added)."""
+_MASK_FILE_SOURCE: Final = "/dev/null"
+_MASK_FOLDER_MODE: Final = "0111"
 _PROBE_TIMEOUT: Final = 30.0
 _TURN_OFF_HINT: Final = (
     "To run unconfined on purpose (executions and MCP servers then run as the emulator's "
@@ -119,6 +205,149 @@ class Bind:
 
 
 # ---------------------------------------------------------------------- the builder
+
+
+def _system_folders() -> list[str]:
+    """The host folders :func:`_system_args` binds read-only (``/usr``, ``/etc``, and
+    ``/bin``... where they are folders rather than links into ``/usr``)."""
+    folders = [folder for folder in _SYSTEM_READ_ONLY if os.path.isdir(folder)]
+    for name in _MERGED_DIRS:
+        host = Path("/", name)
+        if not host.is_symlink() and host.is_dir():
+            folders.append(str(host))
+    return folders
+
+
+def _hidden_from_others(root: str) -> tuple[list[str], list[str]]:
+    """Below ``root``, the files others may not read and the folders they may not list or
+    enter (not descended into), symbolic links skipped: ``(files, folders)``.
+
+    ``os.scandir`` by hand rather than ``os.walk``: the mode of every entry is needed, and
+    scandir's own type answers spare a ``stat`` for each symbolic link."""
+    files: list[str] = []
+    folders: list[str] = []
+    pending = [root]
+    while pending:
+        folder = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:  # vanished, or not listable even by root: hide it rather than guess
+            if folder != root:
+                folders.append(folder)
+            continue
+        for entry in entries:
+            try:
+                if entry.is_symlink():
+                    continue
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode):
+                if mode & (stat.S_IROTH | stat.S_IXOTH) != stat.S_IROTH | stat.S_IXOTH:
+                    folders.append(entry.path)
+                else:
+                    pending.append(entry.path)
+            elif not mode & stat.S_IROTH:
+                files.append(entry.path)
+    return files, folders
+
+
+@functools.cache
+def masked_paths() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What a confined process must not see of the system folders: ``(files, folders)``
+    the host's unprivileged users cannot read, when this process runs as root; nothing
+    otherwise (a confined process then runs as this unprivileged user). Computed once per
+    process (see the module docs for the cost)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return (), ()
+    files: list[str] = []
+    folders: list[str] = []
+    for root in _system_folders():
+        found_files, found_folders = _hidden_from_others(root)
+        files += found_files
+        folders += found_folders
+    return tuple(sorted(files)), tuple(sorted(folders))
+
+
+def _mask_args() -> tuple[list[str], list[str]]:
+    """The mounts that hide :func:`masked_paths`, and the remounts that make its folders
+    read-only (given last: a read-only folder takes no mount point for a later bind)."""
+    files, folders = masked_paths()
+    args: list[str] = []
+    for path in files:
+        args += ["--ro-bind", _MASK_FILE_SOURCE, path]
+    for path in folders:
+        args += ["--perms", _MASK_FOLDER_MODE, "--tmpfs", path]
+    return args, [arg for path in folders for arg in ("--remount-ro", path)]
+
+
+def _base_python() -> str:
+    """The interpreter the emulator's venv was made from (the emulator's own outside a venv)."""
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    return base if os.path.isfile(base) else sys.executable
+
+
+def _beside(executable: str, names: Sequence[str]) -> str | None:
+    """The first of ``names`` in the folder of ``executable`` (as given, then resolved)."""
+    for folder in dict.fromkeys(
+        [os.path.dirname(executable), os.path.dirname(os.path.realpath(executable))]
+    ):
+        for name in names:
+            candidate = os.path.join(folder, name)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate
+    return None
+
+
+@functools.cache
+def sandbox_commands() -> Mapping[str, str]:
+    """:data:`SANDBOX_COMMANDS` the host has: name -> the host executable its link names
+    (see the module docs for where each comes from). Computed once per process."""
+    python = _base_python()
+    found: dict[str, str | None] = {
+        "python": python,
+        "python3": python,
+        "pip": _beside(python, ("pip", "pip3")),
+        "pip3": _beside(python, ("pip3", "pip")),
+    }
+    node = shutil.which("node")
+    if node is not None:
+        node = os.path.abspath(node)
+        found["node"] = node
+        found["npm"] = _beside(node, ("npm",))
+        found["npx"] = _beside(node, ("npx",))
+    system_path = os.pathsep.join(_SYSTEM_PATH)
+    for name in ("git", "bash", "sh"):
+        found[name] = shutil.which(name, path=system_path)
+    return {name: path for name in SANDBOX_COMMANDS if (path := found.get(name)) is not None}
+
+
+def _command_roots() -> list[str]:
+    """Folders the commands' links need mounted: each target's folder, or the npm package
+    whose ``bin/`` holds it (``npm`` is a link to ``lib/node_modules/npm/bin/npm-cli.js``).
+    Never a whole install prefix: a ``node`` in ``~/bin`` would bring the home folder."""
+    roots: list[str] = []
+    for target in sandbox_commands().values():
+        folder = Path(os.path.realpath(target)).parent
+        if folder.name == "bin" and (folder.parent / "package.json").is_file():
+            folder = folder.parent
+        roots.append(str(folder))
+    return roots
+
+
+def _command_args() -> list[str]:
+    """The :data:`SANDBOX_BIN` folder and its links (made read-only by a later remount)."""
+    args = ["--tmpfs", SANDBOX_BIN]
+    for name, target in sandbox_commands().items():
+        args += ["--symlink", target, f"{SANDBOX_BIN}/{name}"]
+    return args
+
+
+def _with_sandbox_bin(path: str) -> str:
+    """``PATH`` with :data:`SANDBOX_BIN` before its first system folder (or last)."""
+    parts = [part for part in path.split(os.pathsep) if part and part != SANDBOX_BIN]
+    at = next((i for i, part in enumerate(parts) if part in _SYSTEM_PATH), len(parts))
+    return os.pathsep.join([*parts[:at], SANDBOX_BIN, *parts[at:]])
 
 
 def _system_args() -> list[str]:
@@ -177,26 +406,36 @@ def bwrap_args(
 ) -> list[str]:
     """The ``bwrap ... --`` arguments that confine one process; append its command line.
 
-    New namespaces for everything (network too, unless ``network``), the process dies with
-    its parent and runs in a new session (no terminal to inject input into), an environment
-    of exactly ``env``. Mounts, in this order: a private tmpfs at ``/tmp`` (first, so that
-    binds below ``/tmp`` survive: see the module docs), ``/proc``, ``/dev``, the system
-    folders and the emulator's Python read-only, the folders in ``read_only`` read-only at
-    their own path, ``workspace`` read-write at ``/data``, then ``binds``.
+    New namespaces for everything (network too, unless ``network``), no capabilities, the
+    process dies with its parent and runs in a new session (no terminal to inject input
+    into), an environment of exactly ``env``, but for :data:`SANDBOX_BIN` added to its
+    ``PATH`` (when it has one). Mounts, in this order: a private tmpfs at ``/tmp`` (first,
+    so that binds below ``/tmp`` survive: see the module docs), ``/proc``, ``/dev``, the
+    system folders read-only, the masks over what others may not read there (as root), the
+    commands' folder, the emulator's Python and the commands' installs read-only, the
+    folders in ``read_only`` read-only at their own path, ``workspace`` read-write at
+    ``/data``, then ``binds``; last, the masks' folders and the commands' folder are made
+    read-only.
     """
     args = [bwrap, "--unshare-all"]
     if network:
         args.append("--share-net")
-    args += ["--die-with-parent", "--new-session", "--clearenv"]
+    args += ["--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL"]
     args += ["--tmpfs", PRIVATE_TMP, "--proc", "/proc", "--dev", "/dev"]
     args += _system_args()
-    for root in read_only_roots([*python_roots(), *read_only]):
+    masks, read_only_masks = _mask_args()
+    args += masks
+    args += _command_args()
+    for root in read_only_roots([*python_roots(), *_command_roots(), *read_only]):
         args += ["--ro-bind", root, root]
     args += ["--bind", str(workspace), CONFINED_WORKSPACE]
     for bind in binds:
         args += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.target]
+    args += [*read_only_masks, "--remount-ro", SANDBOX_BIN]
     args += ["--chdir", chdir]
     for key, value in env.items():
+        if key == "PATH":
+            value = _with_sandbox_bin(value)
         args += ["--setenv", key, value]
     args.append("--")
     return args
@@ -211,34 +450,63 @@ _PROBE_CODE: Final = (
 )
 
 
-@functools.lru_cache(maxsize=8)
-def probe(bwrap: str) -> str | None:
-    """Run this interpreter once through :func:`bwrap_args` with ``bwrap``: ``None`` when
-    that works, else a sentence saying what failed. Cached per ``bwrap`` path (once per
-    process)."""
+def _trial(bwrap: str, code: str) -> tuple[str, str | None]:
+    """Run ``code`` with this interpreter through :func:`bwrap_args` with ``bwrap``, as a
+    confined MCP server's ``PATH`` has it: ``(stdout, None)`` when it exits with status 0,
+    else ``("", a sentence saying what failed)``."""
     with tempfile.TemporaryDirectory(prefix="klavis-bwrap-probe-") as workspace:
         command = bwrap_args(
             bwrap,
             workspace=Path(workspace),
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            env={"PATH": CONFINED_PATH, "LANG": "C.UTF-8"},
         )
         try:
             done = subprocess.run(
-                [*command, sys.executable, "-c", _PROBE_CODE],
+                [*command, sys.executable, "-c", code],
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=_PROBE_TIMEOUT,
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return f"a trial run under {bwrap} did not end within {_PROBE_TIMEOUT:g} s"
+            return "", f"a trial run under {bwrap} did not end within {_PROBE_TIMEOUT:g} s"
         except OSError as exc:
-            return f"{bwrap} could not be started ({exc.strerror or exc})"
+            return "", f"{bwrap} could not be started ({exc.strerror or exc})"
     if done.returncode == 0:
-        return None
+        return done.stdout.decode("utf-8", "replace"), None
     lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
     said = f": {lines[-1][:300]}" if lines else " and printed nothing"
-    return f"a trial run under {bwrap} exited with status {done.returncode}{said}"
+    return "", f"a trial run under {bwrap} exited with status {done.returncode}{said}"
+
+
+@functools.lru_cache(maxsize=8)
+def probe(bwrap: str) -> str | None:
+    """Run this interpreter once through :func:`bwrap_args` with ``bwrap``: ``None`` when
+    that works, else a sentence saying what failed. Cached per ``bwrap`` path (once per
+    process)."""
+    return _trial(bwrap, _PROBE_CODE)[1]
+
+
+_MISSING_CODE: Final = (
+    "import shutil\n"
+    f"print(*[name for name in {SANDBOX_COMMANDS!r} if shutil.which(name) is None])\n"
+)
+
+
+def missing_commands(bwrap: str | None) -> list[str]:
+    """The commands of :data:`SANDBOX_COMMANDS` a process cannot run by name: inside the
+    confinement of ``bwrap`` (asked there, on a confined server's ``PATH``), or, with
+    ``None``, unconfined on this process's ``PATH``.
+
+    Raises:
+        ConfinementError: the trial run under ``bwrap`` failed (the message says how).
+    """
+    if bwrap is None:
+        return [name for name in SANDBOX_COMMANDS if shutil.which(name) is None]
+    said, problem = _trial(bwrap, _MISSING_CODE)
+    if problem is not None:
+        raise ConfinementError(problem)
+    return said.split()
 
 
 def detect_confinement() -> Confinement:

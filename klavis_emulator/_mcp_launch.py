@@ -5,7 +5,8 @@ which also builds the ``bwrap`` command line shared with executions), a server r
 own mount, PID, network (unless its catalog entry says ``network``: playwright, whose
 browser must reach pages on loopback, and poste_email_toolathlon, whose emails server talks
 to its sandbox's mail server there) and IPC namespaces with only ``/usr``, ``/etc``, the
-interpreters and the server's own files mounted read-only and the sandbox's workspace
+interpreters, the server's own files and a folder of common commands (``python``, ``node``,
+``git``...) mounted read-only, no capabilities, and the sandbox's workspace
 mounted read-write at ``/data`` (the real service's default ``AGENT_WORKSPACE``), so tool
 paths match the cloud. ``--die-with-parent`` ends it with the emulator, whatever happens to
 the emulator. Otherwise the server runs unconfined on the workspace's host path (and, where
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ._bwrap import CONFINED_WORKSPACE, PRIVATE_TMP, bwrap_args
+from ._bwrap import CONFINED_PATH, CONFINED_WORKSPACE, PRIVATE_TMP, bwrap_args
 from ._mcp_catalog import (
     CATALOG,
     HOSTED_SERVERS,
@@ -89,7 +90,7 @@ def _common_env() -> dict[str, str]:
 
 def _confined_env() -> dict[str, str]:
     return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "PATH": CONFINED_PATH,  # the builder adds its folder of commands (python, node...)
         "HOME": PRIVATE_TMP,
         "LANG": "C.UTF-8",
         "TMPDIR": PRIVATE_TMP,

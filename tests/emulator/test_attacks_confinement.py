@@ -38,7 +38,10 @@ from klavis_emulator._bwrap import (
     ConfinementError,
     decide_confinement,
 )
+from klavis_emulator._mcp_setup import find_tools
+from tests.emulator.mcp_servers import ServerSandbox
 from tests.helpers import Executions, require_confinement, run_cli
+from workflows import _mcp as client
 
 SECRET = "tenant-a-secret-7f3c"
 
@@ -188,6 +191,160 @@ def test_a_run_cannot_reach_the_network(attacker: Executions, listener: socket.s
     assert "BLOCKED" in logs, logs
     assert "CONNECTED" not in logs
     assert not _accepted(listener)
+
+
+# ---------------------------------------------------------------------- host root's secrets
+
+# main.py: try to lift what covers each path of targets.json (umount2, MNT_DETACH), then read
+# it; one JSON line: path -> "read" / "listed" (something came back), "empty", or the error.
+SECRETS_READER = """
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+found = {}
+for path in json.load(open("targets.json")):
+    libc.umount2(path.encode(), 2)
+    try:
+        if os.path.isdir(path):
+            found[path] = "listed" if os.listdir(path) else "empty"
+        else:
+            with open(path, "rb") as handle:
+                found[path] = "read" if handle.read(1) else "empty"
+    except OSError as exc:
+        found[path] = type(exc).__name__
+print("RESULT", json.dumps(found))
+"""
+
+# The same through code-runner's run-code (javascript), after "const TARGETS = [...];".
+SECRETS_READER_JS = """
+const fs = require('fs');
+const found = {};
+for (const path of TARGETS) {
+  try {
+    if (fs.statSync(path).isDirectory()) {
+      found[path] = fs.readdirSync(path).length ? 'listed' : 'empty';
+    } else {
+      const fd = fs.openSync(path, 'r');
+      found[path] = fs.readSync(fd, Buffer.alloc(1), 0, 1, null) ? 'read' : 'empty';
+      fs.closeSync(fd);
+    }
+  } catch (error) {
+    found[path] = error.code;
+  }
+}
+console.log('RESULT ' + JSON.stringify(found));
+"""
+
+SYSTEM_VIEW = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""The host folders a confined process sees (those that are folders, not links into /usr)."""
+NOBODY = 65534
+
+
+def _hidden_from_unprivileged_users() -> list[str]:
+    """Every path of the system view that the host's unprivileged users cannot read, found by
+    one of them (``find`` run as nobody: the kernel's own permission checks, ACLs included),
+    and everything below the folders among them (found as root)."""
+    setpriv, find = shutil.which("setpriv"), shutil.which("find")
+    if setpriv is None or find is None:
+        pytest.skip("needs setpriv (util-linux) and find to list what nobody can read")
+    roots = [root for root in SYSTEM_VIEW if os.path.isdir(root) and not os.path.islink(root)]
+    unreadable_folder = ["-type", "d", "(", "!", "-readable", "-o", "!", "-executable", ")"]
+    unreadable_file = ["!", "-type", "d", "!", "-type", "l", "!", "-readable"]
+    done = subprocess.run(
+        [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", find, *roots,
+         "(", *unreadable_folder, "-prune", "-print0", ")", "-o",
+         "(", *unreadable_file, "-print0", ")"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )  # fmt: skip
+    hidden = [os.fsdecode(path) for path in done.stdout.split(b"\0") if path]
+    below: list[str] = []
+    for path in hidden:
+        if os.path.isdir(path) and not os.path.islink(path):
+            for folder, names, files in os.walk(path):
+                below += [os.path.join(folder, name) for name in (*names, *files)]
+    return sorted({*hidden, *below})
+
+
+@pytest.fixture(scope="module")
+def root_secrets(confined_server: EmulatorServer) -> list[str]:
+    """What host root can read of the system view and its unprivileged users cannot; skips
+    unless the emulator runs as root (as an unprivileged user, confined processes run as
+    that user and root's files are closed to them by the kernel)."""
+    if os.geteuid() != 0:
+        pytest.skip("the emulator does not run as root here: its confined processes run as "
+                    "an unprivileged user, whom the kernel keeps from root's files")  # fmt: skip
+    hidden = _hidden_from_unprivileged_users()
+    assert "/etc/shadow" in hidden  # the password hashes: on every Linux distribution
+    return hidden
+
+
+def _leaks(result_line: str) -> dict[str, str]:
+    """The targets a reader's ``RESULT`` line says it read something of."""
+    found: dict[str, str] = json.loads(result_line.split("RESULT ", 1)[1].splitlines()[0])
+    return {path: what for path, what in found.items() if what in ("read", "listed")}
+
+
+def test_a_run_reads_nothing_the_hosts_unprivileged_users_cannot(
+    attacker: Executions, root_secrets: list[str]
+) -> None:
+    """Run by a root emulator, a confined process is uid 0 mapped to host root: without the
+    masks it read /etc/shadow, /etc/ssl/private and every other file of root's."""
+    sandbox_id = attacker.acquire()
+    files = {"main.py": SECRETS_READER, "targets.json": json.dumps(root_secrets)}
+    status = attacker.run(sandbox_id, "secrets", files)
+    logs = attacker.logs(sandbox_id, "secrets")["logs"]
+    assert status == "completed", logs
+    assert "RESULT " in logs, logs
+    assert _leaks(logs) == {}
+    assert "root:" not in logs
+
+
+def test_a_servers_tool_reads_nothing_the_hosts_unprivileged_users_cannot(
+    confined_server: EmulatorServer, root_secrets: list[str]
+) -> None:
+    """The same through an MCP server: code-runner's run-code, which runs any tenant's code."""
+    missing = {"code-runner": find_tools().missing_outside("code-runner")}
+    box = ServerSandbox(confined_server, "code-runner", missing)
+    try:
+        snippet = f"const TARGETS = {json.dumps(root_secrets)};\n{SECRETS_READER_JS}"
+        ran = client.call_tool(box.url, "run-code", {"code": snippet, "languageId": "javascript"})
+    finally:
+        box.close()
+    assert not ran.is_error, ran.text
+    assert "RESULT " in ran.text, ran.text
+    assert _leaks(ran.text) == {}
+    assert "root:" not in ran.text
+
+
+# ---------------------------------------------------------------------- capabilities
+
+# main.py: the capabilities it holds, and whether it can make a read-only mount writable.
+REMOUNTER = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+status = open("/proc/self/status").read()
+print("CAPS", [line.split()[1] for line in status.splitlines() if line.startswith("CapEff")][0])
+MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 2, 4, 32, 4096
+for path in ("/usr", "/etc"):
+    done = libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, None)
+    said = "remounted" if done == 0 else os.strerror(ctypes.get_errno())
+    print("REMOUNT", path, said, "writable" if os.access(path, os.W_OK) else "read-only")
+"""
+
+
+def test_a_run_holds_no_capabilities_and_cannot_make_the_system_writable(
+    attacker: Executions,
+) -> None:
+    """bubblewrap started by root keeps nearly every capability for the sandboxed process;
+    with them it remounted its read-only view of the host's /usr writable. (Only checks
+    access: nothing is written.)"""
+    sandbox_id = attacker.acquire()
+    assert attacker.run(sandbox_id, "remount", {"main.py": REMOUNTER}) == "completed"
+    logs = attacker.logs(sandbox_id, "remount")["logs"]
+    assert "CAPS 0000000000000000\n" in logs, logs
+    for path in ("/usr", "/etc"):
+        assert f"REMOUNT {path} Operation not permitted read-only\n" in logs, logs
 
 
 # ---------------------------------------------------------------------- the install step
@@ -444,7 +601,12 @@ import httpx
 from klavis_emulator import EmulatorConfig, EmulatorServer
 from tests.helpers import Executions
 
-main = "import os, sys; print('prefix', sys.prefix); print('ws', os.environ['AGENT_WORKSPACE'])"
+main = (
+    "import os, subprocess, sys; print('prefix', sys.prefix); "
+    "print('ws', os.environ['AGENT_WORKSPACE']); "
+    "base = subprocess.run(['/opt/klavis/bin/python', '-c', 'import sys; print(sys.prefix)'], "
+    "capture_output=True, text=True); print('base', base.stdout.strip() or base.stderr)"
+)
 with EmulatorServer(EmulatorConfig(data_dir=sys.argv[1])) as server, httpx.Client(
     base_url=server.base_url, headers={"Authorization": "Bearer under-tmp"}, timeout=30
 ) as http:
@@ -483,6 +645,7 @@ def test_an_interpreter_under_tmp_is_confined(
     assert report["status"] == "completed", report["logs"]
     assert f"prefix {venv_under_tmp}\n" in report["logs"]  # the venv is visible inside
     assert "ws /data\n" in report["logs"]
+    assert f"base {sys.base_prefix}\n" in report["logs"]  # the commands' python runs too
     assert "[emulator]" not in report["logs"]
 
 

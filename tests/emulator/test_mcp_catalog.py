@@ -15,9 +15,12 @@ import httpx
 import pytest
 
 from klavis_emulator import LOCAL_SERVER_NAMES, EmulatorConfig, EmulatorServer
+from klavis_emulator.__main__ import _commands_line
+from klavis_emulator._bwrap import SANDBOX_COMMANDS, missing_commands, sandbox_commands
 from klavis_emulator._mcp_catalog import CATALOG, HOSTED_SERVERS, NotHosted
 from klavis_emulator._mcp_host import McpHost
 from klavis_emulator._mcp_setup import McpSetupError, McpToolPaths, setup_mcp_servers
+from tests.helpers import require_confinement
 
 
 def test_the_catalog_describes_every_server_of_the_contract_once() -> None:
@@ -111,6 +114,37 @@ def test_check_prints_a_row_per_server_of_the_contract() -> None:
     assert install.reason in rows["canvas"]
     problems = [name for name in HOSTED_SERVERS if rows[name].split()[1] == "no"]
     assert done.returncode == (1 if problems else 0), table
+    assert rows["commands"].startswith(("commands (", "commands missing (")), table
+
+
+def test_check_says_which_commands_a_sandbox_lacks() -> None:
+    line, lacking = _commands_line(["node", "npm", "npx"], confined=True)
+    assert lacking
+    assert line == (
+        "commands missing (inside the confinement): node npm npx; install Node.js, npm "
+        "(code-runner, terminal and desktop-commander run them by name)"
+    )
+    line, lacking = _commands_line([], confined=False)
+    assert not lacking
+    assert line == "commands (on PATH, unconfined): " + " ".join(SANDBOX_COMMANDS)
+
+
+def test_missing_commands_are_looked_for_where_the_processes_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unconfined, on the emulator's PATH; confined, inside the confinement, where exactly
+    the commands the host lacks are missing, and never Python."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "python").symlink_to(sys.executable)
+    with monkeypatch.context() as patch:
+        patch.setenv("PATH", str(folder))
+        assert missing_commands(None) == [name for name in SANDBOX_COMMANDS if name != "python"]
+    confinement = require_confinement()
+    missing = missing_commands(confinement.bwrap)
+    assert "python" not in missing
+    assert "python3" not in missing
+    assert set(missing) == set(SANDBOX_COMMANDS) - set(sandbox_commands())
 
 
 def test_setup_only_installs_and_reports_just_the_named_servers(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import shutil
 import subprocess
@@ -17,8 +18,10 @@ from klavis_emulator._bwrap import (
     CONFINE_ENV,
     CONFINED_WORKSPACE,
     PRIVATE_TMP,
+    SANDBOX_BIN,
     bwrap_args,
     decide_confinement,
+    masked_paths,
 )
 from klavis_emulator._mcp_catalog import EMAILS_CONFIG
 from klavis_emulator._mcp_launch import HOSTED_SERVERS, TERMINAL_ALLOWED_COMMANDS, launch_spec
@@ -174,6 +177,29 @@ def test_the_private_tmp_comes_before_every_bind(fake_tools: McpToolPaths, tmp_p
     binds = [i for i, arg in enumerate(args) if arg in ("--bind", "--ro-bind", "--symlink")]
     assert binds
     assert tmpfs < min(binds)
+
+
+def test_the_masks_come_after_the_system_folders_and_turn_read_only_last(tmp_path: Path) -> None:
+    """A mask must cover the system folders (mounted before it), must not cover a bind
+    made after it, and its folder becomes read-only only once every mount point is made."""
+    files, folders = masked_paths()
+    if not files and not folders:
+        pytest.skip("nothing to mask: the emulator does not run as root here")
+    args = bwrap_args("/usr/bin/bwrap", workspace=tmp_path, env={}, read_only=[tmp_path])
+
+    def where(option: str, value: str | None = None) -> list[int]:
+        pairs = itertools.pairwise(args)
+        return [i for i, (a, b) in enumerate(pairs) if a == option and value in (None, b)]
+
+    system = max(where("--ro-bind", "/usr") + where("--ro-bind", "/etc"))
+    masks = where("--ro-bind", "/dev/null") + where("--perms")
+    binds = [i for i in where("--ro-bind") + where("--bind") if i > system and i not in masks]
+    remounts = where("--remount-ro")
+    assert masks
+    assert system < min(masks)
+    assert max(masks) < min(binds)
+    assert max(binds) < min(remounts)
+    assert [args[i + 1] for i in remounts] == [*folders, SANDBOX_BIN]
 
 
 @pytest.fixture

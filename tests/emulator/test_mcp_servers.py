@@ -10,6 +10,7 @@ when something the project cannot install is missing here (Node.js), naming it; 
 
 from __future__ import annotations
 
+import shutil
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -104,6 +105,33 @@ def test_code_runner_runs_a_snippet_in_the_workspace_with_a_private_tmp(
         assert tmp.is_relative_to(emulator.state.data_dir)
         assert not tmp.is_relative_to(box.workspace)
         assert box.id in tmp.name
+
+
+PYTHON_SNIPPET = """
+import importlib.util, os, sys
+print("answer", 6 * 7)
+print("cwd", os.getcwd())
+print("emulator-packages", importlib.util.find_spec("klavis_emulator") is not None)
+"""
+
+
+def test_code_runner_runs_python_as_mcp_atlas_calls_it(
+    make_sandbox: Callable[[str], Sandbox], emulator: EmulatorServer, request: pytest.FixtureRequest
+) -> None:
+    """MCP-Atlas's client calls run-code with languageId "python", which code-runner runs as
+    ``python -u``: confined, that is the base interpreter of the emulator's venv (without
+    the emulator's packages); unconfined, the ``python`` on the emulator's PATH."""
+    confined = mode_of(request) != "unconfined" and host(emulator).confined
+    if not confined and shutil.which("python") is None:
+        pytest.skip("unconfined, code-runner runs the `python` on PATH, and this machine has none")
+    box = make_sandbox("code-runner")
+    ran = client.call_tool(box.url, "run-code", {"code": PYTHON_SNIPPET, "languageId": "python"})
+    assert not ran.is_error, ran.text
+    said = dict(line.split(" ", 1) for line in ran.text.splitlines() if " " in line)
+    assert said.get("answer") == "42", ran.text
+    assert said["cwd"] == box.seen
+    if confined:
+        assert said["emulator-packages"] == "False"
 
 
 def test_excel_creates_a_workbook_and_writes_a_cell(
