@@ -68,10 +68,10 @@ MAX_NAME_BYTES: Final = 255
 MAX_PATH_BYTES: Final = 4095
 """Longest member path or link target, in UTF-8 bytes (PATH_MAX, 4096, less the NUL)."""
 MAX_DEPTH: Final = 512
-"""Most folders a member path may go through. PATH_MAX alone allows 2,047 (``a/a/...``), but
-``shutil.rmtree`` (used on a refused staging copy and on release) recurses once a level and
-Python stops at 1,000 frames: a deeper tree made every later release of the sandbox a 500.
-Real trees stay far below (a deep ``node_modules`` is a few dozen levels)."""
+"""Most folders a member path may go through (PATH_MAX alone allows 2,047, ``a/a/...``). Real
+trees stay far below (a deep ``node_modules`` is a few dozen levels). The emulator copes with
+deeper trees a sandbox's own processes make (``_workspace`` walks and deletes any depth); an
+upload has no reason to bring one."""
 # At most this many extended headers in a row before one member (PAX 'x', a global 'g', GNU
 # 'L' and 'K' make 4 in the worst real case); tarfile handles each by recursion.
 _MAX_HEADER_CHAIN = 8
