@@ -251,7 +251,10 @@ def acquire_attempt(
 
     Raises :class:`~workflows._reconcile.AcquireDidNotHappen` when the acquire is known not to
     have happened, which the driver retries (see :func:`retry_acquire`). Sandboxes that the
-    ledger says other processes hold are never adopted.
+    ledger says other processes hold are never adopted. Any other end leaves the attempt open
+    and records that it ended (``attempt-ended``), so ``reap`` in another process may release
+    what it left while this process lives on. On success the attempt stays in flight until
+    the caller records the sandbox (:func:`workflows._ownership.own`).
     """
     from klavis_sandbox_client.api.local_sandbox import acquire_local_sandbox
     from klavis_sandbox_client.models import AcquireLocalSandboxRequest
@@ -268,21 +271,21 @@ def acquire_attempt(
             path=exc.path,
         ) from exc.__cause__
     body = AcquireLocalSandboxRequest.from_dict(request.to_body())
-    attempt: str | None = None
-    if ledger is not None:
-        attempt = _ownership.new_attempt()
-        yield Blocking(
-            ledger.record_attempt,
-            (attempt,),
-            {
-                "base_url": base_url,
-                "key": key,
-                "servers": tuple(sorted(request.wanted_servers())),
-                "benchmark": request.benchmark,
-                "known": frozenset(before),
-            },
-        )
+    attempt = None if ledger is None else _ownership.new_attempt()
+    handed_over = False
     try:
+        if ledger is not None and attempt is not None:
+            yield Blocking(
+                ledger.record_attempt,
+                (attempt,),
+                {
+                    "base_url": base_url,
+                    "key": key,
+                    "servers": tuple(sorted(request.wanted_servers())),
+                    "benchmark": request.benchmark,
+                    "known": frozenset(before),
+                },
+            )
         failure: Exception
         try:
             info = info_from((yield Call(acquire_local_sandbox, False, {"body": body})))
@@ -294,6 +297,7 @@ def acquire_attempt(
             failure = exc
         else:
             if _ownership.claim(base_url, info.id):
+                handed_over = True
                 return info, attempt
             failure = ApiError("acquire answered a sandbox already adopted", status_code=500)
         try:
@@ -316,16 +320,31 @@ def acquire_attempt(
                 log.warning(
                     "acquire failed (%s) but created sandbox %s: adopted it", failure, candidate.id
                 )
+                handed_over = True
                 return candidate, attempt
         raise _reconcile.AcquireDidNotHappen(failure) from failure
     except (_reconcile.AcquireDidNotHappen, InvalidInputError, ApiError) as exc:
         # known to have created nothing: an API error answered before it took effect (4xx), or
-        # a listing that shows no new sandbox. (Ambiguous ends are AcquireAmbiguousError.)
-        if ledger is not None and attempt is not None and not _reconcile.is_ambiguous(exc):
-            yield Blocking(ledger.settle_attempt, (attempt,), {"base_url": base_url, "key": key})
+        # a listing that shows no new sandbox. (Ambiguous ends are AcquireAmbiguousError, below;
+        # an ambiguous ApiError cannot come here, and would be ended as they are.)
+        if ledger is not None and attempt is not None:
+            close = ledger.end_attempt if _reconcile.is_ambiguous(exc) else ledger.settle_attempt
+            yield Blocking(close, (attempt,), {"base_url": base_url, "key": key})
+        raise
+    except Exception:
+        # AcquireAmbiguousError above all: a sandbox may exist that this process will never
+        # record. The attempt stays open for reap, which need not wait for this process to exit.
+        if ledger is not None and attempt is not None:
+            yield Blocking(ledger.end_attempt, (attempt,), {"base_url": base_url, "key": key})
+        raise
+    except BaseException:
+        # closed at a step (Ctrl-C, SIGTERM, a cancelled task): a closing flow cannot wait for
+        # a step, so this one short append is made here
+        if ledger is not None and attempt is not None:
+            ledger.end_attempt(attempt, base_url=base_url, key=key)
         raise
     finally:
-        if attempt is not None:
+        if attempt is not None and not handed_over:  # else own() ends it, once recorded
             _ownership.attempt_ended(attempt)
 
 

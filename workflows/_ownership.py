@@ -8,8 +8,8 @@
   as on Ctrl-C.
 * **Claims**: an acquire that takes a sandbox (answered, or adopted by reconciling, see
   :mod:`workflows._reconcile`) claims it, so two acquires of this process never share one.
-* **Attempts in flight**: the ledger's ``attempt`` records of acquires still running here, which
-  ``reap`` must not take for orphans.
+* **Attempts in flight**: the ledger's ``attempt`` records of acquires still running here, or
+  whose sandbox is not yet recorded, which ``reap`` must not take for orphans.
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ def own(
     sandbox_id: str, settings: Settings, ledger: Ledger | None, *, attempt: str | None = None
 ) -> None:
     """Record that this process must release ``sandbox_id``: in the ledger (settling the
-    ``attempt`` record that announced it) and for interpreter exit and SIGTERM."""
+    ``attempt`` record that announced it, which is in flight until then) and for interpreter
+    exit and SIGTERM."""
     if ledger is not None:
         ledger.record(
             "acquired",
@@ -115,6 +116,8 @@ def own(
             key=settings.api_key.fingerprint,
             attempt=attempt,
         )
+    if attempt is not None:
+        attempt_ended(attempt)
     with _lock:
         _owned[(settings.base_url, sandbox_id)] = Owned(sandbox_id, settings, ledger)
         _install()
@@ -201,7 +204,7 @@ def new_attempt() -> str:
 
 
 def attempt_ended(attempt: str) -> None:
-    """The acquire of ``attempt`` returned or raised (settled or not)."""
+    """The acquire of ``attempt`` raised (settled or not), or its sandbox is recorded."""
     with _lock:
         _in_flight.discard(attempt)
 

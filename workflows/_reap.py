@@ -79,7 +79,10 @@ def _plan(
     attempts: list[AcquireAttempt] = []
     running: list[AcquireAttempt] = []
     for attempt in book.open_attempts(base_url=settings.base_url, key=settings.api_key.fingerprint):
-        if _ownership.in_flight(attempt.attempt) or (not include_live and _alive(attempt.pid)):
+        # an attempt whose acquire ended is over, though its process may live on: nothing will
+        # record its sandbox; one still waited on (here, or in a running process) is not
+        waited_on = not attempt.ended and not include_live and _alive(attempt.pid)
+        if _ownership.in_flight(attempt.attempt) or waited_on:
             running.append(attempt)
         else:
             attempts.append(attempt)
@@ -127,7 +130,9 @@ def reap(
     released), and the sandboxes that acquires which ended ambiguously left behind: each such
     acquire was recorded before it was sent, and the sandbox that appeared after it with the
     servers it asked for, unknown to the ledger, is taken for its orphan (at most one each).
-    With ``dry_run``, release nothing and report what would be released.
+    An acquire ended once it raised, though its process may still run (a notebook kernel);
+    one still waiting for its answer keeps what it may be about to record. With ``dry_run``,
+    release nothing and report what would be released.
 
     >>> [r.sandbox_id for r in reap(dry_run=True)]  # doctest: +SKIP
     []
