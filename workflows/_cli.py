@@ -41,10 +41,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ._config import API_KEY_ENV, BASE_URL_ENV, resolve_settings
-from ._errors import ConfigurationError, InvalidInputError, KlavisError, MissingExtraError
+from ._errors import (
+    ConfigurationError,
+    InvalidInputError,
+    KlavisError,
+    LocalWriteError,
+    MissingExtraError,
+)
 from ._ledger import default_ledger
 from ._models import SERVER_NAMES, SandboxInfo
-from ._paths import check_destination
+from ._paths import check_destination, shown_path
 from ._reap import reap
 from ._recipes import ReleaseResult, bulk_acquire, bulk_release, round_trip_dump
 from ._sandbox import LocalSandbox, list_sandboxes
@@ -267,11 +273,21 @@ def _dump_target(output: str, force: bool) -> _DumpTarget:
     return _DumpTarget(path, kind, replace=True)
 
 
-def _gunzip(source: Path, destination: Path) -> None:
+def _gunzip(source: Path, destination: Path, shown: Path) -> None:
+    """Decompress ``source`` into ``destination``; a failed write (a full disk, EFBIG) raises
+    LocalWriteError naming ``shown``."""
     from ._archive import igzip_file
 
-    with igzip_file(source, "rb") as gz, destination.open("xb") as out:
-        shutil.copyfileobj(gz, out, 1024 * 1024)
+    with igzip_file(source, "rb") as gz:
+        try:
+            with destination.open("xb") as out:
+                shutil.copyfileobj(gz, out, 1024 * 1024)
+        except OSError as exc:
+            if exc.errno is None:  # BadGzipFile: the archive is damaged, not the disk full
+                raise
+            path = os.fspath(shown)
+            message = f"cannot write {shown_path(path)}: {exc.strerror or exc}; nothing was written"
+            raise LocalWriteError(message, path=path, cause=exc) from exc
 
 
 def _dump(sb: LocalSandbox, target: _DumpTarget, args: argparse.Namespace) -> None:
@@ -285,14 +301,16 @@ def _dump(sb: LocalSandbox, target: _DumpTarget, args: argparse.Namespace) -> No
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.path.name}.", dir=parent))
     try:
-        if target.format == "folder":
-            staged = sb.dump_to(staging / "dump", progress=progress, timeout=args.timeout)
-        else:
-            staged = staging / "dump.tar.gz"
+        staged = staging / ("dump" if target.format == "folder" else "dump.tar.gz")
+        try:
             sb.dump_to(staged, progress=progress, timeout=args.timeout)
-            if target.format == "tar":
-                _gunzip(staged, staging / "dump.tar")
-                staged = staging / "dump.tar"
+        except LocalWriteError as exc:  # it names the staging path: name the user's instead
+            shown = shown_path(os.fspath(target.path))
+            message = str(exc).replace(shown_path(os.fspath(staged)), shown)
+            raise LocalWriteError(message, path=os.fspath(target.path), cause=exc) from exc
+        if target.format == "tar":
+            _gunzip(staged, staging / "dump.tar", target.path)
+            staged = staging / "dump.tar"
         replaced = staging / "replaced"
         if os.path.lexists(target.path):
             os.replace(target.path, replaced)  # a link is moved, never followed

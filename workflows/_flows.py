@@ -35,6 +35,8 @@ from ._errors import (
     ApiConnectionError,
     ApiError,
     InvalidInputError,
+    KlavisError,
+    LocalWriteError,
     NotFoundError,
     TransferError,
 )
@@ -219,6 +221,28 @@ def download_signed(
         return written
 
     return (yield from signed_transfer(ask, "download_url", download))
+
+
+def _written_here(flow: Flow[T], failure: str, path: str) -> Flow[T]:
+    """Run the sub-flow ``flow``, which writes a download on this machine: its OSError (a
+    full disk or quota, EFBIG...) is raised as a :class:`~workflows.LocalWriteError` saying
+    ``failure``, the cause, and that nothing was written; ``path`` is the error's."""
+    try:
+        return (yield from flow)
+    except KlavisError:  # LocalWriteError is an OSError too
+        raise
+    except OSError as exc:
+        message = f"{failure}: {exc.strerror or exc}; nothing was written"
+        raise LocalWriteError(message, path=path, cause=exc) from exc
+
+
+def _temporary_file(failure: str, folder: str) -> IO[bytes]:
+    """A temporary file (unnamed: nothing of it outlives the process) in ``folder``."""
+    try:
+        return tempfile.TemporaryFile(dir=folder)
+    except OSError as exc:
+        message = f"{failure}: {exc.strerror or exc}; nothing was written"
+        raise LocalWriteError(message, path=folder, cause=exc) from exc
 
 
 # --- sandboxes ----------------------------------------------------------------------------------
@@ -442,7 +466,8 @@ def dump_to_flow(
 
     The destination is checked, by making its parents and a temporary entry beside it, before
     anything is asked of the API; a failure anywhere leaves the disk as it was. Links into
-    ``/data`` become relative links; links leading outside are left out with a warning.
+    ``/data`` become relative links; links leading outside are left out with a warning. A write
+    that fails here (a full disk, EFBIG) raises :class:`~workflows.LocalWriteError`.
     """
     destination: Destination = yield Blocking(
         prepare_destination, (target.path,), {"keep_archive": target.keep_archive}
@@ -452,13 +477,25 @@ def dump_to_flow(
         if target.keep_archive:
             sink: IO[bytes] = yield Blocking(destination.open_archive)
             with sink:
-                yield from _download_dump(
-                    sandbox_id, sink, progress, max_bytes=cap, timeout=timeout
+                yield from _written_here(
+                    _download_dump(sandbox_id, sink, progress, max_bytes=cap, timeout=timeout),
+                    f"cannot save the dump of sandbox {sandbox_id} as {destination.shown}",
+                    destination.path,
                 )
             yield Blocking(destination.commit_archive)
         else:
-            with tempfile.TemporaryFile() as tmp:
-                yield from _download_dump(sandbox_id, tmp, progress, max_bytes=cap, timeout=timeout)
+            # the archive waits in the temporary folder (unnamed, so no kill leaves it behind)
+            folder = tempfile.gettempdir()
+            failure = (
+                f"cannot dump sandbox {sandbox_id} into {destination.shown}: writing the download "
+                f"in the temporary folder {folder!r} failed"
+            )
+            with _temporary_file(failure, folder) as tmp:
+                yield from _written_here(
+                    _download_dump(sandbox_id, tmp, progress, max_bytes=cap, timeout=timeout),
+                    failure,
+                    folder,
+                )
                 yield Blocking(
                     destination.extract, (tmp,), {"limits": limits, "workspace_links": True}
                 )

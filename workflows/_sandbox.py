@@ -265,9 +265,10 @@ class LocalSandbox(SandboxBase):
 
         The destination is checked (by making its parent folders) before anything is
         downloaded; a folder is filled only once the whole archive passed the safety checks, a
-        ``.tar.gz`` file appears atomically, and a failure leaves the disk as it was. Links into
-        ``/data`` are written as relative links; links leading outside are left out with a
-        warning.
+        ``.tar.gz`` file appears atomically, and a failure leaves the disk as it was (a full
+        disk or quota, or a file size limit, raises :class:`~workflows.LocalWriteError`).
+        Links into ``/data`` are written as relative links; links leading outside are left out
+        with a warning.
 
         Symlinks on the way to ``path`` are followed; ``path`` itself never is: a ``.tar.gz``
         replaces a symlink of that name (its target is never written), and a folder ``path``
