@@ -6,8 +6,8 @@ Conventions (those of gh and kubectl):
   ``ID=$(klavis-sandbox acquire filesystem)`` works); messages, hints and progress go to stderr,
   and ``-q``/``--quiet`` silences the messages (never the errors);
 - ``--json`` prints the same data as JSON wherever a command prints data;
-- exit status: 0 ok, 1 error, 2 usage, 130 interrupted, 141 stdout closed early (see
-  :data:`EXIT_CODES`);
+- exit status: 0 ok, 1 error, 2 usage, 130 interrupted, 141 stdout closed early, 143
+  terminated (see :data:`EXIT_CODES`);
 - nothing is overwritten without ``--force``.
 
 A closed stdout (``klavis-sandbox list | head -1``) ends the command quietly with 141, the status
@@ -16,6 +16,11 @@ of any program killed by SIGPIPE (``yes | head -1``), rather than 0: the output 
 documentation's (signal "SIGPIPE" notes): catch :class:`BrokenPipeError`, point stdout at
 ``/dev/null`` so the interpreter's final flush stays silent, exit. ``acquire`` whose id cannot be
 written releases the sandbox it acquired: nobody could know its id.
+
+SIGTERM (``timeout``, ``docker stop``, a cancelled CI job) ends a command as Ctrl-C does: it
+raises in the main thread (:func:`workflows._ownership.unwind_on_sigterm`), so what the command
+was writing (``dump``'s temporary folder beside the destination) is removed, then it says
+``terminated`` and exits 143 (128 + 15, what a shell reports for a process SIGTERM ended).
 
 The API key comes from ``KLAVIS_API_KEY`` (or a ``.env`` file), never from an argument, so it
 does not show in the process list or the shell history.
@@ -50,10 +55,12 @@ from ._errors import (
 )
 from ._ledger import default_ledger
 from ._models import SERVER_NAMES, SandboxInfo
+from ._ownership import Terminated, unwind_on_sigterm
 from ._paths import check_destination, shown_path
 from ._reap import reap
 from ._recipes import ReleaseResult, bulk_acquire, bulk_release, round_trip_dump
 from ._sandbox import LocalSandbox, list_sandboxes
+from ._staging import make_staging
 
 __all__ = ["EXIT_CODES", "main", "main_entry"]
 
@@ -62,6 +69,7 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
+EXIT_TERMINATED = 143
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
@@ -70,6 +78,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
     EXIT_BROKEN_PIPE: "stdout was closed before all of the output was written "
     "(`klavis-sandbox list | head -1`), as for any program killed by SIGPIPE",
+    EXIT_TERMINATED: "terminated by SIGTERM (timeout, docker stop, a cancelled CI job), "
+    "after removing what it was writing",
 }
 """Every exit status of the CLI and what it means (also printed by ``--help``)."""
 
@@ -296,10 +306,12 @@ def _dump(sb: LocalSandbox, target: _DumpTarget, args: argparse.Namespace) -> No
         sb.dump_to(target.path, progress=progress, timeout=args.timeout)
         return
     # Written beside the destination, then renamed into place: the same file system, and a
-    # failure anywhere leaves the destination as it was.
+    # failure anywhere leaves the destination as it was. The staging folder is dump_to's kind
+    # (named for this process, locked): a later dump removes it if a kill left it behind.
     parent = target.path.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.path.name}.", dir=parent))
+    staged_in = make_staging(os.fspath(parent), folder=True)
+    staging = Path(staged_in.path)
     try:
         staged = staging / ("dump" if target.format == "folder" else "dump.tar.gz")
         try:
@@ -321,7 +333,7 @@ def _dump(sb: LocalSandbox, target: _DumpTarget, args: argparse.Namespace) -> No
                 os.replace(replaced, target.path)
             raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        staged_in.remove()
 
 
 def _dump_summary(sb: LocalSandbox, target: _DumpTarget) -> dict[str, Any]:
@@ -684,6 +696,7 @@ def main(
     """
     args = _parser().parse_args(argv)
     ui = _Output(out or sys.stdout, err or sys.stderr, quiet=getattr(args, "quiet", False))
+    unwind_on_sigterm()
     try:
         code: int = args.run(args, ui)
     except BrokenPipeError:
@@ -700,6 +713,9 @@ def main(
     except KeyboardInterrupt:
         ui.problem("interrupted")
         return EXIT_INTERRUPTED
+    except Terminated:
+        ui.problem("terminated")
+        return EXIT_TERMINATED
     return code
 
 

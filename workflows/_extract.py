@@ -4,7 +4,9 @@
 :func:`~workflows._archive.iter_archive_files` yields, so every check of reading applies, into a
 temporary folder beside the destination, and move it into place only once all of the archive
 passed: a refused archive leaves the disk as it was. :func:`prepare_destination` checks (by
-making it) where ``dump_to`` will write before anything is downloaded.
+making it) where ``dump_to`` will write before anything is downloaded. The temporary entries are
+those of :mod:`workflows._staging`: named for this process, and removed by a later dump into the
+same folder once that process is gone.
 
 A write that fails for want of room (a full disk or quota, a file size limit, a failing disk:
 :data:`NO_ROOM`) raises :class:`~workflows.LocalWriteError`; one the path itself forbids (a
@@ -19,7 +21,6 @@ import os
 import shutil
 import stat
 import tarfile
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from workflows._archive import (
 )
 from workflows._errors import InvalidInputError, KlavisError, LocalWriteError
 from workflows._paths import link_target_in_tree, shown_path
+from workflows._staging import Staging, make_staging
 
 __all__ = [
     "NO_ROOM",
@@ -308,15 +310,16 @@ class Destination:
     :func:`prepare_destination`).
 
     ``real`` is the destination's own entry (its parent resolved, its name never followed);
-    ``staging`` is a temporary folder (extraction) or file (a kept ``.tar.gz``) beside it;
-    ``made`` lists the parent folders made for it, removed again by :meth:`discard` when the
-    dump fails, so a refused dump leaves the disk as it was.
+    ``staging`` is a temporary folder (extraction) or file (a kept ``.tar.gz``) beside it, locked
+    while in use (:mod:`workflows._staging`); ``made`` lists the parent folders made for it,
+    removed again by :meth:`discard` when the dump fails, so a refused dump leaves the disk as
+    it was.
     """
 
     path: str
     real: str
     keep_archive: bool
-    staging: str
+    staging: Staging
     made: list[str]
 
     @property
@@ -326,25 +329,22 @@ class Destination:
     def open_archive(self) -> IO[bytes]:
         """The staging file, to download a kept ``.tar.gz`` into (the caller closes it)."""
         try:
-            return open(self.staging, "r+b")
+            return open(self.staging.path, "r+b")
         except OSError as exc:
             raise _destination_error(self.path, "write to", exc) from exc
 
     def commit_archive(self) -> None:
         """Move the downloaded ``.tar.gz`` into place (atomically)."""
         try:
-            os.replace(self.staging, self.real)
+            os.replace(self.staging.path, self.real)
         except OSError as exc:
             raise _destination_error(self.path, "write", exc) from exc
+        self.staging.unlock()
         self.made = []
 
     def discard(self) -> None:
         """Remove what :func:`prepare_destination` made (idempotent, best effort)."""
-        if self.keep_archive:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.staging)
-        elif os.path.lexists(self.staging):
-            shutil.rmtree(self.staging, ignore_errors=True)
+        self.staging.remove()
         for folder in reversed(self.made):
             with contextlib.suppress(OSError):  # not empty, or gone: leave it
                 os.rmdir(folder)
@@ -449,11 +449,7 @@ def prepare_destination(dest: str | os.PathLike[str], *, keep_archive: bool = Fa
         for folder in reversed(missing):
             os.mkdir(folder)
             made.append(folder)
-        if keep_archive:
-            fd, staging = tempfile.mkstemp(prefix=".klavis-dump-", suffix=".tmp", dir=parent)
-            os.close(fd)
-        else:
-            staging = tempfile.mkdtemp(prefix=".klavis-dump-", dir=parent)
+        staging = make_staging(parent, folder=not keep_archive)
     except OSError as exc:
         for folder in reversed(made):
             with contextlib.suppress(OSError):
@@ -470,7 +466,7 @@ def _extract_into(
     workspace_links: bool,
 ) -> Extracted:
     # mkdtemp's folder is private (0o700); the tree is built in a folder made the usual way
-    root = os.path.join(destination.staging, "root")
+    root = os.path.join(destination.staging.path, "root")
     dest_path = destination.real
     writer = _FileWriter(_WRITE_THREADS, _WRITE_BUDGET)
     files: set[str] = set()
@@ -565,7 +561,7 @@ def _extract_into(
             _merge(root, dest_path)
     except OSError as exc:
         raise _destination_error(destination.path, "move the dump into", exc) from exc
-    shutil.rmtree(destination.staging, ignore_errors=True)
+    destination.staging.remove()
     return Extracted(sorted(files), skipped)
 
 

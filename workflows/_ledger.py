@@ -45,7 +45,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
-__all__ = ["STATE_DIR_ENV", "AcquireAttempt", "Ledger", "LedgerEntry", "default_ledger"]
+__all__ = [
+    "STATE_DIR_ENV",
+    "AcquireAttempt",
+    "Ledger",
+    "LedgerEntry",
+    "default_ledger",
+    "process_running",
+]
 
 STATE_DIR_ENV = "KLAVIS_SANDBOX_STATE_DIR"
 _log = logging.getLogger("workflows")
@@ -276,6 +283,19 @@ _NONE: frozenset[str] = frozenset()
 def _pid(value: object) -> int:
     """The pid of a record; 0 (no live process) when a hand-edited line holds something else."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def process_running(pid: int) -> bool:
+    """Whether another process with this pid runs on this machine (False for this one's)."""
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it runs, as another user
+        return True
+    return True
 
 
 def _now() -> str:

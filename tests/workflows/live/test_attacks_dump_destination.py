@@ -1,12 +1,18 @@
-"""A dump that cannot finish where it writes: a full disk.
+"""A dump that cannot finish where it writes: a full disk, SIGTERM, SIGKILL.
 
 Every case runs the dump in a real child process (a user's script calling ``dump_to``, or the
 ``klavis-sandbox`` CLI) against an emulator on loopback, and checks:
 
 * the outcome: a ``LocalWriteError`` (a ``KlavisError``) naming the destination and the cause
-  when the disk cannot hold the dump (a real ``RLIMIT_FSIZE`` in the child: EFBIG);
+  when the disk cannot hold the dump (a real ``RLIMIT_FSIZE`` in the child: EFBIG); status 143
+  when SIGTERM ends it;
 * nothing left beside the destination: no ``.klavis-dump-*`` folder or file, the destination as
-  it was before (absent, or a folder ``--force`` was to replace, untouched).
+  it was before (absent, or a folder ``--force`` was to replace, untouched);
+* what a kill nobody can catch (SIGKILL) left is removed by the next dump into the same folder,
+  while another process's dump in progress there is not.
+
+Children are synchronised on real events: the hostile store counts the download requests it
+holds (:meth:`~tests.hostile_storage.HostileStorage.wait_requests`), never sleeps.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +29,9 @@ from typing import Any
 
 import pytest
 
-from klavis_emulator import EmulatorServer
+from klavis_emulator import EmulatorConfig, EmulatorServer
+from tests.crafted import file, tar_gz
+from tests.hostile_storage import GZIP_HEAD, HostileStorage
 from workflows import LocalSandbox
 
 MiB = 1024 * 1024
@@ -206,3 +215,130 @@ def test_the_cli_names_the_full_destination_and_keeps_what_force_would_replace(
     assert "File too large" in line
     assert _listing(parent) == before
     assert {p: p.read_bytes() for p in parent.rglob("*") if p.is_file()} == content_before
+
+
+# --------------------------------------------------------------------------- SIGTERM, SIGKILL
+
+
+@pytest.fixture(scope="module")
+def storage() -> Iterator[HostileStorage]:
+    """A store whose downloads stall: a dump is in progress for as long as a case needs."""
+    with HostileStorage() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def stalling_emulator(storage: HostileStorage) -> Iterator[EmulatorServer]:
+    """An emulator whose signed dump URLs lead to the stalling store."""
+    with EmulatorServer(EmulatorConfig(public_url=storage.url)) as server:
+        yield server
+
+
+@pytest.fixture
+def stalled(
+    storage: HostileStorage, stalling_emulator: EmulatorServer, token: str
+) -> Iterator[LocalSandbox]:
+    """A sandbox whose dumps stall after the gzip header, until the case ends."""
+    storage.reset()
+    storage.stall(GZIP_HEAD, 120)
+    with LocalSandbox.acquire(
+        ["filesystem"],
+        ttl_seconds=600,
+        api_key=token,
+        base_url=stalling_emulator.base_url,
+        progress=False,
+    ) as sb:
+        yield sb
+    storage.reset()
+
+
+def _start_dump(
+    how: str, sb: LocalSandbox, destination: Path, env: dict[str, str]
+) -> subprocess.Popen[str]:
+    if how == "cli":
+        argv = ["-m", "workflows", "dump", sb.id, "-o", str(destination), "--no-progress"]
+    elif how == "cli --force":
+        argv = ["-m", "workflows", "dump", sb.id, "-o", str(destination), "--force", "-q"]
+    else:  # a script calling dump_to: "sync" or "async"
+        argv = ["-c", _DUMP_SCRIPT, sb.id, str(destination), how, "0"]
+    return subprocess.Popen(
+        [sys.executable, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _staging_entries(folder: Path) -> list[str]:
+    return sorted(n for n in os.listdir(folder) if n.startswith(".klavis-dump-"))
+
+
+@pytest.mark.parametrize("how", ["cli", "cli --force", "sync", "async"])
+def test_sigterm_mid_dump_removes_the_temporary_entry(
+    stalled: LocalSandbox,
+    storage: HostileStorage,
+    stalling_emulator: EmulatorServer,
+    token: str,
+    tmp_path: Path,
+    how: str,
+) -> None:
+    parent = tmp_path / "dumps"
+    destination = parent / "out"
+    destination.mkdir(parents=True)
+    if how == "cli --force":
+        (destination / "old.txt").write_text("what --force would replace")
+    before = _listing(parent)
+    env = _env(token, stalling_emulator.base_url, tmp_path)
+    with _start_dump(how, stalled, destination, env) as child:
+        try:
+            assert storage.wait_requests(1), "the dump never started its download"
+            assert _staging_entries(parent) != []  # the dump is writing beside its destination
+            child.send_signal(signal.SIGTERM)  # what CI, `timeout` and `docker stop` send
+            _, err = child.communicate(timeout=60)
+        finally:
+            child.kill()
+    assert child.returncode == 143, err
+    if how.startswith("cli"):
+        assert err.splitlines()[-1] == "klavis-sandbox: terminated"
+        assert "Traceback" not in err
+    assert _listing(parent) == before
+    if how == "cli --force":
+        assert (destination / "old.txt").read_text() == "what --force would replace"
+
+
+def test_a_later_dump_removes_what_a_killed_dump_left_and_keeps_a_running_one_s(
+    stalled: LocalSandbox,
+    storage: HostileStorage,
+    stalling_emulator: EmulatorServer,
+    token: str,
+    tmp_path: Path,
+) -> None:
+    parent = tmp_path / "dumps"
+    parent.mkdir()
+    env = _env(token, stalling_emulator.base_url, tmp_path)
+    with _start_dump("sync", stalled, parent / "killed", env) as killed:
+        try:
+            assert storage.wait_requests(1)
+            (left,) = _staging_entries(parent)
+            assert left.startswith(f".klavis-dump-{killed.pid}-")  # named for its process
+            killed.send_signal(signal.SIGKILL)  # nothing can clean up after this
+            killed.communicate(timeout=60)
+        finally:
+            killed.kill()
+    assert _staging_entries(parent) == [left]
+    with _start_dump("sync", stalled, parent / "running", env) as running:
+        try:
+            assert storage.wait_requests(2)
+            (in_progress,) = [n for n in _staging_entries(parent) if n != left]
+            storage.body(tar_gz([file("a.txt", "A")]))  # the next download is served whole
+            stalled.dump_to(parent / "mine", progress=False)
+            assert (parent / "mine" / "a.txt").read_text() == "A"
+            # the killed dump's entry is gone; the running dump's is not
+            assert _staging_entries(parent) == [in_progress]
+            running.send_signal(signal.SIGTERM)
+            running.communicate(timeout=60)
+        finally:
+            running.kill()
+    assert running.returncode == 143
+    assert sorted(os.listdir(parent)) == ["mine"]
