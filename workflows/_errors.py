@@ -236,7 +236,7 @@ class AcquireAmbiguousError(KlavisError):
 
 
 class LocalWriteError(KlavisError, OSError):
-    """Writing a download on this machine failed: the disk or the user's quota is full
+    """Writing a dump on this machine failed: the disk or the user's quota is full
     (ENOSPC, EDQUOT), a file size limit was reached (EFBIG: ``ulimit -f``, a file system's
     largest file), or the device failed (EIO). Nothing partial is left at the destination.
 

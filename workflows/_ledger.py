@@ -83,7 +83,7 @@ class AcquireAttempt:
     pid: int
     time: str
     ended: bool = False
-    """Its acquire returned or raised: no process will record its sandbox any more."""
+    """Its acquire raised or was interrupted: no process will record its sandbox any more."""
 
 
 @contextlib.contextmanager
