@@ -18,7 +18,8 @@ then lead here, and every ``GET`` gets the behaviour set last:
 It is a real HTTP server (stdlib ``ThreadingHTTPServer`` on port 0, in a thread). Every loop is
 bounded (a total, a byte count, or the server's stop event), a client that hangs up ends its
 response, and the server stops by itself after ``max_lifetime`` seconds even if a test forgets
-to. Tests synchronise on :meth:`HostileStorage.wait_idle` (a condition), never on sleeps.
+to. Tests synchronise on :meth:`HostileStorage.wait_idle` and
+:meth:`HostileStorage.wait_requests` (a condition), never on sleeps.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class HostileStorage:
                     storage.requests += 1
                     storage._active += 1
                     behaviour = storage._behaviour
+                    storage._lock.notify_all()
                 try:
                     storage._answer(self, behaviour)
                 finally:
@@ -130,6 +132,12 @@ class HostileStorage:
         """Wait until no response is being written (so the counters are final)."""
         with self._lock:
             return self._lock.wait_for(lambda: self._active == 0, timeout)
+
+    def wait_requests(self, count: int, timeout: float = 60.0) -> bool:
+        """Wait until ``count`` GETs have arrived since the last :meth:`reset` (a client is
+        then in the middle of its download, when the behaviour stalls)."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self.requests >= count, timeout)
 
     def end_pauses(self) -> None:
         """Cut short every pause in progress (a stall, a trickle): their responses end."""

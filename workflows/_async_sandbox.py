@@ -43,7 +43,7 @@ from ._mcp import (
     open_session,
 )
 from ._models import SandboxInfo, check_acquire, check_sandbox_id
-from ._ownership import disown, ledger_of, own
+from ._ownership import disown, ledger_of, own, unwind_on_sigterm
 from ._sandbox import LocalSandbox
 from ._sandbox_base import SandboxBase
 from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
@@ -296,6 +296,7 @@ class AsyncLocalSandbox(SandboxBase):
         seconds = check_timeout(timeout)
         self._check_live()
         show = self._show(progress)
+        unwind_on_sigterm()  # its temporary entry is removed on SIGTERM too, as on Ctrl-C
         return await self._driver.run(dump_to_flow(self.id, target, self.limits, show, seconds))
 
     async def reset(self) -> None:

@@ -6,8 +6,8 @@ Conventions (those of gh and kubectl):
   ``ID=$(klavis-sandbox acquire filesystem)`` works); messages, hints and progress go to stderr,
   and ``-q``/``--quiet`` silences the messages (never the errors);
 - ``--json`` prints the same data as JSON wherever a command prints data;
-- exit status: 0 ok, 1 error, 2 usage, 130 interrupted, 141 stdout closed early (see
-  :data:`EXIT_CODES`);
+- exit status: 0 ok, 1 error, 2 usage, 130 interrupted, 141 stdout closed early, 143
+  terminated (see :data:`EXIT_CODES`);
 - nothing is overwritten without ``--force``.
 
 A closed stdout (``klavis-sandbox list | head -1``) ends the command quietly with 141, the status
@@ -16,6 +16,11 @@ of any program killed by SIGPIPE (``yes | head -1``), rather than 0: the output 
 documentation's (signal "SIGPIPE" notes): catch :class:`BrokenPipeError`, point stdout at
 ``/dev/null`` so the interpreter's final flush stays silent, exit. ``acquire`` whose id cannot be
 written releases the sandbox it acquired: nobody could know its id.
+
+SIGTERM (``timeout``, ``docker stop``, a cancelled CI job) ends a command as Ctrl-C does: it
+raises in the main thread (:func:`workflows._ownership.unwind_on_sigterm`), so what the command
+was writing (``dump``'s temporary folder beside the destination) is removed, then it says
+``terminated`` and exits 143 (128 + 15, what a shell reports for a process SIGTERM ended).
 
 The API key comes from ``KLAVIS_API_KEY`` (or a ``.env`` file), never from an argument, so it
 does not show in the process list or the shell history.
@@ -41,13 +46,21 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ._config import API_KEY_ENV, BASE_URL_ENV, resolve_settings
-from ._errors import ConfigurationError, InvalidInputError, KlavisError, MissingExtraError
+from ._errors import (
+    ConfigurationError,
+    InvalidInputError,
+    KlavisError,
+    LocalWriteError,
+    MissingExtraError,
+)
 from ._ledger import default_ledger
 from ._models import SERVER_NAMES, SandboxInfo
-from ._paths import check_destination
+from ._ownership import Terminated, unwind_on_sigterm
+from ._paths import check_destination, shown_path
 from ._reap import reap
 from ._recipes import ReleaseResult, bulk_acquire, bulk_release, round_trip_dump
 from ._sandbox import LocalSandbox, list_sandboxes
+from ._staging import make_staging
 
 __all__ = ["EXIT_CODES", "main", "main_entry"]
 
@@ -56,6 +69,7 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
+EXIT_TERMINATED = 143
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
@@ -64,6 +78,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
     EXIT_BROKEN_PIPE: "stdout was closed before all of the output was written "
     "(`klavis-sandbox list | head -1`), as for any program killed by SIGPIPE",
+    EXIT_TERMINATED: "terminated by SIGTERM (timeout, docker stop, a cancelled CI job), "
+    "after removing what it was writing",
 }
 """Every exit status of the CLI and what it means (also printed by ``--help``)."""
 
@@ -267,11 +283,21 @@ def _dump_target(output: str, force: bool) -> _DumpTarget:
     return _DumpTarget(path, kind, replace=True)
 
 
-def _gunzip(source: Path, destination: Path) -> None:
+def _gunzip(source: Path, destination: Path, shown: Path) -> None:
+    """Decompress ``source`` into ``destination``; a failed write (a full disk, EFBIG) raises
+    LocalWriteError naming ``shown``."""
     from ._archive import igzip_file
 
-    with igzip_file(source, "rb") as gz, destination.open("xb") as out:
-        shutil.copyfileobj(gz, out, 1024 * 1024)
+    with igzip_file(source, "rb") as gz:
+        try:
+            with destination.open("xb") as out:
+                shutil.copyfileobj(gz, out, 1024 * 1024)
+        except OSError as exc:
+            if exc.errno is None:  # BadGzipFile: the archive is damaged, not the disk full
+                raise
+            path = os.fspath(shown)
+            message = f"cannot write {shown_path(path)}: {exc.strerror or exc}; nothing was written"
+            raise LocalWriteError(message, path=path, cause=exc) from exc
 
 
 def _dump(sb: LocalSandbox, target: _DumpTarget, args: argparse.Namespace) -> None:
@@ -280,19 +306,23 @@ def _dump(sb: LocalSandbox, target: _DumpTarget, args: argparse.Namespace) -> No
         sb.dump_to(target.path, progress=progress, timeout=args.timeout)
         return
     # Written beside the destination, then renamed into place: the same file system, and a
-    # failure anywhere leaves the destination as it was.
+    # failure anywhere leaves the destination as it was. The staging folder is dump_to's kind
+    # (named for this process, locked): a later dump removes it if a kill left it behind.
     parent = target.path.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.path.name}.", dir=parent))
+    staged_in = make_staging(os.fspath(parent), folder=True)
+    staging = Path(staged_in.path)
     try:
-        if target.format == "folder":
-            staged = sb.dump_to(staging / "dump", progress=progress, timeout=args.timeout)
-        else:
-            staged = staging / "dump.tar.gz"
+        staged = staging / ("dump" if target.format == "folder" else "dump.tar.gz")
+        try:
             sb.dump_to(staged, progress=progress, timeout=args.timeout)
-            if target.format == "tar":
-                _gunzip(staged, staging / "dump.tar")
-                staged = staging / "dump.tar"
+        except LocalWriteError as exc:  # it names the staging path: name the user's instead
+            shown = shown_path(os.fspath(target.path))
+            message = str(exc).replace(shown_path(os.fspath(staged)), shown)
+            raise LocalWriteError(message, path=os.fspath(target.path), cause=exc) from exc
+        if target.format == "tar":
+            _gunzip(staged, staging / "dump.tar", target.path)
+            staged = staging / "dump.tar"
         replaced = staging / "replaced"
         if os.path.lexists(target.path):
             os.replace(target.path, replaced)  # a link is moved, never followed
@@ -303,7 +333,7 @@ def _dump(sb: LocalSandbox, target: _DumpTarget, args: argparse.Namespace) -> No
                 os.replace(replaced, target.path)
             raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        staged_in.remove()
 
 
 def _dump_summary(sb: LocalSandbox, target: _DumpTarget) -> dict[str, Any]:
@@ -666,6 +696,7 @@ def main(
     """
     args = _parser().parse_args(argv)
     ui = _Output(out or sys.stdout, err or sys.stderr, quiet=getattr(args, "quiet", False))
+    unwind_on_sigterm()
     try:
         code: int = args.run(args, ui)
     except BrokenPipeError:
@@ -682,6 +713,9 @@ def main(
     except KeyboardInterrupt:
         ui.problem("interrupted")
         return EXIT_INTERRUPTED
+    except Terminated:
+        ui.problem("terminated")
+        return EXIT_TERMINATED
     return code
 
 

@@ -22,6 +22,7 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
     ├── TransferError               a signed-URL upload or download failed
     │   └── TransferTimeoutError        a download did not finish within its timeout
     ├── AcquireAmbiguousError       an acquire failed in a way that could not be reconciled
+    ├── LocalWriteError (OSError)   writing on this machine failed: disk or quota full, EFBIG
     ├── McpError                    an MCP server answered an error, or a tool failed
     ├── ExecutionTimeoutError (TimeoutError)   ``Execution.wait(timeout=...)`` ran out
     └── TaskTimeoutError (TimeoutError)        a pool's task ran past ``map(timeout=...)``
@@ -51,6 +52,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidSeedPathError",
     "KlavisError",
+    "LocalWriteError",
     "McpError",
     "MissingExtraError",
     "NotFoundError",
@@ -231,6 +233,34 @@ class AcquireAmbiguousError(KlavisError):
     Raised only when reconciling (listing the key's sandboxes) also failed; ``cause`` holds the
     original error. Run ``klavis-sandbox reap`` to release anything the ledger still holds.
     """
+
+
+class LocalWriteError(KlavisError, OSError):
+    """Writing a dump on this machine failed: the disk or the user's quota is full
+    (ENOSPC, EDQUOT), a file size limit was reached (EFBIG: ``ulimit -f``, a file system's
+    largest file), or the device failed (EIO). Nothing partial is left at the destination.
+
+    An :class:`OSError` too (what such failures were before), with the ``errno`` and
+    ``strerror`` of its ``cause``; ``filename`` and ``path`` are the destination named by the
+    caller (or the temporary folder, when that is what filled up).
+
+    >>> import errno, os
+    >>> cause = OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+    >>> err = LocalWriteError("cannot dump to 'out': File too large", path="out", cause=cause)
+    >>> err.errno == errno.EFBIG, str(err)
+    (True, "cannot dump to 'out': File too large")
+    """
+
+    def __init__(self, message: str, *, path: str, cause: OSError | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.filename = path
+        if cause is not None:
+            self.errno = cause.errno
+            self.strerror = cause.strerror
+
+    def __str__(self) -> str:  # OSError's own would show "[Errno 27] ..." without the message
+        return str(self.args[0])
 
 
 class McpError(KlavisError):

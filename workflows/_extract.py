@@ -4,17 +4,23 @@
 :func:`~workflows._archive.iter_archive_files` yields, so every check of reading applies, into a
 temporary folder beside the destination, and move it into place only once all of the archive
 passed: a refused archive leaves the disk as it was. :func:`prepare_destination` checks (by
-making it) where ``dump_to`` will write before anything is downloaded.
+making it) where ``dump_to`` will write before anything is downloaded. The temporary entries are
+those of :mod:`workflows._staging`: named for this process, and removed by a later dump into the
+same folder once that process is gone.
+
+A write that fails for want of room (a full disk or quota, a file size limit, a failing disk:
+:data:`NO_ROOM`) raises :class:`~workflows.LocalWriteError`; one the path itself forbids (a
+name too long, a read-only file system) raises :class:`~workflows.InvalidInputError`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
 import tarfile
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,14 +35,17 @@ from workflows._archive import (
     iter_archive_files,
     warn_skipped,
 )
-from workflows._errors import InvalidInputError
+from workflows._errors import InvalidInputError, KlavisError, LocalWriteError
 from workflows._paths import link_target_in_tree, shown_path
+from workflows._staging import Staging, make_staging
 
 __all__ = [
+    "NO_ROOM",
     "Destination",
     "Extracted",
     "extract_archive",
     "prepare_destination",
+    "write_error",
 ]
 
 _O_BINARY: int = getattr(os, "O_BINARY", 0)
@@ -87,6 +96,10 @@ def _write_bytes(path: str, data: bytes, mode: int, mtime: int) -> None:
         while view:
             view = view[os.write(fd, view) :]
         _set_mtime(fd, path, mtime)
+    except OSError as exc:  # os.write's errors name no file: this one is raised on another thread
+        if exc.filename is None:
+            exc.filename = path
+        raise
     finally:
         os.close(fd)
 
@@ -261,10 +274,34 @@ class Extracted:
     skipped_links: dict[str, str]
 
 
-def _destination_error(shown: str, action: str, exc: OSError) -> InvalidInputError:
-    err = InvalidInputError(f"cannot {action} {shown}: {exc.strerror or exc}")
+#: The errors of a write that the destination could not hold: a full disk, a full quota, a file
+#: size limit (``ulimit -f``, or a file system's largest file), a failing disk.
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def write_error(message: str, path: str, exc: OSError, *, then: str = "") -> KlavisError:
+    """The error for a failed write at ``path``: ``message`` (which names the path and says
+    what failed), the cause's text, and ``then``; a :class:`~workflows.LocalWriteError` when
+    the cause is one of :data:`NO_ROOM`, else an :class:`~workflows.InvalidInputError`.
+
+    >>> import errno, os
+    >>> full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    >>> err = write_error("cannot write 'a.bin' under 'out'", "out", full, then="; none was")
+    >>> type(err).__name__, str(err)
+    ('LocalWriteError', "cannot write 'a.bin' under 'out': No space left on device; none was")
+    """
+    text = f"{message}: {exc.strerror or exc}{then}"
+    err: KlavisError
+    if exc.errno in NO_ROOM:
+        err = LocalWriteError(text, path=path, cause=exc)
+    else:
+        err = InvalidInputError(text)
     err.__cause__ = exc
     return err
+
+
+def _destination_error(path: str, action: str, exc: OSError) -> KlavisError:
+    return write_error(f"cannot {action} {shown_path(path)}", path, exc)
 
 
 @dataclass
@@ -273,15 +310,16 @@ class Destination:
     :func:`prepare_destination`).
 
     ``real`` is the destination's own entry (its parent resolved, its name never followed);
-    ``staging`` is a temporary folder (extraction) or file (a kept ``.tar.gz``) beside it;
-    ``made`` lists the parent folders made for it, removed again by :meth:`discard` when the
-    dump fails, so a refused dump leaves the disk as it was.
+    ``staging`` is a temporary folder (extraction) or file (a kept ``.tar.gz``) beside it, locked
+    while in use (:mod:`workflows._staging`); ``made`` lists the parent folders made for it,
+    removed again by :meth:`discard` when the dump fails, so a refused dump leaves the disk as
+    it was.
     """
 
     path: str
     real: str
     keep_archive: bool
-    staging: str
+    staging: Staging
     made: list[str]
 
     @property
@@ -291,25 +329,22 @@ class Destination:
     def open_archive(self) -> IO[bytes]:
         """The staging file, to download a kept ``.tar.gz`` into (the caller closes it)."""
         try:
-            return open(self.staging, "r+b")
+            return open(self.staging.path, "r+b")
         except OSError as exc:
-            raise _destination_error(self.shown, "write to", exc) from exc
+            raise _destination_error(self.path, "write to", exc) from exc
 
     def commit_archive(self) -> None:
         """Move the downloaded ``.tar.gz`` into place (atomically)."""
         try:
-            os.replace(self.staging, self.real)
+            os.replace(self.staging.path, self.real)
         except OSError as exc:
-            raise _destination_error(self.shown, "write", exc) from exc
+            raise _destination_error(self.path, "write", exc) from exc
+        self.staging.unlock()
         self.made = []
 
     def discard(self) -> None:
         """Remove what :func:`prepare_destination` made (idempotent, best effort)."""
-        if self.keep_archive:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.staging)
-        elif os.path.lexists(self.staging):
-            shutil.rmtree(self.staging, ignore_errors=True)
+        self.staging.remove()
         for folder in reversed(self.made):
             with contextlib.suppress(OSError):  # not empty, or gone: leave it
                 os.rmdir(folder)
@@ -391,7 +426,7 @@ def prepare_destination(dest: str | os.PathLike[str], *, keep_archive: bool = Fa
     except (FileNotFoundError, NotADirectoryError):  # a file on the way is named below
         st = None
     except OSError as exc:
-        raise _destination_error(shown, "write to", exc) from exc
+        raise _destination_error(path, "write to", exc) from exc
     if st is not None and not keep_archive and stat.S_ISLNK(st.st_mode):
         raise InvalidInputError(_symlink_destination(shown, real))
     if st is not None and stat.S_ISDIR(st.st_mode) == keep_archive:
@@ -414,16 +449,12 @@ def prepare_destination(dest: str | os.PathLike[str], *, keep_archive: bool = Fa
         for folder in reversed(missing):
             os.mkdir(folder)
             made.append(folder)
-        if keep_archive:
-            fd, staging = tempfile.mkstemp(prefix=".klavis-dump-", suffix=".tmp", dir=parent)
-            os.close(fd)
-        else:
-            staging = tempfile.mkdtemp(prefix=".klavis-dump-", dir=parent)
+        staging = make_staging(parent, folder=not keep_archive)
     except OSError as exc:
         for folder in reversed(made):
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
-        raise _destination_error(shown, "create" if missing else "write to", exc) from exc
+        raise _destination_error(path, "create" if missing else "write to", exc) from exc
     return Destination(path, real, keep_archive, staging, made)
 
 
@@ -435,7 +466,7 @@ def _extract_into(
     workspace_links: bool,
 ) -> Extracted:
     # mkdtemp's folder is private (0o700); the tree is built in a folder made the usual way
-    root = os.path.join(destination.staging, "root")
+    root = os.path.join(destination.staging.path, "root")
     dest_path = destination.real
     writer = _FileWriter(_WRITE_THREADS, _WRITE_BUDGET)
     files: set[str] = set()
@@ -512,9 +543,11 @@ def _extract_into(
     except OSError as exc:
         # the destination cannot hold the dump (a name too long under it, a full disk, ...)
         where = _member_of(exc, root) or current
-        raise InvalidInputError(
-            f"cannot write {where!r} under {destination.shown}: {exc.strerror or exc}; "
-            "nothing was written"
+        raise write_error(
+            f"cannot write {where!r} under {destination.shown}",
+            destination.path,
+            exc,
+            then="; nothing was written",
         ) from exc
     try:
         if not os.path.lexists(dest_path):
@@ -527,8 +560,8 @@ def _extract_into(
             _plan_merge(root, dest_path)
             _merge(root, dest_path)
     except OSError as exc:
-        raise _destination_error(destination.shown, "move the dump into", exc) from exc
-    shutil.rmtree(destination.staging, ignore_errors=True)
+        raise _destination_error(destination.path, "move the dump into", exc) from exc
+    destination.staging.remove()
     return Extracted(sorted(files), skipped)
 
 

@@ -35,6 +35,8 @@ from ._errors import (
     ApiConnectionError,
     ApiError,
     InvalidInputError,
+    KlavisError,
+    LocalWriteError,
     NotFoundError,
     TransferError,
 )
@@ -221,6 +223,28 @@ def download_signed(
     return (yield from signed_transfer(ask, "download_url", download))
 
 
+def _written_here(flow: Flow[T], failure: str, path: str) -> Flow[T]:
+    """Run the sub-flow ``flow``, which writes a download on this machine: its OSError (a
+    full disk or quota, EFBIG...) is raised as a :class:`~workflows.LocalWriteError` saying
+    ``failure``, the cause, and that nothing was written; ``path`` is the error's."""
+    try:
+        return (yield from flow)
+    except KlavisError:  # LocalWriteError is an OSError too
+        raise
+    except OSError as exc:
+        message = f"{failure}: {exc.strerror or exc}; nothing was written"
+        raise LocalWriteError(message, path=path, cause=exc) from exc
+
+
+def _temporary_file(failure: str, folder: str) -> IO[bytes]:
+    """A temporary file (unnamed: nothing of it outlives the process) in ``folder``."""
+    try:
+        return tempfile.TemporaryFile(dir=folder)
+    except OSError as exc:
+        message = f"{failure}: {exc.strerror or exc}; nothing was written"
+        raise LocalWriteError(message, path=folder, cause=exc) from exc
+
+
 # --- sandboxes ----------------------------------------------------------------------------------
 
 
@@ -251,7 +275,10 @@ def acquire_attempt(
 
     Raises :class:`~workflows._reconcile.AcquireDidNotHappen` when the acquire is known not to
     have happened, which the driver retries (see :func:`retry_acquire`). Sandboxes that the
-    ledger says other processes hold are never adopted.
+    ledger says other processes hold are never adopted. Any other end leaves the attempt open
+    and records that it ended (``attempt-ended``), so ``reap`` in another process may release
+    what it left while this process lives on. On success the attempt stays in flight until
+    the caller records the sandbox (:func:`workflows._ownership.own`).
     """
     from klavis_sandbox_client.api.local_sandbox import acquire_local_sandbox
     from klavis_sandbox_client.models import AcquireLocalSandboxRequest
@@ -268,21 +295,21 @@ def acquire_attempt(
             path=exc.path,
         ) from exc.__cause__
     body = AcquireLocalSandboxRequest.from_dict(request.to_body())
-    attempt: str | None = None
-    if ledger is not None:
-        attempt = _ownership.new_attempt()
-        yield Blocking(
-            ledger.record_attempt,
-            (attempt,),
-            {
-                "base_url": base_url,
-                "key": key,
-                "servers": tuple(sorted(request.wanted_servers())),
-                "benchmark": request.benchmark,
-                "known": frozenset(before),
-            },
-        )
+    attempt = None if ledger is None else _ownership.new_attempt()
+    handed_over = False
     try:
+        if ledger is not None and attempt is not None:
+            yield Blocking(
+                ledger.record_attempt,
+                (attempt,),
+                {
+                    "base_url": base_url,
+                    "key": key,
+                    "servers": tuple(sorted(request.wanted_servers())),
+                    "benchmark": request.benchmark,
+                    "known": frozenset(before),
+                },
+            )
         failure: Exception
         try:
             info = info_from((yield Call(acquire_local_sandbox, False, {"body": body})))
@@ -294,6 +321,7 @@ def acquire_attempt(
             failure = exc
         else:
             if _ownership.claim(base_url, info.id):
+                handed_over = True
                 return info, attempt
             failure = ApiError("acquire answered a sandbox already adopted", status_code=500)
         try:
@@ -316,16 +344,31 @@ def acquire_attempt(
                 log.warning(
                     "acquire failed (%s) but created sandbox %s: adopted it", failure, candidate.id
                 )
+                handed_over = True
                 return candidate, attempt
         raise _reconcile.AcquireDidNotHappen(failure) from failure
     except (_reconcile.AcquireDidNotHappen, InvalidInputError, ApiError) as exc:
         # known to have created nothing: an API error answered before it took effect (4xx), or
-        # a listing that shows no new sandbox. (Ambiguous ends are AcquireAmbiguousError.)
-        if ledger is not None and attempt is not None and not _reconcile.is_ambiguous(exc):
-            yield Blocking(ledger.settle_attempt, (attempt,), {"base_url": base_url, "key": key})
+        # a listing that shows no new sandbox. (Ambiguous ends are AcquireAmbiguousError, below;
+        # an ambiguous ApiError cannot come here, and would be ended as they are.)
+        if ledger is not None and attempt is not None:
+            close = ledger.end_attempt if _reconcile.is_ambiguous(exc) else ledger.settle_attempt
+            yield Blocking(close, (attempt,), {"base_url": base_url, "key": key})
+        raise
+    except Exception:
+        # AcquireAmbiguousError above all: a sandbox may exist that this process will never
+        # record. The attempt stays open for reap, which need not wait for this process to exit.
+        if ledger is not None and attempt is not None:
+            yield Blocking(ledger.end_attempt, (attempt,), {"base_url": base_url, "key": key})
+        raise
+    except BaseException:
+        # closed at a step (Ctrl-C, SIGTERM, a cancelled task): a closing flow cannot wait for
+        # a step, so this one short append is made here
+        if ledger is not None and attempt is not None:
+            ledger.end_attempt(attempt, base_url=base_url, key=key)
         raise
     finally:
-        if attempt is not None:
+        if attempt is not None and not handed_over:  # else own() ends it, once recorded
             _ownership.attempt_ended(attempt)
 
 
@@ -423,7 +466,8 @@ def dump_to_flow(
 
     The destination is checked, by making its parents and a temporary entry beside it, before
     anything is asked of the API; a failure anywhere leaves the disk as it was. Links into
-    ``/data`` become relative links; links leading outside are left out with a warning.
+    ``/data`` become relative links; links leading outside are left out with a warning. A write
+    that fails here (a full disk, EFBIG) raises :class:`~workflows.LocalWriteError`.
     """
     destination: Destination = yield Blocking(
         prepare_destination, (target.path,), {"keep_archive": target.keep_archive}
@@ -433,13 +477,25 @@ def dump_to_flow(
         if target.keep_archive:
             sink: IO[bytes] = yield Blocking(destination.open_archive)
             with sink:
-                yield from _download_dump(
-                    sandbox_id, sink, progress, max_bytes=cap, timeout=timeout
+                yield from _written_here(
+                    _download_dump(sandbox_id, sink, progress, max_bytes=cap, timeout=timeout),
+                    f"cannot save the dump of sandbox {sandbox_id} as {destination.shown}",
+                    destination.path,
                 )
             yield Blocking(destination.commit_archive)
         else:
-            with tempfile.TemporaryFile() as tmp:
-                yield from _download_dump(sandbox_id, tmp, progress, max_bytes=cap, timeout=timeout)
+            # the archive waits in the temporary folder (unnamed, so no kill leaves it behind)
+            folder = tempfile.gettempdir()
+            failure = (
+                f"cannot dump sandbox {sandbox_id} into {destination.shown}: writing the download "
+                f"in the temporary folder {folder!r} failed"
+            )
+            with _temporary_file(failure, folder) as tmp:
+                yield from _written_here(
+                    _download_dump(sandbox_id, tmp, progress, max_bytes=cap, timeout=timeout),
+                    failure,
+                    folder,
+                )
                 yield Blocking(
                     destination.extract, (tmp,), {"limits": limits, "workspace_links": True}
                 )

@@ -19,6 +19,17 @@ An attempt is settled by an ``acquired`` event carrying its ``attempt`` id, or b
 ambiguously (a timeout or a 5xx, then a failed listing; or the process died mid-request): the
 sandbox it may have created never reached the ledger by id, so ``reap`` finds it by listing
 (see :func:`workflows._reap.reap`).
+
+When such an acquire has returned or raised (``AcquireAmbiguousError``, Ctrl-C, a cancelled
+task) while its process lives on (a notebook kernel, a harness still working), it says so::
+
+    {"event": "attempt-ended", "ended": "<attempt id>", "base_url": "...", "key": "...",
+     "pid": 123, "time": "..."}
+
+so that ``reap`` in another process need not wait for that process to exit: nothing in it will
+record the sandbox any more. The id is under ``ended``, not ``attempt``: versions that knew no
+such event took any other event carrying ``attempt`` for a settlement, and would never have
+released the orphan; under ``ended`` they ignore it and wait for the process, as they did.
 """
 
 from __future__ import annotations
@@ -34,7 +45,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
-__all__ = ["STATE_DIR_ENV", "AcquireAttempt", "Ledger", "LedgerEntry", "default_ledger"]
+__all__ = [
+    "STATE_DIR_ENV",
+    "AcquireAttempt",
+    "Ledger",
+    "LedgerEntry",
+    "default_ledger",
+    "process_running",
+]
 
 STATE_DIR_ENV = "KLAVIS_SANDBOX_STATE_DIR"
 _log = logging.getLogger("workflows")
@@ -64,6 +82,8 @@ class AcquireAttempt:
     known: frozenset[str]
     pid: int
     time: str
+    ended: bool = False
+    """Its acquire raised or was interrupted: no process will record its sandbox any more."""
 
 
 @contextlib.contextmanager
@@ -152,6 +172,20 @@ class Ledger:
             }
         )
 
+    def end_attempt(self, attempt: str, *, base_url: str, key: str) -> None:
+        """Append ``attempt-ended``: the acquire raised, leaving its attempt open; nothing in
+        this process will record its sandbox (see the module docstring)."""
+        self._append(
+            {
+                "event": "attempt-ended",
+                "ended": attempt,
+                "base_url": base_url,
+                "key": key,
+                "pid": os.getpid(),
+                "time": _now(),
+            }
+        )
+
     def _items(self) -> Iterator[dict[str, object]]:
         try:
             with open(self.path, encoding="utf-8") as handle:
@@ -176,10 +210,15 @@ class Ledger:
     def open_attempts(
         self, *, base_url: str | None = None, key: str | None = None
     ) -> list[AcquireAttempt]:
-        """Attempts never settled (oldest first), optionally for one base URL and key."""
+        """Attempts never settled (oldest first), optionally for one base URL and key; those
+        whose acquire has ended say so (``ended``)."""
         opened: dict[str, dict[str, object]] = {}
         settled: set[str] = set()
+        ended: set[str] = set()
         for item in self._items():
+            if item.get("event") == "attempt-ended" and isinstance(item.get("ended"), str):
+                ended.add(str(item["ended"]))
+                continue
             attempt = item.get("attempt")
             if not isinstance(attempt, str):
                 continue
@@ -208,6 +247,7 @@ class Ledger:
                     known=frozenset(str(k) for k in known) if isinstance(known, list) else _NONE,
                     pid=_pid(item.get("pid")),
                     time=str(item.get("time", "")),
+                    ended=attempt in ended,
                 )
             )
         return sorted(out, key=lambda a: (a.time, a.attempt))
@@ -243,6 +283,19 @@ _NONE: frozenset[str] = frozenset()
 def _pid(value: object) -> int:
     """The pid of a record; 0 (no live process) when a hand-edited line holds something else."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def process_running(pid: int) -> bool:
+    """Whether another process with this pid runs on this machine (False for this one's)."""
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it runs, as another user
+        return True
+    return True
 
 
 def _now() -> str:

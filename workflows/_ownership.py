@@ -5,11 +5,12 @@
   sent for every sandbox still registered (async sandboxes included: their event loop may be
   gone by then). On the first registration a SIGTERM handler is installed, if the process has
   none of its own, that turns SIGTERM into ``SystemExit`` so ``with`` blocks unwind and release
-  as on Ctrl-C.
+  as on Ctrl-C (:func:`unwind_on_sigterm`; ``dump_to`` installs it too, so that its temporary
+  files are removed on SIGTERM as on Ctrl-C).
 * **Claims**: an acquire that takes a sandbox (answered, or adopted by reconciling, see
   :mod:`workflows._reconcile`) claims it, so two acquires of this process never share one.
-* **Attempts in flight**: the ledger's ``attempt`` records of acquires still running here, which
-  ``reap`` must not take for orphans.
+* **Attempts in flight**: the ledger's ``attempt`` records of acquires still running here, or
+  whose sandbox is not yet recorded, which ``reap`` must not take for orphans.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ._transport import BearerAuth
 
 __all__ = [
     "Owned",
+    "Terminated",
     "attempt_ended",
     "claim",
     "clear",
@@ -43,6 +45,7 @@ __all__ = [
     "owned",
     "release_all_owned",
     "release_claim",
+    "unwind_on_sigterm",
 ]
 
 log = logging.getLogger("workflows")
@@ -63,15 +66,18 @@ class Owned:
     ledger: Ledger | None
 
 
+class Terminated(SystemExit):
+    """SIGTERM arrived (``kill``, ``timeout``, ``docker stop``, a cancelled CI job): raised by
+    the handler of :func:`unwind_on_sigterm` in the main thread, with status 143 (128 + 15).
+    A ``SystemExit``, so ``except Exception`` lets it pass and the interpreter exits quietly."""
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+    raise Terminated(128 + signum)
 
 
-def _install() -> None:
-    global _installed, _signal_installed
-    if not _installed:
-        _installed = True
-        atexit.register(release_all_owned)
+def _install_signal_locked() -> None:
+    global _signal_installed
     if _signal_installed or threading.current_thread() is not threading.main_thread():
         return  # a signal handler can only be installed from the main thread
     _signal_installed = True
@@ -80,6 +86,23 @@ def _install() -> None:
             signal.signal(signal.SIGTERM, _on_sigterm)
     except (ValueError, OSError):  # pragma: no cover - embedded interpreters
         pass
+
+
+def _install() -> None:
+    global _installed
+    if not _installed:
+        _installed = True
+        atexit.register(release_all_owned)
+    _install_signal_locked()
+
+
+def unwind_on_sigterm() -> None:
+    """From now on, SIGTERM raises :class:`Terminated` (a ``SystemExit``) in the main thread,
+    so that ``with`` blocks and ``finally`` clauses run as on Ctrl-C: sandboxes are released,
+    temporary files removed. Only when called from the main thread, the first time, and when
+    the process has no SIGTERM handler of its own (nor ignores SIGTERM)."""
+    with _lock:
+        _install_signal_locked()
 
 
 def install_exit_handlers() -> None:
@@ -106,7 +129,8 @@ def own(
     sandbox_id: str, settings: Settings, ledger: Ledger | None, *, attempt: str | None = None
 ) -> None:
     """Record that this process must release ``sandbox_id``: in the ledger (settling the
-    ``attempt`` record that announced it) and for interpreter exit and SIGTERM."""
+    ``attempt`` record that announced it, which is in flight until then) and for interpreter
+    exit and SIGTERM."""
     if ledger is not None:
         ledger.record(
             "acquired",
@@ -115,6 +139,8 @@ def own(
             key=settings.api_key.fingerprint,
             attempt=attempt,
         )
+    if attempt is not None:
+        attempt_ended(attempt)
     with _lock:
         _owned[(settings.base_url, sandbox_id)] = Owned(sandbox_id, settings, ledger)
         _install()
@@ -201,7 +227,7 @@ def new_attempt() -> str:
 
 
 def attempt_ended(attempt: str) -> None:
-    """The acquire of ``attempt`` returned or raised (settled or not)."""
+    """The acquire of ``attempt`` raised (settled or not), or its sandbox is recorded."""
     with _lock:
         _in_flight.discard(attempt)
 

@@ -9,33 +9,19 @@ ambiguously, or its process died mid-request). The second kind is found by listi
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 from . import _ownership, _reconcile
 from ._config import ApiKey, Settings, resolve_settings
 from ._drivers import AsyncDriver, sync_driver_for
 from ._flows import list_flow
-from ._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger
+from ._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger, process_running
 from ._models import SandboxInfo
 from ._recipes import ReleaseResult, async_bulk_release, bulk_release
 
 log = logging.getLogger("workflows")
 
 __all__ = ["async_reap", "held_sandboxes", "reap"]
-
-
-def _alive(pid: int) -> bool:
-    """Whether another process with this pid is running on this machine."""
-    if pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True
-    return True
 
 
 def held_sandboxes(
@@ -56,7 +42,7 @@ def held_sandboxes(
     settings = resolve_settings(api_key, base_url)
     book = ledger or default_ledger()
     held = book.held(base_url=settings.base_url, key=settings.api_key.fingerprint)
-    return [e for e in held if include_live or not _alive(e.pid)]
+    return [e for e in held if include_live or not process_running(e.pid)]
 
 
 @dataclass(frozen=True)
@@ -79,7 +65,10 @@ def _plan(
     attempts: list[AcquireAttempt] = []
     running: list[AcquireAttempt] = []
     for attempt in book.open_attempts(base_url=settings.base_url, key=settings.api_key.fingerprint):
-        if _ownership.in_flight(attempt.attempt) or (not include_live and _alive(attempt.pid)):
+        # an attempt whose acquire ended is over, though its process may live on: nothing will
+        # record its sandbox; one still waited on (here, or in a running process) is not
+        waited_on = not attempt.ended and not include_live and process_running(attempt.pid)
+        if _ownership.in_flight(attempt.attempt) or waited_on:
             running.append(attempt)
         else:
             attempts.append(attempt)
@@ -127,7 +116,9 @@ def reap(
     released), and the sandboxes that acquires which ended ambiguously left behind: each such
     acquire was recorded before it was sent, and the sandbox that appeared after it with the
     servers it asked for, unknown to the ledger, is taken for its orphan (at most one each).
-    With ``dry_run``, release nothing and report what would be released.
+    An acquire ended once it raised, though its process may still run (a notebook kernel);
+    one still waiting for its answer keeps what it may be about to record. With ``dry_run``,
+    release nothing and report what would be released.
 
     >>> [r.sandbox_id for r in reap(dry_run=True)]  # doctest: +SKIP
     []

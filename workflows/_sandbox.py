@@ -39,7 +39,7 @@ from ._mcp import (
     open_session,
 )
 from ._models import SandboxInfo, check_acquire, check_sandbox_id
-from ._ownership import disown, ledger_of, own
+from ._ownership import disown, ledger_of, own, unwind_on_sigterm
 from ._sandbox_base import SandboxBase
 from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
@@ -265,9 +265,11 @@ class LocalSandbox(SandboxBase):
 
         The destination is checked (by making its parent folders) before anything is
         downloaded; a folder is filled only once the whole archive passed the safety checks, a
-        ``.tar.gz`` file appears atomically, and a failure leaves the disk as it was. Links into
-        ``/data`` are written as relative links; links leading outside are left out with a
-        warning.
+        ``.tar.gz`` file appears atomically, and a failure leaves the disk as it was (a full
+        disk or quota, or a file size limit, raises :class:`~workflows.LocalWriteError`), as
+        do Ctrl-C and SIGTERM (from the main thread, SIGTERM then raises ``SystemExit``, unless
+        the process has a handler of its own). Links into ``/data`` are written as relative
+        links; links leading outside are left out with a warning.
 
         Symlinks on the way to ``path`` are followed; ``path`` itself never is: a ``.tar.gz``
         replaces a symlink of that name (its target is never written), and a folder ``path``
@@ -280,6 +282,7 @@ class LocalSandbox(SandboxBase):
         seconds = check_timeout(timeout)
         self._check_live()
         show = self._show(progress)
+        unwind_on_sigterm()  # its temporary entry is removed on SIGTERM too, as on Ctrl-C
         return self._driver.run(dump_to_flow(self.id, target, self.limits, show, seconds))
 
     def reset(self) -> None:

@@ -13,7 +13,13 @@ from klavis_sandbox_client.models import AcquireLocalSandboxResponse, ListLocalS
 from klavis_sandbox_client.types import Response
 
 import workflows
-from workflows import AcquireAmbiguousError, ApiTimeoutError, BadRequestError, ServerError
+from workflows import (
+    AcquireAmbiguousError,
+    ApiTimeoutError,
+    BadRequestError,
+    ServerError,
+    _ownership,
+)
 from workflows._config import ApiKey, Settings
 from workflows._flows import Call, acquire_attempt
 from workflows._models import check_acquire
@@ -129,10 +135,65 @@ def test_an_ambiguous_end_leaves_an_open_attempt_for_reap(tmp_path: Path) -> Non
     (attempt,) = book.open_attempts(base_url=base)
     assert attempt.servers == ("git", "terminal")
     assert attempt.known == {"old"}
+    assert not attempt.ended
     flow.throw(_timeout())
+    step = flow.throw(ServerError("down", status_code=503))
+    assert isinstance(step, Blocking)  # says the acquire ended, before raising
     with pytest.raises(AcquireAmbiguousError, match="klavis-sandbox reap"):
-        flow.throw(ServerError("down", status_code=503))
-    assert [a.attempt for a in book.open_attempts(base_url=base)] == [attempt.attempt]
+        flow.send(step.fn(*step.args, **step.kwargs))
+    (still_open,) = book.open_attempts(base_url=base)
+    assert still_open.attempt == attempt.attempt
+    assert still_open.ended  # reap elsewhere need not wait for this process to exit
+    assert not _ownership.in_flight(attempt.attempt)
+
+
+def _at_the_acquire_request(book: Any, base: str) -> Generator[Any, Any, Any]:
+    """A ledgered acquire flow, driven up to its POST."""
+    from workflows._flows import Blocking
+
+    flow = acquire_attempt(check_acquire(["git"]), _settings(base), book)
+    next(flow)
+    step = flow.send(_listing())
+    assert isinstance(step, Blocking)
+    step = flow.send(step.fn(*step.args, **step.kwargs))
+    assert isinstance(step, Call)
+    assert step.name == "acquire_local_sandbox"
+    return flow
+
+
+def test_an_acquire_closed_mid_request_ends_its_attempt(tmp_path: Path) -> None:
+    # Ctrl-C in a notebook, a cancelled task: the driver closes the flow at its step
+    from workflows import Ledger
+
+    base = "http://closed.test"
+    book = Ledger(tmp_path / "ledger.jsonl")
+    flow = _at_the_acquire_request(book, base)
+    (attempt,) = book.open_attempts(base_url=base)
+    assert _ownership.in_flight(attempt.attempt)
+    flow.close()
+    assert [(a.attempt, a.ended) for a in book.open_attempts(base_url=base)] == [
+        (attempt.attempt, True)
+    ]
+    assert not _ownership.in_flight(attempt.attempt)
+
+
+def test_an_answered_acquire_stays_in_flight_until_its_sandbox_is_recorded(
+    tmp_path: Path,
+) -> None:
+    # between the answer and own(), a reap in this process must not take the sandbox
+    from workflows import Ledger
+
+    base = "http://answered.test"
+    book = Ledger(tmp_path / "ledger.jsonl")
+    flow = _at_the_acquire_request(book, base)
+    with pytest.raises(StopIteration) as done:
+        flow.send(_acquired("new", "git"))
+    info, attempt = done.value.value
+    assert _ownership.in_flight(attempt)
+    assert [a.ended for a in book.open_attempts(base_url=base)] == [False]
+    _ownership.own(info.id, _settings(base), book, attempt=attempt)
+    assert not _ownership.in_flight(attempt)
+    assert book.open_attempts(base_url=base) == []
 
 
 def test_client_errors_are_final() -> None:

@@ -8,6 +8,10 @@ lists no sandbox, the test's private ledger holds none and has no open acquire a
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +24,7 @@ import stamina
 import workflows
 from klavis_emulator import EmulatorServer
 from tests.faulty_proxy import Decision, faulty_proxy
-from tests.helpers import isolate
+from tests.helpers import isolate, run_cli
 from workflows import AcquireAmbiguousError, LocalSandbox
 
 
@@ -175,4 +179,89 @@ def test_reap_never_takes_a_sandbox_that_existed_before_the_attempt(
         listed = client.get("/local-sandbox").json()["local_sandboxes"]
         assert [s["local_sandbox_id"] for s in listed] == [mine]
         assert client.delete(f"/local-sandbox/{mine}").status_code == 200
+        _assert_nothing_left(client, no_env_key, proxy.base_url)
+
+
+def test_reap_in_another_process_releases_an_orphan_while_its_raiser_still_runs(
+    emulator: EmulatorServer, client: httpx.Client, token: str, no_env_key: Path
+) -> None:
+    # the notebook kernel's case: its acquire raised, the kernel lives on (here: this test's
+    # process), and `klavis-sandbox reap` runs in a terminal
+    script = LoseTheAcquire()
+    with faulty_proxy(emulator.base_url, script) as proxy:
+        with pytest.raises(AcquireAmbiguousError):
+            LocalSandbox.acquire(
+                ["filesystem", "git"], ttl_seconds=None, api_key=token, base_url=proxy.base_url
+            )
+        (orphan,) = client.get("/local-sandbox").json()["local_sandboxes"]
+        script.healed.set()
+        done = run_cli(
+            ["reap", "--json"], env={"KLAVIS_API_KEY": token, "KLAVIS_BASE_URL": proxy.base_url}
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == [
+            {"sandbox_id": orphan["local_sandbox_id"], "outcome": "released", "error": None}
+        ]
+        _assert_nothing_left(client, no_env_key, proxy.base_url)
+
+
+class HoldTheReconciling:
+    """Let the first acquire take effect but lose its answer, then hold the listing that
+    reconciles it until ``go`` is set (``holding`` says it is held): an acquire in flight."""
+
+    def __init__(self) -> None:
+        self.holding = threading.Event()
+        self.go = threading.Event()
+        self._state = "before the acquire"
+        self._lock = threading.Lock()
+
+    def __call__(self, method: str, path: str) -> Decision:
+        if path != "/local-sandbox":
+            return None
+        with self._lock:
+            if method == "POST" and self._state == "before the acquire":
+                self._state = "answer lost"
+                return ("after", 502)
+            hold = method == "GET" and self._state == "answer lost"
+            if hold:
+                self._state = "held"
+        if hold:
+            self.holding.set()
+            assert self.go.wait(60), "the test never let the listing go"
+        return None
+
+
+_ACQUIRE_AND_PRINT = """
+from workflows import LocalSandbox
+with LocalSandbox.acquire(["filesystem", "git"], ttl_seconds=None) as sb:
+    print(sb.id, flush=True)
+"""
+
+
+def test_reap_in_another_process_keeps_what_a_running_acquire_may_record(
+    emulator: EmulatorServer, client: httpx.Client, token: str, no_env_key: Path
+) -> None:
+    script = HoldTheReconciling()
+    with faulty_proxy(emulator.base_url, script) as proxy:
+        env = {**os.environ, "KLAVIS_API_KEY": token, "KLAVIS_BASE_URL": proxy.base_url}
+        with subprocess.Popen(
+            [sys.executable, "-c", _ACQUIRE_AND_PRINT],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        ) as acquirer:
+            try:
+                assert script.holding.wait(60), "the acquire never reached its reconciling"
+                (pending,) = client.get("/local-sandbox").json()["local_sandboxes"]
+                conn: dict[str, Any] = {"api_key": token, "base_url": proxy.base_url}
+                assert workflows.reap(dry_run=True, **conn) == []
+                assert workflows.reap(progress=False, **conn) == []
+                listed = client.get("/local-sandbox").json()["local_sandboxes"]
+                assert [s["local_sandbox_id"] for s in listed] == [pending["local_sandbox_id"]]
+            finally:
+                script.go.set()
+            out, err = acquirer.communicate(timeout=120)
+        assert acquirer.returncode == 0, err
+        assert out == f"{pending['local_sandbox_id']}\n"  # the acquire adopted it, unharmed
         _assert_nothing_left(client, no_env_key, proxy.base_url)
