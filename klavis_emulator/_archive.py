@@ -613,17 +613,19 @@ class _BoundedTarInfo(FastTarInfo):
         result: tarfile.TarInfo = super()._proc_member(tarfile_)  # type: ignore[misc]
         return result
 
-    def _proc_gnusparse_00(
-        self, next: tarfile.TarInfo, pax_headers: dict[str, str], buf: bytes
-    ) -> None:
+    # tarfile's private hooks for PAX sparse members. Their parameters after ``next`` differ
+    # between interpreters (the CVE-2024-6232 fix, gh-121285, made 0.0's ``(pax_headers, buf)``
+    # a ``(raw_headers,)`` list in 3.13, 3.12.6+ and 3.11.10+): taken as ``*args``, so every
+    # supported interpreter reaches the refusal instead of a TypeError (a 500).
+
+    def _proc_gnusparse_00(self, next: tarfile.TarInfo, *args: Any) -> None:
         raise _sparse(next.name)
 
-    def _proc_gnusparse_01(self, next: tarfile.TarInfo, pax_headers: dict[str, str]) -> None:
+    def _proc_gnusparse_01(self, next: tarfile.TarInfo, *args: Any) -> None:
         raise _sparse(next.name)
 
-    def _proc_gnusparse_10(
-        self, next: tarfile.TarInfo, pax_headers: dict[str, str], reader: tarfile.TarFile
-    ) -> None:
+    def _proc_gnusparse_10(self, next: tarfile.TarInfo, *args: Any) -> None:
+        pax_headers = args[0] if args and isinstance(args[0], dict) else {}
         raise _sparse(pax_headers.get("GNU.sparse.name", next.name))
 
 

@@ -201,6 +201,22 @@ def find_python(minimum: tuple[int, int]) -> FoundPython | None:
     return None
 
 
+def newest_python() -> FoundPython | None:
+    """The newest Python 3 on this machine newer than this one (PATH, pyenv's, uv's, as
+    :func:`find_python` looks), or None. ``scripts/test`` runs the archive tests with it.
+
+    >>> found = newest_python()
+    >>> found is None or found.version > sys.version_info[:2]
+    True
+    """
+    for minor in range(_NEWEST_MINOR, sys.version_info[1], -1):
+        for candidate in reversed(list(_candidates(minor))):  # the newest patch release first
+            found = _probe(candidate, (3, minor))
+            if found is not None:
+                return found
+    return None
+
+
 def missing_python(server: str) -> str | None:
     """Why ``server`` cannot be installed here for want of an interpreter (a sentence naming
     the Python it needs), or None (its interpreter is here, or it needs none of its own)."""
