@@ -231,6 +231,16 @@ class SilentService:
         self.close()
 
 
+@contextlib.contextmanager
+def new_tenant(server: EmulatorServer, name: str, *, timeout: float = 60) -> Iterator[Executions]:
+    """Execution helpers as a new tenant of ``server`` (a fresh random key named ``name``)."""
+    token = f"{name}-{os.urandom(8).hex()}"
+    with httpx.Client(
+        base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
+    ) as http:
+        yield Executions(server, http, token)
+
+
 def require_confinement() -> Confinement:
     """The emulator's confinement decision, or skip the test where it is off: bwrap is not
     installed, or confinement is turned off on purpose (``KLAVIS_EMULATOR_CONFINE=0``). Where

@@ -24,10 +24,8 @@ import tarfile
 import tempfile
 import venv
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 
 import klavis_emulator
@@ -40,7 +38,7 @@ from klavis_emulator._bwrap import (
 )
 from klavis_emulator._mcp_setup import find_tools
 from tests.emulator.mcp_servers import ServerSandbox
-from tests.helpers import Executions, require_confinement, run_cli
+from tests.helpers import Executions, new_tenant, require_confinement, run_cli
 from workflows import _mcp as client
 
 SECRET = "tenant-a-secret-7f3c"
@@ -88,27 +86,17 @@ def confined_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulat
         yield server
 
 
-@contextmanager
-def _tenant(server: EmulatorServer, name: str) -> Iterator[Executions]:
-    """Execution helpers as a new tenant of ``server``."""
-    token = f"attack-{name}-{os.urandom(8).hex()}"
-    with httpx.Client(
-        base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-    ) as http:
-        yield Executions(server, http, token)
-
-
 @pytest.fixture
 def victim(confined_server: EmulatorServer) -> Iterator[Executions]:
     """Tenant A."""
-    with _tenant(confined_server, "a") as tenant:
+    with new_tenant(confined_server, "attack-a") as tenant:
         yield tenant
 
 
 @pytest.fixture
 def attacker(confined_server: EmulatorServer) -> Iterator[Executions]:
     """Tenant B."""
-    with _tenant(confined_server, "b") as tenant:
+    with new_tenant(confined_server, "attack-b") as tenant:
         yield tenant
 
 
@@ -521,8 +509,8 @@ def test_the_opt_out_runs_unconfined_even_with_a_failing_bwrap(
         EmulatorServer(
             EmulatorConfig(data_dir=tmp_path / "data", confine_executions=how != "argument")
         ) as server,
-        _tenant(server, "a") as victim,
-        _tenant(server, "b") as attacker,
+        new_tenant(server, "attack-a") as victim,
+        new_tenant(server, "attack-b") as attacker,
     ):
         confinement = server.state.run_settings.confinement
         assert not confinement.enabled

@@ -20,7 +20,6 @@ import secrets
 import tarfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 import psutil
@@ -28,7 +27,7 @@ import pytest
 
 from klavis_emulator import EmulatorConfig, EmulatorServer
 from tests.emulator.mcp_servers import host
-from tests.helpers import Executions, build_tar_gz, require_confinement
+from tests.helpers import Executions, build_tar_gz, new_tenant, require_confinement
 from workflows import _mcp as client
 
 # main.py of the attacker. It makes /data/dir with a large decoy file first (the emulator
@@ -73,18 +72,9 @@ def confined_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulat
         yield server
 
 
-@contextmanager
-def _tenant(server: EmulatorServer) -> Iterator[Executions]:
-    token = f"walker-{secrets.token_hex(8)}"
-    with httpx.Client(
-        base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=120
-    ) as http:
-        yield Executions(server, http, token)
-
-
 @pytest.fixture
 def tenant(confined_server: EmulatorServer) -> Iterator[Executions]:
-    with _tenant(confined_server) as made:
+    with new_tenant(confined_server, "walker", timeout=120) as made:
         yield made
 
 
@@ -187,7 +177,7 @@ def _processes_running(marker: str) -> list[psutil.Process]:
 def test_a_reset_ends_every_process_of_the_sandbox_and_restarts_its_servers(
     confined_server: EmulatorServer,
 ) -> None:
-    with _tenant(confined_server) as tenant:
+    with new_tenant(confined_server, "resetter", timeout=120) as tenant:
         answer = tenant.http.post("/local-sandbox", json={"server_names": ["code-runner"]})
         assert answer.status_code == 201, answer.text
         sandbox_id = answer.json()["local_sandbox_id"]
