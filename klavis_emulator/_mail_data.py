@@ -13,8 +13,9 @@ Choices (the contract leaves them open):
 - replace: ``initialize`` empties every mailbox of the mail server first (as the stored
   documents of the other servers are replaced whole); the accounts are then the sandbox's
   own, those an ``x-email-config`` header chose, and the users the document names;
-- an account the document names that did not exist logs in with its address as password;
-  the sandbox's own account (``auth_data``) and chosen accounts keep theirs;
+- an account the document names that did not exist gets a random password (no other
+  tenant can guess it; see :mod:`klavis_emulator._mail`); the sandbox's own account
+  (``auth_data``) and chosen accounts keep theirs;
 - the server assigns ``email_id`` (the message's IMAP UID in its folder; a given one is
   ignored); a header the document leaves out (``date``, ``message_id``...) stays out, as
   in mail the agent sends with the MCP server, so a dump loads back unchanged; an
@@ -162,7 +163,7 @@ def load_mail(mail: MailServer, document: Mapping[str, Any]) -> int:
                 ) from exc
             messages.append((_folder(data), f"({flags})", when, raw))
     with mail.lock:
-        passwords = mail.replace({address: address for address in prepared})
+        passwords = mail.replace(prepared)
         count = 0
         for address, messages in prepared.items():
             if not messages:

@@ -408,10 +408,10 @@ class McpHost:
             ) from exc
         self._mail_for(record)  # the IMAP port may have changed (taken meanwhile)
         config = mail.auth_data()
-        if account:
+        if account:  # the header's password is checked, never given to Dovecot (see _mail)
             chosen = MailAccount(**json.loads(account))
-            mail.add_account(chosen)
-            config.update(email=chosen.email, password=chosen.password, name=chosen.name)
+            password = mail.login_password(chosen)
+            config.update(email=chosen.email, password=password, name=chosen.name)
         return config
 
     def with_mail(
