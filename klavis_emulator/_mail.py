@@ -52,6 +52,26 @@ emails servers started for them still log in), named users until the next ``init
 or reset. The passwd-file holding the passwords is readable by the emulator's user and
 Dovecot's only (0600, or 0640 with Dovecot's group when the emulator runs as root).
 
+Limits (a real mail server's, so that a process on loopback cannot fill the host's
+temporary folder nor make the emulator read more than it can hold):
+
+- a message: at most :data:`MAX_MESSAGE_BYTES` (10,240,000, Postfix's default
+  ``message_size_limit``; Toolathlon's mail is a few KiB a message): the SMTP server
+  advertises it (``SIZE``) and answers 552 over it (aiosmtpd's ``data_size_limit``, which
+  stops keeping the data past it), Dovecot refuses a larger APPEND
+  (``quota_max_mail_size``) and ``initialize`` a larger message (422);
+- recipients: at most :data:`MAX_RECIPIENTS` (100) a message, RFC 5321's minimum a server
+  must accept (§4.5.3.1.8; Postfix allows 1,000, but every recipient is a copy here: any
+  recipient address gets a mailbox); the next RCPT is answered 452 4.5.3 (§4.5.3.1.10);
+- the sandbox's mail: at most :data:`MAX_MAIL_BYTES` (51,200,000, Postfix's default
+  ``mailbox_size_limit``) of disk, as ``du`` counts it (blocks, every mailbox and index
+  included): SMTP answers 552 5.2.2 to a message whose copies would pass it, and keeps
+  nothing of it; ``initialize`` refuses a document whose messages pass it (422). An
+  account's own IMAP writes (APPEND, COPY: only the sandbox's accounts can log in) are
+  bounded by Dovecot's quota, the same size per account. Another tenant can still fill a
+  sandbox's mail up to the limit (it can deliver mail, by design): the sandbox then
+  refuses mail until a reset or until its agent deletes some.
+
 No asyncio here: :class:`MailServer` is blocking, called from worker threads.
 """
 
@@ -82,9 +102,13 @@ from typing import Any, Final
 
 __all__ = [
     "DEFAULT_ACCOUNT",
+    "MAX_MAIL_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "MAX_RECIPIENTS",
     "MailAccount",
     "MailError",
     "MailServer",
+    "disk_usage",
     "find_lda",
     "is_plain_address",
     "new_password",
@@ -95,6 +119,15 @@ DEFAULT_ACCOUNT: Final = "agent@mcp.com"
 accounts live in the ``mcp.com`` domain)."""
 
 LOOPBACK: Final = "127.0.0.1"
+
+MAX_MESSAGE_BYTES: Final = 10_240_000
+"""The largest message the mail server takes, by SMTP, IMAP or ``initialize`` (Postfix's
+default ``message_size_limit``; see the module docstring)."""
+MAX_RECIPIENTS: Final = 100
+"""The most recipients of one SMTP message (RFC 5321's minimum, §4.5.3.1.8)."""
+MAX_MAIL_BYTES: Final = 51_200_000
+"""The most disk a sandbox's mail may use (Postfix's default ``mailbox_size_limit``), as
+:func:`disk_usage` counts it; also Dovecot's quota of each account."""
 
 _ADDRESS: Final = re.compile(r"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9.-]{1,253}")
 _BAD_CHARS: Final = frozenset(":\r\n\0")
@@ -161,6 +194,32 @@ class MailAccount:
 def new_password() -> str:
     """A password no one can guess: 144 random bits (24 URL-safe characters)."""
     return secrets.token_urlsafe(18)
+
+
+def disk_usage(folder: Path) -> int:
+    """The bytes of disk ``folder``'s tree takes, as ``du`` counts them (allocated blocks,
+    folders included; links not followed); 0 when it does not exist. Maildir files are
+    small and many: counting blocks, not sizes, bounds the disk a million tiny messages
+    would take."""
+    total = 0
+    pending = [os.fspath(folder)]
+    while pending:
+        try:
+            entries = os.scandir(pending.pop())
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # Dovecot renamed or removed it meanwhile
+                    continue
+                total += info.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+    with contextlib.suppress(FileNotFoundError):
+        total += os.lstat(folder).st_blocks * 512
+    return total
 
 
 def is_plain_address(text: str) -> bool:
@@ -239,6 +298,13 @@ default_login_user = {users.login}
 first_valid_uid = {users.mail_uid}
 first_valid_gid = {users.mail_gid}
 mail_location = maildir:{mail}/%Lu
+mail_plugins = $mail_plugins quota
+plugin {{
+  quota = count:User quota
+  quota_vsizes = yes
+  quota_rule = *:storage={MAX_MAIL_BYTES // 1024}k
+  quota_max_mail_size = {MAX_MESSAGE_BYTES // 1024}k
+}}
 namespace inbox {{
   inbox = yes
   mailbox Sent {{
@@ -450,6 +516,7 @@ class MailServer:
                         "--passwd", str(self.root / "passwd"),
                         "--lda", str(self._lda),
                         "--config", str(self.root / "dovecot.conf"),
+                        "--mail", str(mail),
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=log,

@@ -22,6 +22,11 @@ Choices (the contract leaves them open):
   attachment has ``size`` zero bytes (the contract carries no content); bodies are stored
   base64-encoded so they come back byte for byte.
 
+Bounds: a document's messages are built one at a time, twice (once to measure them all
+before anything is written: each at most :data:`~klavis_emulator._mail.MAX_MESSAGE_BYTES`,
+in all at most :data:`~klavis_emulator._mail.MAX_MAIL_BYTES`, else 422; once to append
+them), so initialize holds one message at a time, never the document's mail.
+
 Hand-written on the standard library (:mod:`imaplib`, :mod:`email`): the mail server is
 Dovecot, and these are the few IMAP commands a mail client uses (LOGIN, CREATE, APPEND,
 LIST, SELECT, UID FETCH).
@@ -37,18 +42,20 @@ from collections.abc import Iterator, Mapping
 from email.message import EmailMessage
 from typing import Any, Final
 
-from ._mail import LOOPBACK, MailServer
+from ._mail import LOOPBACK, MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MailServer
 
 __all__ = [
     "MAX_ATTACHMENT_BYTES",
     "MailDocumentError",
+    "document_problem",
     "dump_mail",
     "folder_problem",
     "load_mail",
 ]
 
-MAX_ATTACHMENT_BYTES: Final = 25 * 1024 * 1024
-"""The largest ``size`` an attachment may have (Poste.io's default message size limit)."""
+MAX_ATTACHMENT_BYTES: Final = MAX_MESSAGE_BYTES * 3 // 4
+"""The largest ``size`` an attachment may have: base64-encoded, it fills the largest
+message (:data:`~klavis_emulator._mail.MAX_MESSAGE_BYTES`)."""
 
 _FOLDER_BAD: Final = re.compile(r'[/\\*%"\x00-\x1f\x7f]')
 _LIST_LINE: Final = re.compile(rb'\((?P<flags>[^)]*)\) (?:"[^"]*"|NIL) (?P<name>.+)')
@@ -134,7 +141,77 @@ def _login(mail: MailServer, address: str, password: str) -> imaplib.IMAP4:
 
 
 class MailDocumentError(ValueError):
-    """A message of the document cannot be made (said before anything is written)."""
+    """A message of the document cannot be made, or the document's mail passes the mail
+    server's limits (said before anything is written)."""
+
+
+def _emails(document: Mapping[str, Any]) -> Iterator[tuple[str, int, Mapping[str, Any]]]:
+    """(address, index, email) of each message of a document, users' addresses lower case."""
+    users: Mapping[str, Any] = document.get("users") or {}
+    for address, user in users.items():
+        for index, data in enumerate((user or {}).get("emails") or []):
+            yield address.lower(), index, data
+
+
+def _least_size(data: Mapping[str, Any]) -> int:
+    """A lower bound of the bytes the message of ``data`` takes (its base64 parts), known
+    before it is built: a document of 1 MiB can ask for gigabytes of attachments."""
+    parts = [len((data.get(key) or "").encode("utf-8")) for key in ("body_text", "body_html")]
+    parts += [int(item.get("size") or 0) for item in data.get("attachments") or ()]
+    return sum(4 * -(-size // 3) for size in parts)
+
+
+def _built(address: str, index: int, data: Mapping[str, Any]) -> tuple[str, str | None, bytes]:
+    """(flags, internal date, bytes) of one message, within the size limit.
+
+    Raises:
+        MailDocumentError: it cannot be made, or it is larger than the limit.
+    """
+    where = f"users.{address}.emails[{index}]"
+    if _least_size(data) > MAX_MESSAGE_BYTES:
+        raise MailDocumentError(
+            f"{where} is larger than the mail server takes ({MAX_MESSAGE_BYTES:,} bytes a "
+            "message, bodies and attachments base64-encoded)"
+        )
+    try:
+        raw = _message(data).as_bytes()
+        when = _internal_date(data.get("date"))
+    except (ValueError, TypeError, LookupError) as exc:
+        raise MailDocumentError(f"{where} cannot be made into a message: {exc}") from exc
+    if _stored_size(raw) > MAX_MESSAGE_BYTES:
+        raise MailDocumentError(
+            f"{where} makes a message of {_stored_size(raw):,} bytes, larger than the mail "
+            f"server takes ({MAX_MESSAGE_BYTES:,} bytes a message)"
+        )
+    flags = " ".join(
+        flag
+        for flag, wanted in (("\\Seen", "is_read"), ("\\Flagged", "is_important"))
+        if data.get(wanted)
+    )
+    return f"({flags})", when, raw
+
+
+def _stored_size(raw: bytes) -> int:
+    """The bytes of a message once stored (IMAP sends lines ending in CRLF)."""
+    return len(raw) + raw.count(b"\n") - raw.count(b"\r\n")
+
+
+def document_problem(document: Mapping[str, Any]) -> str | None:
+    """Why the mail server cannot hold ``document`` (None: it can): a message that cannot
+    be made or is larger than a message may be, or more mail than a sandbox may hold.
+    Builds each message once, one at a time."""
+    total = 0
+    try:
+        for address, index, data in _emails(document):
+            total += _stored_size(_built(address, index, data)[2])
+            if total > MAX_MAIL_BYTES:
+                return (
+                    f"the document's messages take more than a sandbox's mail may "
+                    f"({MAX_MAIL_BYTES:,} bytes), at users.{address}.emails[{index}]"
+                )
+    except MailDocumentError as exc:
+        return str(exc)
+    return None
 
 
 def load_mail(mail: MailServer, document: Mapping[str, Any]) -> int:
@@ -142,43 +219,38 @@ def load_mail(mail: MailServer, document: Mapping[str, Any]) -> int:
     messages appended. Starts the server if it was not running.
 
     Raises:
-        MailDocumentError: a message cannot be built (the mailboxes are left as they were).
+        MailDocumentError: a message cannot be built, or the document passes the limits
+            (the mailboxes are left as they were).
     """
+    problem = document_problem(document)
+    if problem is not None:
+        raise MailDocumentError(problem)
     users: Mapping[str, Any] = document.get("users") or {}
-    prepared: dict[str, list[tuple[str, str, str | None, bytes]]] = {}
-    for address, user in users.items():
-        messages = prepared.setdefault(address.lower(), [])
-        for index, data in enumerate((user or {}).get("emails") or []):
-            flags = " ".join(
-                flag
-                for flag, wanted in (("\\Seen", "is_read"), ("\\Flagged", "is_important"))
-                if data.get(wanted)
-            )
-            try:
-                raw = _message(data).as_bytes()
-                when = _internal_date(data.get("date"))
-            except (ValueError, TypeError, LookupError) as exc:
-                raise MailDocumentError(
-                    f"users.{address}.emails[{index}] cannot be made into a message: {exc}"
-                ) from exc
-            messages.append((_folder(data), f"({flags})", when, raw))
     with mail.lock:
-        passwords = mail.replace(prepared)
+        passwords = mail.replace(address.lower() for address in users)
         count = 0
-        for address, messages in prepared.items():
-            if not messages:
-                continue
-            imap = _login(mail, address, passwords[address])
-            try:
-                known = {name.upper() if name.upper() == "INBOX" else name for name in _list(imap)}
-                for folder, flags, when, raw in messages:
-                    if folder not in known:
-                        _check(imap.create(_quoted(folder)), f"CREATE {folder}")
-                        imap.subscribe(_quoted(folder))
-                        known.add(folder)
-                    _check(imap.append(_quoted(folder), flags, when, raw), f"APPEND to {folder}")
-                    count += 1
-            finally:
+        imap: imaplib.IMAP4 | None = None
+        known: set[str] = set()
+        current = ""
+        try:
+            for address, index, data in _emails(document):
+                if address != current:
+                    if imap is not None:
+                        imap.logout()
+                    imap = _login(mail, address, passwords[address])
+                    current = address
+                    known = {n.upper() if n.upper() == "INBOX" else n for n in _list(imap)}
+                assert imap is not None
+                flags, when, raw = _built(address, index, data)
+                folder = _folder(data)
+                if folder not in known:
+                    _check(imap.create(_quoted(folder)), f"CREATE {folder}")
+                    imap.subscribe(_quoted(folder))
+                    known.add(folder)
+                _check(imap.append(_quoted(folder), flags, when, raw), f"APPEND to {folder}")
+                count += 1
+        finally:
+            if imap is not None:
                 imap.logout()
     return count
 

@@ -58,7 +58,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._bwrap import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
 from ._mail import MailAccount, MailError, MailServer, find_lda
-from ._mail_data import load_mail
+from ._mail_data import MailDocumentError, load_mail
 from ._mcp_catalog import CATALOG, DOVECOT, HOSTED_SERVERS, NotHosted
 from ._mcp_launch import DEFAULT_COMMAND_TIMEOUT, LaunchSpec, launch_spec
 from ._mcp_setup import McpToolPaths, find_tools
@@ -402,7 +402,7 @@ class McpHost:
         try:
             mail.start()
             self._load_stored(record, mail)
-        except (MailError, imaplib.IMAP4.error, OSError) as exc:
+        except (MailError, MailDocumentError, imaplib.IMAP4.error, OSError) as exc:
             raise _Refusal(
                 503, f"The mail server of the {server!r} MCP server did not start: {exc}"
             ) from exc

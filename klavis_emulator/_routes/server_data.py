@@ -11,7 +11,7 @@ answers the stored document.
 from __future__ import annotations
 
 import imaplib
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from fastapi import Body, HTTPException, Request
 
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["router"]
 
 router = api_router()
+
+_MAIL_ERRORS: Final = (MailError, MailDocumentError, imaplib.IMAP4.error, OSError)
 
 
 def _mail_host(request: Request, server_name: str) -> McpHost | None:
@@ -82,7 +84,7 @@ def _add_routes(server_name: str) -> None:
                     lambda mail: load_mail(mail, document),
                     load_stored=False,
                 )
-            except (MailError, imaplib.IMAP4.error, OSError) as exc:
+            except _MAIL_ERRORS as exc:
                 raise _on_mail_server(exc) from exc
             # kept too: loaded again into fresh mailboxes (after an emulator restart)
             state.initialize_server_data(tenant, sandbox_id, server_name, document)
@@ -108,7 +110,7 @@ def _add_routes(server_name: str) -> None:
             state.require_server(tenant, sandbox_id, server_name)
             try:
                 data = host.with_mail(sandbox_id, server_name, dump_mail)
-            except (MailError, imaplib.IMAP4.error, OSError) as exc:
+            except _MAIL_ERRORS as exc:
                 raise _on_mail_server(exc) from exc
         return {
             "sandbox_id": sandbox_id,

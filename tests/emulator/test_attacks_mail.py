@@ -1,4 +1,4 @@
-"""Attacks on a sandbox's mail server from another tenant (issue 23, defect 3).
+"""Attacks on a sandbox's mail server from another tenant (issue 23, defects 3 and 4).
 
 Each sandbox holding ``poste_email_toolathlon`` gets its own mail server on loopback (Dovecot
 IMAP + aiosmtpd SMTP, see ``klavis_emulator/_mail.py``). Processes of other sandboxes reach
@@ -6,7 +6,7 @@ it: playwright's browser and the emails servers share the emulator's network, an
 show in ``/proc/net/tcp``. So every test here has two tenants (two API keys, each with a
 sandbox of its own, on one emulator) and attacks with Python's own SMTP and IMAP clients on
 loopback, where such a process stands. Promised (README, Safety): another tenant can deliver
-mail into a sandbox but cannot read it.
+mail into a sandbox, within the limits, but cannot read it.
 
 A test skips only when Dovecot is missing (the project cannot install it), naming it.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import imaplib
 import json
+import os
 import smtplib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from klavis_emulator import EmulatorServer
+from klavis_emulator._mail import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MAX_RECIPIENTS
 from klavis_emulator._mcp_setup import find_tools
 from tests.emulator.mcp_servers import ServerSandbox as Sandbox
 from tests.emulator.mcp_servers import host, hosting_emulator, sandbox_maker
@@ -77,11 +79,26 @@ def _mail_folder(emulator: EmulatorServer, box: Sandbox) -> Path:
     return root / "mail"
 
 
+def _du(folder: Path) -> int:
+    """Disk taken by a folder's tree, as ``du`` counts it (blocks, folders included)."""
+    total = 0
+    for parent, folders, files in os.walk(folder):
+        for name in [*folders, *files]:
+            total += os.lstat(os.path.join(parent, name)).st_blocks * 512
+    return total
+
+
 def _started(box: Sandbox) -> dict[str, Any]:
     """Start the sandbox's mail server (the data endpoints do) and give its auth_data."""
     answer = box.http.get(_url(box, "dump"))
     assert answer.status_code == 200, answer.text
     return _auth_data(box)
+
+
+def _lines(size: int) -> bytes:
+    """A message body of ``size`` bytes in lines SMTP accepts (at most 1,000 bytes each)."""
+    line = b"x" * 998 + b"\r\n"
+    return line * (size // len(line)) + b"y" * (size % len(line))
 
 
 def _open_own_inbox(auth: dict[str, Any]) -> None:
@@ -171,3 +188,102 @@ def test_another_tenant_cannot_log_in_to_a_sandboxs_accounts(
         "ann@example.com": ["for ann"],
         "michelle@mcp.com": ["for michelle"],
     }
+
+
+# ---------------------------------------------------------------------- defect 4: floods
+
+
+def test_smtp_refuses_the_recipient_past_the_limit(make_sandbox: Callable[[str], Sandbox]) -> None:
+    victim = make_sandbox(SERVER)
+    mine = _started(victim)
+    with smtplib.SMTP(mine["smtp_server"], mine["smtp_port"]) as smtp:  # no login
+        smtp.ehlo()
+        assert smtp.mail("attacker@example.com")[0] == 250
+        for number in range(MAX_RECIPIENTS):
+            assert smtp.rcpt(f"r{number}@example.com")[0] == 250
+        code, message = smtp.rcpt("one-more@example.com")
+        assert code == 452, message
+        assert b"4.5.3" in message
+
+
+def test_smtp_and_imap_refuse_a_message_past_the_size_limit(
+    make_sandbox: Callable[[str], Sandbox], emulator: EmulatorServer
+) -> None:
+    victim = make_sandbox(SERVER)
+    mine = _started(victim)
+    before = _du(_mail_folder(emulator, victim))
+    body = b"Subject: big\r\n\r\n" + _lines(MAX_MESSAGE_BYTES)  # just over the limit
+    with smtplib.SMTP(mine["smtp_server"], mine["smtp_port"]) as smtp:
+        smtp.ehlo()
+        assert smtp.esmtp_features["size"] == str(MAX_MESSAGE_BYTES)  # advertised
+        # a client that says the size is refused before it sends the message ...
+        with pytest.raises(smtplib.SMTPSenderRefused) as said:
+            smtp.sendmail("attacker@example.com", [OWN], body)
+        assert said.value.smtp_code == 552
+        # ... and one that does not, once the message is in (aiosmtpd kept none of it)
+        smtp.rset()
+        assert smtp.mail("attacker@example.com")[0] == 250
+        assert smtp.rcpt(OWN)[0] == 250
+        code, message = smtp.data(body)
+        assert code == 552, message
+    # the account's own IMAP cannot store one either (Dovecot's quota_max_mail_size)
+    with imaplib.IMAP4(mine["imap_server"], mine["imap_port"]) as imap:
+        imap.login(OWN, mine["password"])
+        typ, answer = imap.append("INBOX", None, None, body)
+        assert typ == "NO", answer
+    assert _du(_mail_folder(emulator, victim)) - before < 1024 * 1024
+
+
+def test_smtp_refuses_mail_past_the_sandboxs_total(
+    make_sandbox: Callable[[str], Sandbox], emulator: EmulatorServer
+) -> None:
+    victim = make_sandbox(SERVER)
+    mine = _started(victim)
+    folder = _mail_folder(emulator, victim)
+    before = _du(folder)
+    megabyte = b"Subject: flood\r\n\r\n" + _lines(1024 * 1024)
+    with smtplib.SMTP(mine["smtp_server"], mine["smtp_port"]) as smtp:  # no login
+        # the issue's attack: 1 MiB to 60 recipients, 61 MiB of copies; nothing is kept
+        with pytest.raises(smtplib.SMTPDataError) as refused:
+            smtp.sendmail(
+                "attacker@example.com", [OWN, *(f"r{n}@x.org" for n in range(59))], megabyte
+            )
+        assert refused.value.smtp_code == 552
+        assert b"5.2.2" in refused.value.smtp_error
+        assert _du(folder) - before < 1024 * 1024
+        # messages of the largest size, one recipient each, until the sandbox's mail is full
+        big = b"Subject: big\r\n\r\n" + _lines(MAX_MESSAGE_BYTES - 100)
+        for _ in range(MAX_MAIL_BYTES // MAX_MESSAGE_BYTES - 1):  # the folder holds some
+            smtp.sendmail("attacker@example.com", [OWN], big)
+        with pytest.raises(smtplib.SMTPDataError) as full:
+            smtp.sendmail("attacker@example.com", [OWN], big)
+        assert full.value.smtp_code == 552
+    assert _du(folder) <= MAX_MAIL_BYTES
+
+
+def _attachment(size: int) -> dict[str, Any]:
+    return {"filename": "f.bin", "content_type": "application/octet-stream", "size": size}
+
+
+@pytest.mark.parametrize(
+    ("emails", "message"),
+    [
+        # one attachment whose base64 passes the largest message
+        ([_email("one", OWN, attachments=[_attachment(MAX_MESSAGE_BYTES * 3 // 4)])], "larger"),
+        # two that pass it together (refused before the message is made)
+        ([_email("two", OWN, attachments=[_attachment(7_000_000)] * 2)], "larger"),
+        # messages that each fit, but not all of them in one sandbox's mail
+        ([_email(f"m{n}", OWN, attachments=[_attachment(7_000_000)]) for n in range(7)], "more"),
+    ],
+)
+def test_initialize_refuses_a_document_past_the_mail_limits(
+    make_sandbox: Callable[[str], Sandbox], emails: list[dict[str, Any]], message: str
+) -> None:
+    box = make_sandbox(SERVER)
+    kept = {"users": {OWN: {"emails": [_email("kept", OWN)]}}}
+    assert box.http.post(_url(box, "initialize"), json=kept).status_code == 200
+    answer = box.http.post(_url(box, "initialize"), json={"users": {OWN: {"emails": emails}}})
+    assert answer.status_code == 422, answer.text[:300]
+    assert message in str(answer.json()["detail"])
+    dumped = box.http.get(_url(box, "dump")).json()["data"]["users"][OWN]["emails"]
+    assert [m["subject"] for m in dumped] == ["kept"]
