@@ -27,6 +27,7 @@ import pytest
 from klavis_emulator import EmulatorServer
 from klavis_emulator._mail import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MAX_RECIPIENTS
 from klavis_emulator._mcp_setup import find_tools
+from klavis_emulator._schemas import ServerDataDumpResponse
 from tests.emulator.mcp_servers import ServerSandbox as Sandbox
 from tests.emulator.mcp_servers import host, hosting_emulator, sandbox_maker
 from workflows import _mcp as client
@@ -287,3 +288,35 @@ def test_initialize_refuses_a_document_past_the_mail_limits(
     assert message in str(answer.json()["detail"])
     dumped = box.http.get(_url(box, "dump")).json()["data"]["users"][OWN]["emails"]
     assert [m["subject"] for m in dumped] == ["kept"]
+
+
+def test_the_streamed_dump_is_the_json_the_api_always_answered(
+    make_sandbox: Callable[[str], Sandbox],
+) -> None:
+    # dump streams its answer (the mail may weigh more than the emulator should hold): it
+    # must be byte for byte what FastAPI writes for the response model, long bodies,
+    # escapes and non-ASCII text included
+    box = make_sandbox(SERVER)
+    odd = 'tab\there, nul-free \x01\x1f control, quote " backslash \\ é 漢字 😀 \u2028'
+    long_body = (odd + "\n") * 12_000  # over the writer's 256 Ki-character slices
+    document = {
+        "users": {
+            OWN: {
+                "emails": [
+                    _email("Ünïcode 😀 subject", OWN, body_text=long_body, is_read=True),
+                    _email("html", OWN, body_html="<p>" + odd + "</p>", folder="Archive"),
+                ]
+            },
+            "ann@example.com": {"emails": []},
+        }
+    }
+    assert box.http.post(_url(box, "initialize"), json=document).status_code == 200
+    answer = box.http.get(_url(box, "dump"))
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    assert int(answer.headers["content-length"]) == len(answer.content)
+    model = ServerDataDumpResponse.model_validate_json(answer.content)
+    assert model.model_dump_json().encode() == answer.content
+    (first, second) = model.data["users"][OWN]["emails"]
+    assert first["body_text"] == long_body
+    assert second["body_html"] == "<p>" + odd + "</p>"
