@@ -8,6 +8,11 @@ Figures:
   1 GiB of zeros, names over NAME_MAX and PATH_MAX). The emulator runs in a child process;
   before each request its kernel high-water mark is reset (``/proc/PID/clear_refs``) and its
   growth is ``VmHWM`` minus the RSS just before.
+  With Dovecot installed, also ``GET .../poste_email_toolathlon/{id}/dump`` of a sandbox
+  whose mailbox holds the worst mail its limits allow, one shape a case (see
+  :func:`_mail_cases`; stored beforehand with the sandbox's own IMAP account, as its agent
+  could): the dump reads one bounded piece at a time. Without Dovecot these cases are
+  skipped, and the detail says so.
 * ``hostile_client_peak_rss_mb``: the same for a client process (``benchmarks/_hostile_child.py``)
   running ``dump()`` and ``dump_to()`` against hostile storage answers (see that module).
 * ``hostile_inputs_refused``: how many of the hostile inputs were refused with the expected
@@ -19,6 +24,8 @@ Every hostile input is built in a stream (``tests/crafted.py``): a 1 GiB header 
 
 from __future__ import annotations
 
+import base64
+import imaplib
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,6 +43,8 @@ from benchmarks._common import (
     run_child,
 )
 from klavis_emulator import EmulatorConfig, EmulatorServer
+from klavis_emulator._mail import MAX_MESSAGE_BYTES
+from klavis_emulator._mcp_setup import find_tools
 from tests.crafted import (
     file,
     hardlink,
@@ -149,6 +158,132 @@ def _emulator_cases(
     ]
 
 
+_MAIL = "poste_email_toolathlon"
+
+
+def _text_message(subject: str, headers: bytes, body: bytes) -> bytes:
+    return b"Subject: " + subject.encode() + b"\r\nTo: agent@mcp.com\r\n" + headers + b"\r\n" + body
+
+
+def _lines(data: bytes, width: int = 998) -> bytes:
+    return b"\r\n".join(data[i : i + width] for i in range(0, len(data), width)) + b"\r\n"
+
+
+def _mail_cases() -> list[tuple[str, list[bytes]]]:
+    """(name, messages) of the mailboxes dumped: each at most the largest message
+    (:data:`~klavis_emulator._mail.MAX_MESSAGE_BYTES`), as many as one account may hold."""
+    room = MAX_MESSAGE_BYTES - 4096
+    control = base64.encodebytes(b"\x01" * (room * 3 // 4 * 76 // 78)).replace(b"\n", b"\r\n")
+    part = b"--b\r\nContent-Disposition: attachment; filename=" + b"f" * 900 + b"\r\n\r\nx\r\n"
+    fields = b"".join(b"To: someone%d@example.com\r\n" % n for n in range(240_000))
+    return [
+        (  # a text body of control characters: sixfold in JSON
+            "mail-dump-control-chars-4x10MB",
+            [
+                _text_message(
+                    "control",
+                    b"Content-Type: text/plain; charset=utf-8\r\n"
+                    b"Content-Transfer-Encoding: base64\r\n",
+                    control,
+                )
+            ]
+            * 4,
+        ),
+        (  # bytes that are not UTF-8: a replacement character each, two bytes in memory
+            "mail-dump-invalid-utf8-4x10MB",
+            [
+                _text_message(
+                    "8bit",
+                    b"Content-Type: text/plain; charset=utf-8\r\n",
+                    _lines(bytes(range(128, 256)) * (room * 998 // 1000 // 128)),
+                )
+            ]
+            * 4,
+        ),
+        (  # the most parts Dovecot reads (10,000), each an attachment with a long name
+            "mail-dump-10k-attachments-4x10MB",
+            [
+                _text_message(
+                    "parts",
+                    b'Content-Type: multipart/mixed; boundary="b"\r\n',
+                    part * 10_000 + b"--b--\r\n",
+                )
+            ]
+            * 4,
+        ),
+        (  # 240,000 header lines and a 2 MB subject of encoded words
+            "mail-dump-header-lines-4x10MB",
+            [
+                b"Subject: "
+                + b"=?utf-8?b?w6nDqcOpw6k=?=\r\n " * 80_000
+                + b"x\r\n"
+                + fields
+                + b"\r\nbody\r\n"
+            ]
+            * 4,
+        ),
+        ("mail-dump-10k-small-messages", [_text_message("small", b"", b"hi\r\n")] * 10_000),
+        (  # issue 23's: 76 messages of 1 MiB (the quota takes 48 of them)
+            "mail-dump-76x1MiB",
+            [_text_message("1 MiB", b"", _lines(b"x" * (_MIB - 1100)))] * 76,
+        ),
+    ]
+
+
+def _store(auth: dict[str, Any], messages: list[bytes]) -> int:
+    """Append ``messages`` to the account's inbox over IMAP (as its agent could); how many
+    the mail server took (the rest passed its quota)."""
+    stored = 0
+    with imaplib.IMAP4(auth["imap_server"], auth["imap_port"], timeout=120) as imap:
+        imap.login(auth["email"], auth["password"])
+        for message in messages:
+            if imap.append("INBOX", None, None, message)[0] == "OK":
+                stored += 1
+    return stored
+
+
+def _measure_mail_dumps(
+    pid: int, client: httpx.Client
+) -> Iterator[tuple[str, float, dict[str, Any]]]:
+    """(case, growth, detail) of each mail dump case; none without Dovecot."""
+    missing = find_tools().missing_outside(_MAIL)
+    if missing is not None:
+        return
+    for name, messages in _mail_cases():
+        acquired = client.post("/local-sandbox", json={"server_names": [_MAIL]})
+        acquired.raise_for_status()
+        sandbox_id = acquired.json()["local_sandbox_id"]
+        url = f"/local-sandbox/{_MAIL}/{sandbox_id}/dump"
+        try:
+            client.get(url).raise_for_status()  # starts the mail server
+            (item,) = client.get(f"/local-sandbox/{sandbox_id}").json()["servers"]
+            stored = _store(item["auth_data"], messages)
+            before = _status_kib(pid, "VmRSS")
+            _reset_peak(pid)
+            started = time.perf_counter()
+            received = 0
+            with client.stream("GET", url) as response:
+                for chunk in response.iter_bytes():
+                    received += len(chunk)
+            seconds = time.perf_counter() - started
+            growth = (_status_kib(pid, "VmHWM") - before) / 1024
+            yield (
+                name,
+                growth,
+                {
+                    "status": response.status_code,
+                    "expected": [200],
+                    "growth_mib": round(growth, 1),
+                    "seconds": round(seconds, 2),
+                    "messages_stored": stored,
+                    "mail_mib": round(sum(map(len, messages[:stored])) / _MIB, 1),
+                    "answer_mib": round(received / _MIB, 1),
+                },
+            )
+        finally:
+            client.delete(f"/local-sandbox/{sandbox_id}")
+
+
 def _measure_emulator(ctx: BenchContext) -> tuple[float, int, int, dict[str, Any]]:
     detail: dict[str, Any] = {}
     refused = sent = 0
@@ -177,6 +312,14 @@ def _measure_emulator(ctx: BenchContext) -> tuple[float, int, int, dict[str, Any
                 "growth_mib": round(growth, 1),
                 "seconds": round(seconds, 2),
             }
+        # not inputs refused: dumps of the worst mailboxes, answered (200) in flat memory
+        mail_cases = 0
+        for name, growth, case in _measure_mail_dumps(emulator.pid, client):
+            worst = max(worst, growth)
+            detail[name] = case
+            mail_cases += 1
+        if not mail_cases:
+            detail["mail-dump"] = f"skipped: {find_tools().missing_outside(_MAIL)}"
     return worst, refused, sent, detail
 
 

@@ -19,6 +19,59 @@ as root (``dovenull`` for logins, ``dovecot`` for the mailboxes; Dovecot refuses
 both); the mailboxes themselves are 0700. Stopping kills both process groups and removes
 the folder. Processes also die with the emulator where ``setpriv`` exists.
 
+Who can read a sandbox's mail. Its SMTP port takes mail from any loopback process without
+a login (the emails server never logs in), and processes of other sandboxes can reach it
+(playwright's browser and the emails servers share the emulator's network; ports show in
+``/proc/net/tcp``). So every password Dovecot and SMTP AUTH accept is random
+(:mod:`secrets`, 144 bits) and nobody but the emulator chooses one:
+
+- the sandbox's own account: made at acquire, given only in the sandbox's ``auth_data``
+  (the tenant's API answers) and in its emails server's private configuration;
+- an account an ``initialize`` document names: made then, never given out (it was the
+  address, which anyone could guess); the data endpoints log in as it, the tenant reads its
+  mail with ``dump``;
+- an ``x-email-config`` header (Klavis's notebooks: base64 JSON ``email``, ``password``,
+  ``name``) naming any account but the sandbox's own: the first such header for an
+  address sets the password *that header must carry* (the emulator checks it; the MCP URL
+  is the sandbox's capability, so only its holder can send one) and the emails server it
+  starts logs in with the account's random password, made then for a new address, the
+  seeded one for a named user. A later header with another password gets an emails server
+  that logs in with that password, and fails to, as on a real server. A header naming the
+  sandbox's own account logs in with the header's password: right only if it is
+  ``auth_data``'s.
+
+Rejected: giving Dovecot the first header's password (what the benchmark's own Poste.io
+holds: its accounts were made with those passwords). Harnesses send the benchmark's
+published passwords (Toolathlon's ``michelle_60R``): every sandbox running the same task
+would then have the same password for the same account, and another tenant that knows
+the benchmark could log in to this sandbox's IMAP with it. The cost of the choice: a
+harness cannot log in to IMAP or SMTP itself with a header's password (it reads mail with
+``dump``). Header
+accounts and their passwords last as long as the sandbox (a reset keeps them, so that the
+emails servers started for them still log in), named users until the next ``initialize``
+or reset. The passwd-file holding the passwords is readable by the emulator's user and
+Dovecot's only (0600, or 0640 with Dovecot's group when the emulator runs as root).
+
+Limits (a real mail server's, so that a process on loopback cannot fill the host's
+temporary folder nor make the emulator read more than it can hold):
+
+- a message: at most :data:`MAX_MESSAGE_BYTES` (10,240,000, Postfix's default
+  ``message_size_limit``; Toolathlon's mail is a few KiB a message): the SMTP server
+  advertises it (``SIZE``) and answers 552 over it (aiosmtpd's ``data_size_limit``, which
+  stops keeping the data past it), Dovecot refuses a larger APPEND
+  (``quota_max_mail_size``) and ``initialize`` a larger message (422);
+- recipients: at most :data:`MAX_RECIPIENTS` (100) a message, RFC 5321's minimum a server
+  must accept (§4.5.3.1.8; Postfix allows 1,000, but every recipient is a copy here: any
+  recipient address gets a mailbox); the next RCPT is answered 452 4.5.3 (§4.5.3.1.10);
+- the sandbox's mail: at most :data:`MAX_MAIL_BYTES` (51,200,000, Postfix's default
+  ``mailbox_size_limit``) of disk, as ``du`` counts it (blocks, every mailbox and index
+  included): SMTP answers 552 5.2.2 to a message whose copies would pass it, and keeps
+  nothing of it; ``initialize`` refuses a document whose messages pass it (422). An
+  account's own IMAP writes (APPEND, COPY: only the sandbox's accounts can log in) are
+  bounded by Dovecot's quota, the same size per account. Another tenant can still fill a
+  sandbox's mail up to the limit (it can deliver mail, by design): the sandbox then
+  refuses mail until a reset or until its agent deletes some.
+
 No asyncio here: :class:`MailServer` is blocking, called from worker threads.
 """
 
@@ -29,6 +82,7 @@ import binascii
 import concurrent.futures
 import contextlib
 import grp
+import hmac
 import json
 import os
 import pwd
@@ -41,18 +95,23 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 __all__ = [
     "DEFAULT_ACCOUNT",
+    "MAX_MAIL_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "MAX_RECIPIENTS",
     "MailAccount",
     "MailError",
     "MailServer",
+    "disk_usage",
     "find_lda",
     "is_plain_address",
+    "new_password",
 ]
 
 DEFAULT_ACCOUNT: Final = "agent@mcp.com"
@@ -60,6 +119,15 @@ DEFAULT_ACCOUNT: Final = "agent@mcp.com"
 accounts live in the ``mcp.com`` domain)."""
 
 LOOPBACK: Final = "127.0.0.1"
+
+MAX_MESSAGE_BYTES: Final = 10_240_000
+"""The largest message the mail server takes, by SMTP, IMAP or ``initialize`` (Postfix's
+default ``message_size_limit``; see the module docstring)."""
+MAX_RECIPIENTS: Final = 100
+"""The most recipients of one SMTP message (RFC 5321's minimum, §4.5.3.1.8)."""
+MAX_MAIL_BYTES: Final = 51_200_000
+"""The most disk a sandbox's mail may use (Postfix's default ``mailbox_size_limit``), as
+:func:`disk_usage` counts it; also Dovecot's quota of each account."""
 
 _ADDRESS: Final = re.compile(r"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9.-]{1,253}")
 _BAD_CHARS: Final = frozenset(":\r\n\0")
@@ -90,7 +158,7 @@ class MailAccount:
             address = DEFAULT_ACCOUNT
         local = address.split("@", 1)[0]
         name = " ".join(part.capitalize() for part in local.replace("_", ".").split(".") if part)
-        return cls(address, secrets.token_urlsafe(12), name or local)
+        return cls(address, new_password(), name or local)
 
     @classmethod
     def from_header(cls, value: str) -> MailAccount:
@@ -121,6 +189,37 @@ class MailAccount:
 
     def __repr__(self) -> str:
         return f"MailAccount(email={self.email!r})"
+
+
+def new_password() -> str:
+    """A password no one can guess: 144 random bits (24 URL-safe characters)."""
+    return secrets.token_urlsafe(18)
+
+
+def disk_usage(folder: Path) -> int:
+    """The bytes of disk ``folder``'s tree takes, as ``du`` counts them (allocated blocks,
+    folders included; links not followed); 0 when it does not exist. Maildir files are
+    small and many: counting blocks, not sizes, bounds the disk a million tiny messages
+    would take."""
+    total = 0
+    pending = [os.fspath(folder)]
+    while pending:
+        try:
+            entries = os.scandir(pending.pop())
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # Dovecot renamed or removed it meanwhile
+                    continue
+                total += info.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+    with contextlib.suppress(FileNotFoundError):
+        total += os.lstat(folder).st_blocks * 512
+    return total
 
 
 def is_plain_address(text: str) -> bool:
@@ -172,6 +271,15 @@ def _users() -> _Users:
     return _Users("dovecot", group, "dovenull", dovecot.pw_uid, dovecot.pw_gid)
 
 
+def _dovecot_group() -> int | None:
+    """The group of Dovecot's internal user (as root), or None when it is missing (then
+    :meth:`MailServer.start` says so)."""
+    try:
+        return pwd.getpwnam("dovecot").pw_gid
+    except KeyError:
+        return None
+
+
 def _config(root: Path, imap_port: int, users: _Users) -> str:
     mail = root / "mail"
     return f"""# generated by klavis-emulator for one sandbox
@@ -190,6 +298,13 @@ default_login_user = {users.login}
 first_valid_uid = {users.mail_uid}
 first_valid_gid = {users.mail_gid}
 mail_location = maildir:{mail}/%Lu
+mail_plugins = $mail_plugins quota
+plugin {{
+  quota = count:User quota
+  quota_vsizes = yes
+  quota_rule = *:storage={MAX_MAIL_BYTES // 1024}k
+  quota_max_mail_size = {MAX_MESSAGE_BYTES // 1024}k
+}}
 namespace inbox {{
   inbox = yes
   mailbox Sent {{
@@ -254,8 +369,9 @@ class MailServer:
     Its ports are chosen when it is made (so the sandbox's ``auth_data`` can name them at
     acquire); :meth:`start` starts the processes, :meth:`stop` ends them and removes its
     folder, :meth:`clear` empties the mailboxes (reset), :meth:`replace` empties them and
-    sets the accounts a data document names (initialize). Thread-safe; :attr:`lock` (held
-    by those) serializes longer work on the mailboxes.
+    makes the accounts a data document names (initialize), :meth:`login_password` answers
+    an ``x-email-config`` header. Thread-safe; :attr:`lock` (held by those) serializes
+    longer work on the mailboxes.
     """
 
     def __init__(self, account: MailAccount, dovecot: Path, lda: Path) -> None:
@@ -263,8 +379,9 @@ class MailServer:
         self._dovecot = dovecot
         self._lda = lda
         self._lock = threading.RLock()
-        self._chosen: dict[str, str] = {}  # x-email-config accounts: address -> password
-        self._seeded: dict[str, str] = {}  # accounts a data document named
+        self._chosen: dict[str, str] = {}  # accounts x-email-config headers chose: passwords
+        self._claims: dict[str, str] = {}  # the password the first such header carried
+        self._seeded: dict[str, str] = {}  # accounts a data document named: passwords
         self.loaded = False
         """Whether the mailboxes hold a data document (or none is due): False when made and
         after :meth:`clear`, True after :meth:`replace` (see ``McpHost``)."""
@@ -301,13 +418,24 @@ class MailServer:
         """The server's lock (reentrant): hold it to work on the mailboxes undisturbed."""
         return self._lock
 
-    def add_account(self, account: MailAccount) -> None:
-        """Let ``account`` log in too (a client chose it with ``x-email-config``). An account
-        that exists keeps its password: a wrong one fails to log in, as on a real server."""
+    def login_password(self, account: MailAccount) -> str:
+        """The password an emails server started for an ``x-email-config`` header naming
+        ``account`` logs in with (the rule is in the module docstring): the account's own
+        when the header is the first for its address or carries the same password as the
+        first (the account is made if it does not exist), else the header's, which fails.
+        The sandbox's own account: the header's password (right only if it is
+        ``auth_data``'s)."""
         with self._lock:
-            if account.email not in self.accounts():  # Dovecot rereads the file when it changes
-                self._chosen[account.email] = account.password
-                self._write_passwd()
+            if account.email == self.account.email:
+                return account.password
+            first = self._claims.setdefault(account.email, account.password)
+            if not hmac.compare_digest(first.encode(), account.password.encode()):
+                return account.password
+            if account.email not in self._chosen:  # kept by later documents and resets
+                seeded = self._seeded.get(account.email)
+                self._chosen[account.email] = seeded or new_password()
+                self._write_passwd()  # Dovecot rereads the file when it changes
+            return self._chosen[account.email]
 
     def accounts(self) -> dict[str, str]:
         """Every account that can log in, with its password: the sandbox's own first, then
@@ -320,12 +448,22 @@ class MailServer:
             return merged
 
     def _write_passwd(self) -> None:
+        """Write the passwd-file (atomically: the SMTP server and Dovecot reread it any
+        time), readable by the emulator's user and, as root, by Dovecot's auth process
+        (which runs as Dovecot's user)."""
         passwd = self.root / "passwd"
         lines = "".join(f"{user}:{{PLAIN}}{pw}\n" for user, pw in self.accounts().items())
         partial = passwd.with_suffix(".new")
-        partial.write_text(lines)
-        partial.chmod(0o644)  # Dovecot's auth process reads it as its user
-        partial.replace(passwd)  # atomic: the SMTP server and Dovecot reread it any time
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with open(descriptor, "w", encoding="utf-8") as file:
+            group = _dovecot_group() if os.geteuid() == 0 else None
+            if group is not None:  # before anything is written
+                os.fchown(descriptor, 0, group)
+                os.fchmod(descriptor, 0o640)
+            file.write(lines)
+        partial.replace(passwd)
 
     def auth_data(self) -> dict[str, Any]:
         """What the sandbox's server item carries: the mail server's address and ports and
@@ -378,6 +516,7 @@ class MailServer:
                         "--passwd", str(self.root / "passwd"),
                         "--lda", str(self._lda),
                         "--config", str(self.root / "dovecot.conf"),
+                        "--mail", str(mail),
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=log,
@@ -442,9 +581,10 @@ class MailServer:
             if was_running:
                 self.start()
 
-    def replace(self, seeded: Mapping[str, str]) -> dict[str, str]:
-        """Empty every mailbox, make the accounts ``seeded`` names (address -> password for
-        those that do not exist yet) and start the processes; every account's password.
+    def replace(self, seeded: Iterable[str]) -> dict[str, str]:
+        """Empty every mailbox, make the accounts ``seeded`` names (addresses, lower case;
+        a random password each, unless the account exists) and start the processes; every
+        account's password.
 
         Fresh mailboxes (not expunged ones), so UIDs start at 1 again.
 
@@ -456,7 +596,7 @@ class MailServer:
                 raise MailError("the mail server was stopped")
             self._kill()
             shutil.rmtree(self.root / "mail", ignore_errors=True)
-            self._seeded = dict(seeded)
+            self._seeded = {address: new_password() for address in seeded}
             self.loaded = True
             self._write_passwd()
             self.start()

@@ -60,7 +60,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._bwrap import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
 from ._mail import MailAccount, MailError, MailServer, find_lda
-from ._mail_data import load_mail
+from ._mail_data import MailDocumentError, load_mail
 from ._mcp_catalog import CATALOG, DOVECOT, HOSTED_SERVERS, NotHosted
 from ._mcp_launch import DEFAULT_COMMAND_TIMEOUT, LaunchSpec, launch_spec
 from ._mcp_setup import McpToolPaths, find_tools
@@ -386,16 +386,16 @@ class McpHost:
         try:
             mail.start()
             self._load_stored(record, mail)
-        except (MailError, imaplib.IMAP4.error, OSError) as exc:
+        except (MailError, MailDocumentError, imaplib.IMAP4.error, OSError) as exc:
             raise _Refusal(
                 503, f"The mail server of the {server!r} MCP server did not start: {exc}"
             ) from exc
         self._mail_for(record)  # the IMAP port may have changed (taken meanwhile)
         config = mail.auth_data()
-        if account:
+        if account:  # the header's password is checked, never given to Dovecot (see _mail)
             chosen = MailAccount(**json.loads(account))
-            mail.add_account(chosen)
-            config.update(email=chosen.email, password=chosen.password, name=chosen.name)
+            password = mail.login_password(chosen)
+            config.update(email=chosen.email, password=password, name=chosen.name)
         return config
 
     def with_mail(

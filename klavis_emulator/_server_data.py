@@ -15,10 +15,10 @@ from __future__ import annotations
 import email.utils
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ._mail import is_plain_address
-from ._mail_data import MAX_ATTACHMENT_BYTES, folder_problem
+from ._mail_data import MAX_ATTACHMENT_BYTES, document_problem, folder_problem
 
 __all__ = [
     "DATA_MODELS",
@@ -259,6 +259,16 @@ class PosteEmailData(_Strict):
                 raise ValueError(f"user {address!r} is named twice (addresses ignore case)")
             seen.add(address.lower())
         return value
+
+    @model_validator(mode="after")
+    def _within_the_mail_servers_limits(self) -> PosteEmailData:
+        """Each message fits the mail server's message size, all of them a sandbox's mail
+        (see :mod:`klavis_emulator._mail`): checked here, so that initialize answers 422
+        and a benchmark pack is refused when the emulator starts."""
+        problem = document_problem(self.model_dump(mode="json"))
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 # ---------------------------------------------------------------------- canvas

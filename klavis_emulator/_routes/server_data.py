@@ -4,20 +4,26 @@
 Where the emulator hosts the MCP servers, ``poste_email_toolathlon``'s data is the
 sandbox's real mail server (:mod:`klavis_emulator._mail_data`), started on demand; 503 when
 Dovecot is missing. Its document is stored too, and loaded into mailboxes that start empty
-(an emulator restart; a benchmark pack's). Otherwise, and for the other servers, dump
-answers the stored document.
+(an emulator restart; a benchmark pack's). Its dump is streamed from the file the mail
+server's messages were written to one batch at a time (the JSON FastAPI would write; see
+:func:`~klavis_emulator._mail_data.spool_mail_dump`): a sandbox's mail may weigh more than
+the emulator should hold. Otherwise, and for the other servers, dump answers the stored
+document.
 """
 
 from __future__ import annotations
 
 import imaplib
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING, Annotated, Any, Final
 
+import pydantic_core
 from fastapi import Body, HTTPException, Request
+from fastapi.responses import Response, StreamingResponse
 
 from .._clock import isoformat
 from .._mail import MailError
-from .._mail_data import MailDocumentError, dump_mail, load_mail
+from .._mail_data import MailDocumentError, load_mail, spool_mail_dump
 from .._mcp_catalog import CATALOG
 from .._schemas import ErrorResponse, InitializeSandboxResponse, ServerDataDumpResponse
 from .._server_data import DATA_MODELS, DATA_SERVERS, document_for, empty_document
@@ -29,6 +35,9 @@ if TYPE_CHECKING:
 __all__ = ["router"]
 
 router = api_router()
+
+_CHUNK: Final = 256 * 1024
+_MAIL_ERRORS: Final = (MailError, MailDocumentError, imaplib.IMAP4.error, OSError)
 
 
 def _mail_host(request: Request, server_name: str) -> McpHost | None:
@@ -45,6 +54,26 @@ def _on_mail_server(exc: Exception) -> HTTPException:
     if isinstance(exc, MailError):
         return HTTPException(503, str(exc))
     return HTTPException(502, f"The sandbox's mail server refused: {exc}")
+
+
+def _streamed(head: bytes, spool: IO[bytes], tail: bytes) -> Response:
+    """A JSON answer made of ``head``, the spool file's bytes and ``tail``, with its
+    length; the file is closed once sent (or once the client went away)."""
+    size = spool.seek(0, 2)
+    spool.seek(0)
+
+    def chunks() -> Iterator[bytes]:
+        with spool:
+            yield head
+            while chunk := spool.read(_CHUNK):
+                yield chunk
+            yield tail
+
+    return StreamingResponse(
+        chunks(),
+        media_type="application/json",
+        headers={"Content-Length": str(len(head) + size + len(tail))},
+    )
 
 
 def _add_routes(server_name: str) -> None:
@@ -82,7 +111,7 @@ def _add_routes(server_name: str) -> None:
                     lambda mail: load_mail(mail, document),
                     load_stored=False,
                 )
-            except (MailError, imaplib.IMAP4.error, OSError) as exc:
+            except _MAIL_ERRORS as exc:
                 raise _on_mail_server(exc) from exc
             # kept too: loaded again into fresh mailboxes (after an emulator restart)
             state.initialize_server_data(tenant, sandbox_id, server_name, document)
@@ -100,16 +129,21 @@ def _add_routes(server_name: str) -> None:
 
     def dump_server_data(
         sandbox_id: str, tenant: Tenant, state: State, request: Request
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | Response:
         host = _mail_host(request, server_name)
-        if host is None:
-            data = state.dump_server_data(tenant, sandbox_id, server_name)
-        else:
+        if host is not None:
             state.require_server(tenant, sandbox_id, server_name)
             try:
-                data = host.with_mail(sandbox_id, server_name, dump_mail)
-            except (MailError, imaplib.IMAP4.error, OSError) as exc:
+                spool = host.with_mail(sandbox_id, server_name, spool_mail_dump)
+            except _MAIL_ERRORS as exc:
                 raise _on_mail_server(exc) from exc
+            head = {
+                "sandbox_id": sandbox_id,
+                "server_name": server_name,
+                "dumped_at": isoformat(state.now()),
+            }
+            return _streamed(pydantic_core.to_json(head)[:-1] + b',"data":', spool, b"}")
+        data = state.dump_server_data(tenant, sandbox_id, server_name)
         return {
             "sandbox_id": sandbox_id,
             "server_name": server_name,

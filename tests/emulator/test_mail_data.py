@@ -30,6 +30,7 @@ from klavis_emulator._mcp_setup import McpToolPaths, find_tools
 from tests.emulator.mcp_servers import (
     MODES,
     assert_confinement,
+    host,
     hosting_emulator,
     mode_of,
     sandbox_maker,
@@ -154,11 +155,14 @@ def test_initialized_mail_is_on_the_mail_server_and_dump_shows_what_the_agent_se
         box.url, "search_emails", {"query": "Old thread", "folder": "Archive"}
     )
     assert "Old thread" in archive.text, archive.text
-    # ... so does Python's IMAP client, with the flags; a named user logs in with its address
+    # ... so does Python's IMAP client, with the flags; a named user has a random password
+    # (only the emulator knows it; tests/emulator/test_attacks_mail.py tries to guess it)
     ((subject, flags),) = _folder(auth, OWN, auth["password"], "INBOX")
     assert subject == "Quarterly report"
     assert {"\\Seen", "\\Flagged"} <= set(flags.split())
-    ((subject, flags),) = _folder(auth, "ann@example.com", "ann@example.com", "Drafts")
+    ann = host(emulator)._mail[box.id].accounts()["ann@example.com"]
+    assert len(ann) >= 24
+    ((subject, flags),) = _folder(auth, "ann@example.com", ann, "Drafts")
     assert subject == "Draft to the agent"
     assert "\\Seen" not in flags
     assert "\\Flagged" not in flags

@@ -238,7 +238,9 @@ def test_x_email_config_chooses_the_account_per_request_as_on_the_service(
     mine = client.call_tool(box.url, "get_emails", {"folder": "INBOX"})  # no header: own
     assert "from michelle" in mine.text
     assert _inbox_subjects(own) == ["from michelle"]
-    # the chosen account's copy is in its own Sent folder, with the password it was given
+    # the chosen account's copy is in its own Sent folder; a later header with another
+    # password fails to log in (the first header's is checked by the emulator, Dovecot's
+    # password is random: tests/emulator/test_attacks_mail.py)
     theirs = client.call_tool(box.url, "get_emails", {"folder": "Sent"}, headers=michelle)
     assert "from michelle" in theirs.text
     wrong = _email_config(email="micheller@mcp.com", password="guessed", name="")
