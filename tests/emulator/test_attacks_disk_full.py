@@ -1,5 +1,6 @@
-"""A full disk on the emulator's side: uploads and dumps answer 507 naming the cause, and
-nothing half-written stays.
+"""A full disk on the emulator's side (a tenant filled it, or anything else): uploads and dumps
+answer 507 naming the cause, and nothing half-written stays. Part of the attack corpus, so it
+runs confined and unconfined.
 
 A real limit, not a mocked file system: the emulator runs as a process whose file size limit
 (``RLIMIT_FSIZE``) is a few MiB, so writing past it fails with ``EFBIG`` exactly where a full
