@@ -23,8 +23,8 @@ Choices (the contract leaves them open):
   base64-encoded so they come back byte for byte.
 
 Bounds: a document's messages are built one at a time, twice (once to measure them all
-before anything is written: each at most :data:`~klavis_emulator._mail.MAX_MESSAGE_BYTES`,
-in all at most :data:`~klavis_emulator._mail.MAX_MAIL_BYTES`, else 422; once to append
+before anything is written: each at most :data:`~klavis_emulator._mail_rules.MAX_MESSAGE_BYTES`,
+in all at most :data:`~klavis_emulator._mail_rules.MAX_MAIL_BYTES`, else 422; once to append
 them), so initialize holds one message at a time, never the document's mail. ``dump``
 reads the messages a few bounded pieces at a time (:mod:`klavis_emulator._mail_read`:
 Dovecot parses them) and writes the JSON answer to an unlinked temporary file as it goes
@@ -56,8 +56,9 @@ from typing import IO, Any, Final
 
 import pydantic_core
 
-from ._mail import LOOPBACK, MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MailServer
+from ._mail import LOOPBACK, MailServer
 from ._mail_read import Imap, Text, check, quoted, read_folder
+from ._mail_rules import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES
 
 __all__ = [
     "MAX_ATTACHMENT_BYTES",
@@ -70,7 +71,7 @@ __all__ = [
 
 MAX_ATTACHMENT_BYTES: Final = MAX_MESSAGE_BYTES * 3 // 4
 """The largest ``size`` an attachment may have: base64-encoded, it fills the largest
-message (:data:`~klavis_emulator._mail.MAX_MESSAGE_BYTES`)."""
+message (:data:`~klavis_emulator._mail_rules.MAX_MESSAGE_BYTES`)."""
 
 _STRING_SLICE: Final = 256 * 1024
 """``dump`` writes longer strings to JSON in slices of this many characters (bodies: of

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from typing import Any, Final
 
-from ._mail import MAX_MESSAGE_BYTES
+from ._mail_rules import MAX_MESSAGE_BYTES
 
 __all__ = ["HEADER_BYTES", "HEADER_VALUE_CHARS", "Imap", "Text", "check", "quoted", "read_folder"]
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
-from ._mail import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MAX_RECIPIENTS, disk_usage
+from ._mail_rules import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MAX_RECIPIENTS, disk_usage
 
 __all__ = ["main", "read_passwd"]
 

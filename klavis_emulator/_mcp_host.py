@@ -59,8 +59,9 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._bwrap import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
-from ._mail import MailAccount, MailError, MailServer, find_lda
+from ._mail import MailError, MailServer, find_lda
 from ._mail_data import MailDocumentError, load_mail
+from ._mail_rules import MailAccount
 from ._mcp_catalog import CATALOG, DOVECOT, HOSTED_SERVERS, NotHosted
 from ._mcp_launch import DEFAULT_COMMAND_TIMEOUT, LaunchSpec, launch_spec
 from ._mcp_setup import McpToolPaths, find_tools

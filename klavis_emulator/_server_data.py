@@ -17,8 +17,8 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ._mail import is_plain_address
 from ._mail_data import MAX_ATTACHMENT_BYTES, document_problem, folder_problem
+from ._mail_rules import is_plain_address
 
 __all__ = [
     "DATA_MODELS",

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from klavis_emulator import EmulatorServer
-from klavis_emulator._mail import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MAX_RECIPIENTS
+from klavis_emulator._mail_rules import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MAX_RECIPIENTS
 from klavis_emulator._mcp_setup import find_tools
 from klavis_emulator._schemas import ServerDataDumpResponse
 from tests.emulator.mcp_servers import ServerSandbox as Sandbox

@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from klavis_emulator import EmulatorServer
-from klavis_emulator._mail import MailAccount
+from klavis_emulator._mail_rules import MailAccount
 from klavis_emulator._mcp_host import McpHost
 from klavis_emulator._mcp_setup import McpToolPaths, find_tools
 from tests.emulator.mcp_servers import (
