@@ -32,6 +32,7 @@ Messages never contain the API key or a signed URL's query string.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -371,3 +372,29 @@ def error_from_status(
     else:
         cls = ApiError
     return cls(message, **common)
+
+
+#: The errors of a write that the destination could not hold: a full disk, a full quota, a file
+#: size limit (``ulimit -f``, or a file system's largest file), a failing disk.
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def write_error(message: str, path: str, exc: OSError, *, then: str = "") -> KlavisError:
+    """The error for a failed write at ``path``: ``message`` (which names the path and says
+    what failed), the cause's text, and ``then``; a :class:`~workflows.LocalWriteError` when
+    the cause is one of :data:`NO_ROOM`, else an :class:`~workflows.InvalidInputError`.
+
+    >>> import errno, os
+    >>> full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    >>> err = write_error("cannot write 'a.bin' under 'out'", "out", full, then="; none was")
+    >>> type(err).__name__, str(err)
+    ('LocalWriteError', "cannot write 'a.bin' under 'out': No space left on device; none was")
+    """
+    text = f"{message}: {exc.strerror or exc}{then}"
+    err: KlavisError
+    if exc.errno in NO_ROOM:
+        err = LocalWriteError(text, path=path, cause=exc)
+    else:
+        err = InvalidInputError(text)
+    err.__cause__ = exc
+    return err

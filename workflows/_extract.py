@@ -9,14 +9,14 @@ those of :mod:`workflows._staging`: named for this process, and removed by a lat
 same folder once that process is gone.
 
 A write that fails for want of room (a full disk or quota, a file size limit, a failing disk:
-:data:`NO_ROOM`) raises :class:`~workflows.LocalWriteError`; one the path itself forbids (a
-name too long, a read-only file system) raises :class:`~workflows.InvalidInputError`.
+:data:`~workflows._errors.NO_ROOM`) raises :class:`~workflows.LocalWriteError`; one the path
+itself forbids (a name too long, a read-only file system) raises
+:class:`~workflows.InvalidInputError` (:func:`~workflows._errors.write_error` decides).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import stat
@@ -35,17 +35,15 @@ from workflows._archive import (
     iter_archive_files,
     warn_skipped,
 )
-from workflows._errors import InvalidInputError, KlavisError, LocalWriteError
+from workflows._errors import InvalidInputError, KlavisError, write_error
 from workflows._paths import link_target_in_tree, shown_path
 from workflows._staging import Staging, make_staging
 
 __all__ = [
-    "NO_ROOM",
     "Destination",
     "Extracted",
     "extract_archive",
     "prepare_destination",
-    "write_error",
 ]
 
 _O_BINARY: int = getattr(os, "O_BINARY", 0)
@@ -272,32 +270,6 @@ class Extracted:
 
     files: list[str]
     skipped_links: dict[str, str]
-
-
-#: The errors of a write that the destination could not hold: a full disk, a full quota, a file
-#: size limit (``ulimit -f``, or a file system's largest file), a failing disk.
-NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
-
-
-def write_error(message: str, path: str, exc: OSError, *, then: str = "") -> KlavisError:
-    """The error for a failed write at ``path``: ``message`` (which names the path and says
-    what failed), the cause's text, and ``then``; a :class:`~workflows.LocalWriteError` when
-    the cause is one of :data:`NO_ROOM`, else an :class:`~workflows.InvalidInputError`.
-
-    >>> import errno, os
-    >>> full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    >>> err = write_error("cannot write 'a.bin' under 'out'", "out", full, then="; none was")
-    >>> type(err).__name__, str(err)
-    ('LocalWriteError', "cannot write 'a.bin' under 'out': No space left on device; none was")
-    """
-    text = f"{message}: {exc.strerror or exc}{then}"
-    err: KlavisError
-    if exc.errno in NO_ROOM:
-        err = LocalWriteError(text, path=path, cause=exc)
-    else:
-        err = InvalidInputError(text)
-    err.__cause__ = exc
-    return err
 
 
 def _destination_error(path: str, action: str, exc: OSError) -> KlavisError:
