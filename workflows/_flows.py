@@ -18,9 +18,10 @@ ambiguous failure; acquire and execute never are, they are reconciled instead.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
@@ -223,17 +224,34 @@ def download_signed(
     return (yield from signed_transfer(ask, "download_url", download))
 
 
-def _written_here(flow: Flow[T], failure: str, path: str) -> Flow[T]:
-    """Run the sub-flow ``flow``, which writes a download on this machine: its OSError (a
-    full disk or quota, EFBIG...) is raised as a :class:`~workflows.LocalWriteError` saying
-    ``failure``, the cause, and that nothing was written; ``path`` is the error's."""
+def _written_here(flow: Flow[T], failure: str, path: str, sink: IO[bytes]) -> Flow[T]:
+    """Run the sub-flow ``flow``, which writes a download into ``sink`` on this machine, then
+    flush ``sink``: an OSError of either (a full disk or quota, EFBIG...) is raised as a
+    :class:`~workflows.LocalWriteError` saying ``failure``, the cause, and that nothing was
+    written; ``path`` is the error's."""
     try:
-        return (yield from flow)
+        written = yield from flow
+        sink.flush()  # what the buffer still holds fails here, named, not at its close
+        return written
     except KlavisError:  # LocalWriteError is an OSError too
         raise
     except OSError as exc:
         message = f"{failure}: {exc.strerror or exc}; nothing was written"
         raise LocalWriteError(message, path=path, cause=exc) from exc
+
+
+@contextlib.contextmanager
+def _closed_after(sink: IO[bytes]) -> Iterator[IO[bytes]]:
+    """``sink``, closed on the way out. When something failed already, a failing close (its
+    buffer's last write meeting the same full disk) must not replace that error: it was a
+    bare ``OSError`` in place of the ``LocalWriteError``, now and then."""
+    try:
+        yield sink
+    except BaseException:
+        with contextlib.suppress(OSError):
+            sink.close()
+        raise
+    sink.close()
 
 
 def _temporary_file(failure: str, folder: str) -> IO[bytes]:
@@ -476,11 +494,12 @@ def dump_to_flow(
     try:
         if target.keep_archive:
             sink: IO[bytes] = yield Blocking(destination.open_archive)
-            with sink:
+            with _closed_after(sink):
                 yield from _written_here(
                     _download_dump(sandbox_id, sink, progress, max_bytes=cap, timeout=timeout),
                     f"cannot save the dump of sandbox {sandbox_id} as {destination.shown}",
                     destination.path,
+                    sink,
                 )
             yield Blocking(destination.commit_archive)
         else:
@@ -490,11 +509,12 @@ def dump_to_flow(
                 f"cannot dump sandbox {sandbox_id} into {destination.shown}: writing the download "
                 f"in the temporary folder {folder!r} failed"
             )
-            with _temporary_file(failure, folder) as tmp:
+            with _closed_after(_temporary_file(failure, folder)) as tmp:
                 yield from _written_here(
                     _download_dump(sandbox_id, tmp, progress, max_bytes=cap, timeout=timeout),
                     failure,
                     folder,
+                    tmp,
                 )
                 yield Blocking(
                     destination.extract, (tmp,), {"limits": limits, "workspace_links": True}
