@@ -53,11 +53,10 @@ from ._errors import (
     LocalWriteError,
     MissingExtraError,
 )
-from ._ledger import default_ledger
 from ._models import SERVER_NAMES, SandboxInfo
-from ._ownership import Terminated, unwind_on_sigterm
+from ._ownership import Terminated, default_ledger, unwind_on_sigterm
+from ._ownership._reap import reap
 from ._paths import check_destination, shown_path
-from ._reap import reap
 from ._recipes import ReleaseResult, bulk_acquire, bulk_release, round_trip_dump
 from ._sandbox import LocalSandbox, list_sandboxes
 from ._staging import make_staging

@@ -18,7 +18,7 @@ An attempt is settled by an ``acquired`` event carrying its ``attempt`` id, or b
 ``attempt-settled`` event when it is known to have created nothing. One that stays open ended
 ambiguously (a timeout or a 5xx, then a failed listing; or the process died mid-request): the
 sandbox it may have created never reached the ledger by id, so ``reap`` finds it by listing
-(see :func:`workflows._reap.reap`).
+(see :func:`workflows._ownership._reap.reap`).
 
 When such an acquire has returned or raised (``AcquireAmbiguousError``, Ctrl-C, a cancelled
 task) while its process lives on (a notebook kernel, a harness still working), it says so::
@@ -44,15 +44,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
-
-__all__ = [
-    "STATE_DIR_ENV",
-    "AcquireAttempt",
-    "Ledger",
-    "LedgerEntry",
-    "default_ledger",
-    "process_running",
-]
 
 STATE_DIR_ENV = "KLAVIS_SANDBOX_STATE_DIR"
 _log = logging.getLogger("workflows")

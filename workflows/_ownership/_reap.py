@@ -3,7 +3,7 @@
 Two kinds of leftovers are found: sandboxes recorded as acquired and never released, and
 sandboxes that an acquire created without the ledger ever learning their id (it ended
 ambiguously, or its process died mid-request). The second kind is found by listing: see
-:func:`workflows._reconcile.orphans` for how an open attempt is matched to a sandbox.
+:func:`workflows._ownership._reconcile.orphans` for how an open attempt is matched to a sandbox.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from . import _ownership, _reconcile
-from ._config import ApiKey, Settings, resolve_settings
-from ._drivers import AsyncDriver, sync_driver_for
-from ._flows import list_flow
+from workflows._config import ApiKey, Settings, resolve_settings
+from workflows._drivers import AsyncDriver, sync_driver_for
+from workflows._flows import list_flow
+from workflows._models import SandboxInfo
+from workflows._recipes import ReleaseResult, async_bulk_release, bulk_release
+
+from . import _reconcile, _registry
 from ._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger, process_running
-from ._models import SandboxInfo
-from ._recipes import ReleaseResult, async_bulk_release, bulk_release
 
 log = logging.getLogger("workflows")
 
@@ -68,7 +69,7 @@ def _plan(
         # an attempt whose acquire ended is over, though its process may live on: nothing will
         # record its sandbox; one still waited on (here, or in a running process) is not
         waited_on = not attempt.ended and not include_live and process_running(attempt.pid)
-        if _ownership.in_flight(attempt.attempt) or waited_on:
+        if _registry.in_flight(attempt.attempt) or waited_on:
             running.append(attempt)
         else:
             attempts.append(attempt)
