@@ -66,7 +66,7 @@ from ._recipes import (
     seed_from_dict,
 )
 from ._sandbox import LocalSandbox, list_sandboxes
-from ._seed_plan import DEFAULT_MAX_FILE_SIZE
+from ._seed import DEFAULT_MAX_FILE_SIZE
 from ._server_data import DATA_SERVERS, ServerData
 from ._snapshot import ManifestEntry, Snapshot, SnapshotDiff
 from ._transport import install_log_redaction as _install_log_redaction

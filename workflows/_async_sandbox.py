@@ -45,7 +45,7 @@ from ._models import SandboxInfo, check_acquire, check_sandbox_id
 from ._ownership import Ledger, disown, ledger_of, own, unwind_on_sigterm
 from ._sandbox import LocalSandbox
 from ._sandbox_base import SandboxBase
-from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
+from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
 from ._twin_docs import share_docstrings

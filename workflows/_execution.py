@@ -23,7 +23,7 @@ from ._errors import ApiError, ExecutionTimeoutError, InvalidInputError, NotFoun
 from ._flows import Blocking, Call, Flow, Sleep, download_signed, upload_signed
 from ._models import body_dict
 from ._ownership import is_ambiguous
-from ._seed_plan import SourceFile, plan_mapping
+from ._seed import SourceFile, plan_mapping
 from ._snapshot import Snapshot
 from ._twin_docs import share_docstrings
 

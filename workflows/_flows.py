@@ -54,7 +54,7 @@ from ._ownership import Ledger, LedgerEntry, _reconcile
 from ._pack import pack_to_tempfile
 from ._paths import check_destination
 from ._progress import Progress, progress_bar
-from ._seed_plan import SourceFile
+from ._seed import SourceFile
 from ._snapshot import Snapshot
 from ._transport import retry_backoff
 

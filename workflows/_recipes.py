@@ -23,7 +23,7 @@ from ._models import check_acquire, check_sandbox_id
 from ._ownership import Ledger, disown, install_exit_handlers, ledger_of
 from ._progress import progress_bar
 from ._sandbox import LocalSandbox
-from ._seed_plan import SourceFile, plan_mapping
+from ._seed import SourceFile, plan_mapping
 from ._snapshot import Snapshot
 
 __all__ = [

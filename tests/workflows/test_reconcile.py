@@ -220,7 +220,7 @@ def test_a_refused_signed_url_is_requested_again() -> None:
 
     from workflows import TransferError
     from workflows._flows import Blocking, Upload, seed_flow
-    from workflows._seed_plan import plan_mapping
+    from workflows._seed import plan_mapping
 
     def url_response(n: int) -> Response[Any]:
         body = UploadUrlResponse(upload_url=f"http://storage.test/o?sig={n}", expires_in_minutes=30)
@@ -256,7 +256,7 @@ def test_a_second_refusal_is_final() -> None:
 
     from workflows import TransferError
     from workflows._flows import Blocking, seed_flow
-    from workflows._seed_plan import plan_mapping
+    from workflows._seed import plan_mapping
 
     body = UploadUrlResponse(upload_url="http://storage.test/o?sig=x", expires_in_minutes=30)
     flow = seed_flow("sb-1", plan_mapping({"a.txt": "A"}), False)

@@ -1,5 +1,5 @@
 """Git's ignore rules (``.gitignore``, ``.sandboxignore``, ``ignore=``), as
-:func:`workflows._seed_plan.plan_directory` applies them folder by folder.
+:func:`workflows._seed.plan_directory` applies them folder by folder.
 
 :func:`parse_patterns` turns the lines of an ignore file into patterns, :func:`read_rules` reads
 one file into :class:`IgnoreRules`, and :func:`is_ignored` decides for one path.

@@ -8,7 +8,7 @@ Two planners turn user input into a sorted list of :class:`SourceFile`, which
 
 Both check everything that can be checked before a byte is packed, so a mistake is reported
 before any request is sent. The ignore rules :func:`plan_directory` applies (git's own) are in
-:mod:`workflows._gitignore`.
+:mod:`._gitignore`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workflows._errors import FileTooLargeError, InvalidInputError, InvalidSeedPathError
-from workflows._gitignore import IgnoreRules, is_ignored, parse_patterns, read_rules
 from workflows._paths import (
     PATH_MAX,
     SANDBOX_WORKSPACE,
@@ -31,15 +30,7 @@ from workflows._paths import (
     shown_path,
 )
 
-__all__ = [
-    "DEFAULT_MAX_FILE_SIZE",
-    "SeedContent",
-    "IGNORE_FILE_NAMES",
-    "SourceFile",
-    "plan_directory",
-    "plan_links",
-    "plan_mapping",
-]
+from ._gitignore import IgnoreRules, is_ignored, parse_patterns, read_rules
 
 #: The largest single file :func:`plan_directory` accepts unless told otherwise: 256 MiB.
 #: It is a guard against seeding a data set, a video or model weights by accident (an upload of
