@@ -45,23 +45,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from ._config import API_KEY_ENV, BASE_URL_ENV, resolve_settings
-from ._errors import (
+from workflows._config import API_KEY_ENV, BASE_URL_ENV, resolve_settings
+from workflows._errors import (
     ConfigurationError,
     InvalidInputError,
     KlavisError,
     LocalWriteError,
     MissingExtraError,
 )
-from ._models import SERVER_NAMES, SandboxInfo
-from ._ownership import Terminated, default_ledger, unwind_on_sigterm
-from ._ownership._reap import reap
-from ._paths import check_destination, shown_path
-from ._recipes import ReleaseResult, bulk_acquire, bulk_release, round_trip_dump
-from ._sandbox import LocalSandbox, list_sandboxes
-from ._staging import make_staging
-
-__all__ = ["EXIT_CODES", "main", "main_entry"]
+from workflows._models import SERVER_NAMES, SandboxInfo
+from workflows._ownership import Terminated, default_ledger, unwind_on_sigterm
+from workflows._ownership._reap import reap
+from workflows._paths import check_destination, shown_path
+from workflows._recipes import ReleaseResult, bulk_acquire, bulk_release, round_trip_dump
+from workflows._sandbox import LocalSandbox, list_sandboxes
+from workflows._staging import make_staging
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -176,7 +174,7 @@ def _cmd_acquire(args: argparse.Namespace, ui: _Output) -> int:
         ui.problem(f"stdout was closed before the sandbox id was read; released {sb.id}")
         raise
     # the sandbox outlives this command: hand it over to the ledger and to `release`
-    from ._ownership import forget
+    from workflows._ownership import forget
 
     forget(sb.id, sb.settings)
     ttl = "no TTL" if args.ttl == 0 else f"TTL {args.ttl} s"
@@ -285,7 +283,7 @@ def _dump_target(output: str, force: bool) -> _DumpTarget:
 def _gunzip(source: Path, destination: Path, shown: Path) -> None:
     """Decompress ``source`` into ``destination``; a failed write (a full disk, EFBIG) raises
     LocalWriteError naming ``shown``."""
-    from ._archive import igzip_file
+    from workflows._archive import igzip_file
 
     with igzip_file(source, "rb") as gz:
         try:
@@ -544,7 +542,7 @@ def _epilog() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from workflows import __version__
 
     parser = argparse.ArgumentParser(
         prog="klavis-sandbox",
