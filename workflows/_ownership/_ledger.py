@@ -34,7 +34,6 @@ released the orphan; under ``ended`` they ignore it and wait for the process, as
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -77,18 +76,14 @@ class AcquireAttempt:
     """Its acquire raised or was interrupted: no process will record its sandbox any more."""
 
 
-@contextlib.contextmanager
-def _locked(handle: IO[str]) -> Iterator[None]:
+def _lock_until_closed(handle: IO[str]) -> None:
+    """Lock ``handle``'s file against the other processes of this user until it is closed,
+    so its buffered line is written (at close) under the lock."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows: the thread lock is all we have
-        yield
         return
     fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-    try:
-        yield
-    finally:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 class Ledger:
@@ -104,7 +99,8 @@ class Ledger:
         line = json.dumps(record, sort_keys=True) + "\n"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with _lock, open(self.path, "a", encoding="utf-8") as handle, _locked(handle):
+            with _lock, open(self.path, "a", encoding="utf-8") as handle:
+                _lock_until_closed(handle)
                 handle.write(line)
         except OSError as exc:  # the ledger must never break the work it records
             _log.warning("could not write the sandbox ledger %s: %s", self.path, exc)
