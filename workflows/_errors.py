@@ -27,7 +27,8 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
     ├── ExecutionTimeoutError (TimeoutError)   ``Execution.wait(timeout=...)`` ran out
     └── TaskTimeoutError (TimeoutError)        a pool's task ran past ``map(timeout=...)``
 
-Messages never contain the API key or a signed URL's query string.
+Messages never contain the API key or a signed URL's query string. The public ones are listed
+once, in ``workflows.__all__``; this module has no ``__all__`` to repeat them.
 """
 
 from __future__ import annotations
@@ -38,34 +39,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._mcp import ToolResult
-
-__all__ = [
-    "AcquireAmbiguousError",
-    "ApiConnectionError",
-    "ApiError",
-    "ApiTimeoutError",
-    "AuthenticationError",
-    "BadRequestError",
-    "ConfigurationError",
-    "ConflictError",
-    "ExecutionTimeoutError",
-    "FileTooLargeError",
-    "InvalidInputError",
-    "InvalidSeedPathError",
-    "KlavisError",
-    "LocalWriteError",
-    "McpError",
-    "MissingExtraError",
-    "NotFoundError",
-    "RateLimitError",
-    "RequestValidationError",
-    "ServerError",
-    "TaskTimeoutError",
-    "TransferError",
-    "TransferTimeoutError",
-    "UnsafeArchiveError",
-    "error_from_status",
-]
 
 
 class KlavisError(Exception):
