@@ -96,8 +96,9 @@ class UnsafeArchiveError(KlavisError, ValueError):
         self.member = member
 
 
-class ApiConnectionError(KlavisError):
-    """The API could not be reached."""
+class _RequestFailed(KlavisError):
+    """A request to the API that failed, reached or not: ``method`` and ``path`` (without query
+    string) say which. Not drawn in the tree above: only its two kinds are raised."""
 
     def __init__(self, message: str, *, method: str | None = None, path: str | None = None) -> None:
         super().__init__(message)
@@ -105,11 +106,15 @@ class ApiConnectionError(KlavisError):
         self.path = path
 
 
+class ApiConnectionError(_RequestFailed):
+    """The API could not be reached."""
+
+
 class ApiTimeoutError(ApiConnectionError):
     """The API did not answer within the timeout."""
 
 
-class ApiError(KlavisError):
+class ApiError(_RequestFailed):
     """The API answered with an error status.
 
     Attributes:
@@ -129,14 +134,12 @@ class ApiError(KlavisError):
         path: str | None = None,
         body: Any = None,
     ) -> None:
+        where = f" ({method} {path})" if method and path else ""
+        super().__init__(f"{status_code}{where}: {message}", method=method, path=path)
         self.message = message
         self.status_code = status_code
         self.sandbox_id = sandbox_id
-        self.method = method
-        self.path = path
         self.body = body
-        where = f" ({method} {path})" if method and path else ""
-        super().__init__(f"{status_code}{where}: {message}")
 
 
 class BadRequestError(ApiError):
