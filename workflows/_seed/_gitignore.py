@@ -21,7 +21,7 @@ __all__ = ["IgnoreRules", "is_ignored", "parse_patterns", "read_rules"]
 # (pathspec's GitIgnoreSpec was tried first: its regexes match a path *or anything below it*
 # and rank file patterns over folder patterns, which is right for checking whole file paths but
 # wrong for checking folders one level at a time: `*` + `!*.txt` + `!*/` lost nested .txt files,
-# and `!logs/` re-included `logs/a.log`. tests/workflows/test_seed_plan.py compares with git
+# and `!logs/` re-included `logs/a.log`. tests/workflows/test_seed.py compares with git
 # itself.)
 
 _POSIX_CLASSES = {
