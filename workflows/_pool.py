@@ -74,9 +74,8 @@ from ._async_sandbox import AsyncLocalSandbox
 from ._config import ApiKey, Settings, resolve_settings
 from ._drivers import AsyncDriver
 from ._errors import InvalidInputError, TaskTimeoutError
-from ._ledger import Ledger
 from ._models import check_acquire
-from ._ownership import install_exit_handlers, ledger_of
+from ._ownership import Ledger, install_exit_handlers, ledger_of
 from ._pool_results import PoolResults, TaskBar, TaskResult, check_pool_size, check_run
 from ._pool_task import Attempt, Outcome, Reset, Step, Take, task_flow
 from ._recipes import ReleaseResult, async_bulk_release, bulk_release

@@ -28,7 +28,6 @@ from ._flows import (
     retry_acquire,
     seed_flow,
 )
-from ._ledger import Ledger
 from ._mcp import (
     DEFAULT_MCP_TIMEOUT,
     McpSession,
@@ -39,9 +38,9 @@ from ._mcp import (
     open_session,
 )
 from ._models import SandboxInfo, check_acquire, check_sandbox_id
-from ._ownership import disown, ledger_of, own, unwind_on_sigterm
+from ._ownership import Ledger, disown, ledger_of, own, unwind_on_sigterm
 from ._sandbox_base import SandboxBase
-from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
+from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
 

@@ -8,8 +8,8 @@ from typing import Any
 from ._archive import ArchiveLimits
 from ._config import Settings
 from ._errors import InvalidInputError
-from ._ledger import Ledger
 from ._models import SandboxInfo, ServerInfo
+from ._ownership import Ledger
 from ._server_data import server_data_body
 
 __all__ = ["SandboxBase"]
