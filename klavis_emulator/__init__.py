@@ -15,7 +15,7 @@ is a field of :class:`EmulatorConfig`, which :func:`create_app` takes too.
 From a shell: ``python -m klavis_emulator --port 0`` (or ``klavis-emulator``).
 
 Besides the sandbox lifecycle it runs executions (``main.py`` of an uploaded archive, in the
-background, confined with bubblewrap where it works: see ``_runner``), keeps the typed
+background, confined with bubblewrap where it works: see ``_exec/runner.py``), keeps the typed
 data documents of google_cloud, poste_email_toolathlon and canvas, expires sandboxes on a
 clock that ``POST /_emulator/clock/advance`` moves, and keeps everything in its data folder
 across restarts. Other modules follow sandboxes through
@@ -43,12 +43,11 @@ if _MISSING and not TYPE_CHECKING:
 else:
     from ._app import create_app
     from ._archive import ArchiveLimits, ArchiveRejected, ArchiveTooLarge
-    from ._bwrap import Confinement, ConfinementError, detect_confinement
     from ._clock import Clock, ManualClock, OffsetClock, SystemClock
     from ._config import EmulatorConfig, default_data_dir
+    from ._exec import EXECUTION_STATUSES, Confinement, ConfinementError, detect_confinement
     from ._faults import FaultSettings
     from ._middleware import CONTROL_TOKEN_HEADER
-    from ._runner import EXECUTION_STATUSES
     from ._server import EmulatorServer
     from ._server_data import DATA_SERVERS
     from ._signing import SignatureError, SignedUrl, UrlSigner

@@ -33,13 +33,15 @@ import uvicorn
 
 from ._app import create_app
 from ._benchmark_data import parse_benchmark_data
-from ._bwrap import SANDBOX_COMMANDS, ConfinementError, decide_confinement, missing_commands
 from ._config import EmulatorConfig, default_data_dir, field_default, field_problem
+from ._exec import SANDBOX_COMMANDS, ConfinementError, decide_confinement, missing_commands
 from ._faults import FAULT_MODES
-from ._mcp_catalog import CATALOG, HOSTED_SERVERS, NotHosted
-from ._mcp_setup import (
+from ._mcp import (
+    CATALOG,
+    HOSTED_SERVERS,
     McpSetupError,
     McpToolPaths,
+    NotHosted,
     find_tools,
     installed_version,
     missing_python,

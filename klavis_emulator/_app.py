@@ -94,7 +94,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
         app.include_router(router)
 
     if config.host_mcp:
-        from ._mcp_host import install_mcp  # fastmcp is heavy: only when MCP is served
+        from ._mcp import install_mcp  # fastmcp is heavy: only when MCP is served
 
         install_mcp(app, state, start_at_acquire=config.mcp_at_acquire)
     return app

@@ -87,9 +87,9 @@ class EmulatorConfig:
       have it).
     - ``confine_executions``: confine executions and MCP servers with bubblewrap where it is
       installed (``False``, ``--no-confine`` or ``$KLAVIS_EMULATOR_CONFINE=0``: never; see
-      :mod:`klavis_emulator._bwrap`).
+      :mod:`klavis_emulator._exec.confinement`).
     - ``host_mcp``: serve the real MCP servers the emulator hosts (its catalog) at each
-      sandbox's ``mcp_server_url`` (see :mod:`klavis_emulator._mcp_host`).
+      sandbox's ``mcp_server_url`` (see :mod:`klavis_emulator._mcp.host`).
     - ``mcp_at_acquire``: start a sandbox's hosted MCP servers in the background when it is
       acquired, so they are up when a client first calls them, as on the service (``False``:
       on the first request instead; the test suite's shared emulator does that, since most

@@ -2,11 +2,11 @@
 ``POST .../{server}/{sandbox_id}/initialize`` and ``GET .../{server}/{sandbox_id}/dump``.
 
 Where the emulator hosts the MCP servers, ``poste_email_toolathlon``'s data is the
-sandbox's real mail server (:mod:`klavis_emulator._mail_data`), started on demand; 503 when
+sandbox's real mail server (:mod:`klavis_emulator._mail.data`), started on demand; 503 when
 Dovecot is missing. Its document is stored too, and loaded into mailboxes that start empty
 (an emulator restart; a benchmark pack's). Its dump is streamed from the file the mail
 server's messages were written to one batch at a time (the JSON FastAPI would write; see
-:func:`~klavis_emulator._mail_data.spool_mail_dump`): a sandbox's mail may weigh more than
+:func:`~klavis_emulator._mail.data.spool_mail_dump`): a sandbox's mail may weigh more than
 the emulator should hold. Otherwise, and for the other servers, dump answers the stored
 document.
 """
@@ -22,15 +22,14 @@ from fastapi import Body, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 
 from .._clock import isoformat
-from .._mail import MailError
-from .._mail_data import MailDocumentError, load_mail, spool_mail_dump
-from .._mcp_catalog import CATALOG
+from .._mail import MailDocumentError, MailError, load_mail, spool_mail_dump
+from .._mcp import CATALOG
 from .._schemas import ErrorResponse, InitializeSandboxResponse, ServerDataDumpResponse
 from .._server_data import DATA_MODELS, DATA_SERVERS, document_for, empty_document
 from ._shared import State, Tenant, api_router
 
 if TYPE_CHECKING:
-    from .._mcp_host import McpHost
+    from .._mcp import McpHost
 
 __all__ = ["router"]
 

@@ -6,7 +6,7 @@ directory::
     <data_dir>/emulator.sqlite3      sandboxes, servers, per-server data, executions, settings
     <data_dir>/signing.key           the per-emulator HMAC secret for signed URLs
     <data_dir>/workspaces/<id>/      one workspace folder per live sandbox
-    <data_dir>/executions/<id>/<name>/   one folder per execution (see ``_runner``)
+    <data_dir>/executions/<id>/<name>/   one folder per execution (see ``_exec/runner.py``)
     <data_dir>/storage/<key>         objects behind signed URLs (uploads, dumps, artifacts)
     <data_dir>/tmp/                  staging folders, emptied on start
 
@@ -48,10 +48,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal
 
 from .._benchmark_data import SERVER_DATA_FOLDER, BenchmarkPack, load_packs
-from .._bwrap import decide_confinement
 from .._clock import Clock, OffsetClock
 from .._config import EmulatorConfig
-from .._runner import FINAL_STATUSES, RunSettings
+from .._exec import FINAL_STATUSES, RunSettings, decide_confinement
 from .._signing import SignedUrl
 from .db import Database, Folders
 from .errors import (

@@ -2,7 +2,7 @@
 
 An execution is named by its caller (``execution_name``); its archive is uploaded through a
 signed URL, then ``execute`` unpacks it into ``<data_dir>/executions/<id>/<name>/`` and
-starts a background run (:class:`~klavis_emulator._runner.ExecutionRun`, which does the
+starts a background run (:class:`~klavis_emulator._exec.runner.ExecutionRun`, which does the
 running: this part only records the statuses it reports). A finished execution of the same
 name is replaced; executions that were running when the emulator stopped are marked failed
 on the next start. Resetting or releasing the sandbox kills its runs and deletes its
@@ -25,7 +25,7 @@ from typing import Final
 
 from .._archive import ArchiveLimits, extract_archive
 from .._clock import Clock
-from .._runner import (
+from .._exec import (
     FINAL_STATUSES,
     ExecutionRun,
     RunSettings,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
 from .._clock import Clock, isoformat
-from .._processes import end_processes, sandbox_processes
+from .._exec import end_processes, sandbox_processes
 from .._workspace import remove_tree
 from .db import Database, Folders
 from .errors import SandboxNotFound, ServerNotInSandbox
@@ -475,7 +475,7 @@ class Sandboxes:
         self, tenant: str, sandbox_id: str, *, refill: Callable[[], None] | None = None
     ) -> str:
         """Start the sandbox's life again: every process of its life so far ends (its
-        executions, its MCP servers and whatever they started: see :mod:`.._processes`), then
+        executions, its MCP servers and whatever they started: see :mod:`.._exec.processes`), then
         the workspace, the per-server data and the executions are emptied; the id and the
         servers stay. ``refill`` gives it its initial contents again (a benchmark's pack)
         before the ``reset`` listeners hear of it (the MCP host starts fresh servers then)."""

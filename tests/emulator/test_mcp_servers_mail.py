@@ -27,9 +27,9 @@ import httpx
 import pytest
 
 from klavis_emulator import EmulatorServer
-from klavis_emulator._mail_rules import MailAccount
-from klavis_emulator._mcp_host import McpHost
-from klavis_emulator._mcp_setup import McpToolPaths, find_tools
+from klavis_emulator._mail.rules import MailAccount
+from klavis_emulator._mcp.host import McpHost
+from klavis_emulator._mcp.setup import McpToolPaths, find_tools
 from tests.emulator.mcp_servers import (
     MODES,
     assert_confinement,

@@ -30,7 +30,7 @@ from klavis_sandbox_client.models import (
 )
 
 from klavis_emulator import DATA_SERVERS, EmulatorServer
-from klavis_emulator._mcp_setup import find_tools
+from klavis_emulator._mcp.setup import find_tools
 
 SERVERS = ["google_cloud", "poste_email_toolathlon", "canvas", "filesystem"]
 GOOGLE = {

@@ -13,8 +13,8 @@ For each server name of ``LocalSandboxServerName`` (see ``openapi.yaml``) one
   into a :class:`LaunchParts` (argv, environment, extra read-only mounts).
   A server's own quirks are recorded beside its launch function.
 
-:mod:`klavis_emulator._mcp_setup` installs and finds the servers from this table,
-:mod:`klavis_emulator._mcp_launch` confines them, :mod:`klavis_emulator._mcp_host` answers
+:mod:`klavis_emulator._mcp.setup` installs and finds the servers from this table,
+:mod:`klavis_emulator._mcp.launch` confines them, :mod:`klavis_emulator._mcp.host` answers
 501 (with :attr:`NotHosted.reason`) for the servers it does not host. No I/O here.
 
 Rejected alternative: one ``if/elif`` per server in setup, launch, messages and tests (what
@@ -82,7 +82,7 @@ class OwnVenv:
     min_python: tuple[int, int] = (3, 10)
     """The oldest Python the server runs on. When the emulator's own interpreter is older,
     setup builds the venv with a ``python3.X`` (X at least this) found on the machine, never
-    downloaded (see :func:`klavis_emulator._mcp_setup.find_python`); where there is none,
+    downloaded (see :func:`klavis_emulator._mcp.setup.find_python`); where there is none,
     the server is reported as not installed, naming the Python it needs."""
 
 
@@ -150,7 +150,7 @@ class LaunchContext:
     """The system's temporary folder as the server sees it (confined, the private ``/tmp``)."""
     mail: Mapping[str, Any] | None = None
     """For a server with :attr:`McpServer.mail_server`: its sandbox's mail server and
-    account (the ``auth_data``, see :meth:`klavis_emulator._mail.MailServer.auth_data`)."""
+    account (the ``auth_data``, see :meth:`klavis_emulator._mail.server.MailServer.auth_data`)."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ class McpServer:
     """Confined, share the emulator's network namespace (default: none at all)."""
     mail_server: bool = False
     """The sandbox gets a mail server of its own (IMAP + SMTP on loopback, see
-    :mod:`klavis_emulator._mail`), named in the server item's ``auth_data``; the launch
+    :mod:`klavis_emulator._mail.server`), named in the server item's ``auth_data``; the launch
     receives it as :attr:`LaunchContext.mail`."""
 
     @property
@@ -671,7 +671,7 @@ CATALOG: Final[Mapping[str, McpServer]] = {
             # The service runs Klavis's fork of Toolathlon's emails server (HTTP, the account
             # given per request in a header), which is in no registry; this is the PyPI release
             # it derives from, with the same 25 tools, over stdio: one process per account
-            # (the sandbox's, or one an x-email-config header chose, see _mcp_host). Poste.io
+            # (the sandbox's, or one an x-email-config header chose, see _mcp/host.py). Poste.io
             # is replaced by a mail server per sandbox (Dovecot + aiosmtpd, see _mail).
             "poste_email_toolathlon",
             OwnVenv(

@@ -1,7 +1,7 @@
 """Bubblewrap (``bwrap``) confinement: the one command builder, the one probe, the one policy.
 
-Executions (:mod:`klavis_emulator._runner`) and hosted MCP servers
-(:mod:`klavis_emulator._mcp_launch`) are both confined by :func:`bwrap_args`, and whether
+Executions (:mod:`klavis_emulator._exec.runner`) and hosted MCP servers
+(:mod:`klavis_emulator._mcp.launch`) are both confined by :func:`bwrap_args`, and whether
 they are confined at all is decided once per emulator by :func:`decide_confinement`.
 
 **Mount order.** bwrap applies its mount options in the order they are given, and a later

@@ -5,12 +5,12 @@ service. :class:`McpHost` is the ASGI app mounted at ``/{server}/mcp`` that serv
 URLs: it checks the sandbox id against the registry of live sandboxes (404 for an unknown
 or released one, whatever the tenant: the URL carries only the id), checks that the
 sandbox holds the server (404), answers 501 for servers of the contract's enum that the
-emulator does not run (saying why, from :mod:`klavis_emulator._mcp_catalog`) and 503 for a
+emulator does not run (saying why, from :mod:`klavis_emulator._mcp.catalog`) and 503 for a
 hosted server that is not installed on this machine (naming the missing piece and the fix).
 For the hosted servers it starts the real stdio server over the sandbox's workspace on the
-first request (see :mod:`klavis_emulator._mcp_launch`) and bridges it with a fastmcp proxy,
+first request (see :mod:`klavis_emulator._mcp.launch`) and bridges it with a fastmcp proxy,
 one per sandbox and server, reused by later sessions. A server with a mail server
-(``poste_email_toolathlon``) gets its sandbox's :class:`~klavis_emulator._mail.MailServer`:
+(``poste_email_toolathlon``) gets its sandbox's :class:`~klavis_emulator._mail.server.MailServer`:
 chosen at acquire (its ports and account go into the server item's ``auth_data``), started
 before the MCP server (or by the data endpoints, :meth:`McpHost.with_mail`), stopped on
 release, emptied on reset; an ``x-email-config`` header picks another account, with an MCP
@@ -28,7 +28,7 @@ group; with bubblewrap each runs in a PID namespace of its own, and everything i
 ends with it (and with the emulator if it is killed).
 
 ``klavis-emulator setup`` installs the npm and venv parts
-(:func:`~klavis_emulator._mcp_setup.setup_mcp_servers`).
+(:func:`~klavis_emulator._mcp.setup.setup_mcp_servers`).
 """
 
 from __future__ import annotations
@@ -58,14 +58,12 @@ import anyio.to_thread
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ._bwrap import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
-from ._mail import MailError, MailServer, find_lda
-from ._mail_data import MailDocumentError, load_mail
-from ._mail_rules import MailAccount
-from ._mcp_catalog import CATALOG, DOVECOT, HOSTED_SERVERS, NotHosted
-from ._mcp_launch import DEFAULT_COMMAND_TIMEOUT, LaunchSpec, launch_spec
-from ._mcp_setup import McpToolPaths, find_tools
-from ._state import LOCAL_SERVER_NAMES, EmulatorError, EmulatorState, SandboxRecord
+from .._exec import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
+from .._mail import MailAccount, MailDocumentError, MailError, MailServer, find_lda, load_mail
+from .._state import LOCAL_SERVER_NAMES, EmulatorError, EmulatorState, SandboxRecord
+from .catalog import CATALOG, DOVECOT, HOSTED_SERVERS, NotHosted
+from .launch import DEFAULT_COMMAND_TIMEOUT, LaunchSpec, launch_spec
+from .setup import McpToolPaths, find_tools
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -170,7 +168,7 @@ class McpHost:
             default) follows the emulator's one decision, made when the state was built
             (``state.run_settings.confinement``: ``confine_executions``, ``--no-confine``,
             ``$KLAVIS_EMULATOR_CONFINE``); True requires bubblewrap
-            (:class:`~klavis_emulator._bwrap.ConfinementError` when the host starts
+            (:class:`~klavis_emulator._exec.confinement.ConfinementError` when the host starts
             serving if it is missing or fails); False never confines.
         tools_dir: where :func:`setup_mcp_servers` installed the tools (default: the
             per-user cache dir or ``$KLAVIS_EMULATOR_TOOLS_DIR``).

@@ -17,7 +17,7 @@ A run goes through these steps in its own thread, never on the event loop:
 3. ``main.py`` runs with the emulator's Python (or the venv's), working directory ``work/``,
    ``AGENT_WORKSPACE`` set to the sandbox's workspace and an otherwise minimal environment.
 
-When the emulator confines runs (see :mod:`klavis_emulator._bwrap`, which decides once at
+When the emulator confines runs (see :mod:`klavis_emulator._exec.confinement`, which decides once at
 startup and builds every ``bwrap`` command line), steps 2 and 3 are confined: the system
 folders and the Python installation are mounted read-only, the workspace is mounted at
 ``/data``, the working directory at ``/execution``, ``/tmp`` is private, and there is no
@@ -64,7 +64,7 @@ Unconfined runs are an opt-out: ``main.py`` can then do whatever the emulator's 
 including calling the control routes on loopback, unless the emulator was started with
 ``--control-token``. ``--allow-network`` is one too (the machine's loopback services are
 reachable), but a confined run's control requests are refused all the same: the emulator
-recognises the socket as a sandbox's (:mod:`klavis_emulator._peers`).
+recognises the socket as a sandbox's (:mod:`klavis_emulator._exec.peers`).
 
 A run has a time limit (all steps together); past it the process group is killed and the
 run fails. :meth:`ExecutionRun.kill` stops a run without reporting an outcome (used on
@@ -88,7 +88,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final
 
-from ._bwrap import CONFINED_WORKSPACE, PRIVATE_TMP, Bind, Confinement, bwrap_args
+from .confinement import CONFINED_WORKSPACE, PRIVATE_TMP, Bind, Confinement, bwrap_args
 
 __all__ = [
     "CONFINED_WORKDIR",

@@ -26,7 +26,7 @@ from typing import Final
 
 import psutil
 
-from ._bwrap import CONFINED_WORKSPACE
+from .confinement import CONFINED_WORKSPACE
 
 __all__ = ["end_processes", "sandbox_processes"]
 

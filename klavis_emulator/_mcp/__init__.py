@@ -1,0 +1,38 @@
+"""The real MCP servers the emulator hosts at each sandbox's ``mcp_server_url``.
+
+==========  =========================================================================
+``catalog`` every server of the contract's enum, described once (install kind, launch)
+``setup``   installing and finding the servers (``klavis-emulator setup``)
+``launch``  a hosted server's command line, environment and confinement
+``host``    the ASGI app serving each sandbox's servers, and their lifecycle
+==========  =========================================================================
+"""
+
+from __future__ import annotations
+
+from .catalog import CATALOG, HOSTED_SERVERS, NotHosted
+from .host import McpHost, install_mcp
+from .setup import (
+    McpSetupError,
+    McpToolPaths,
+    default_tools_dir,
+    find_tools,
+    installed_version,
+    missing_python,
+    setup_mcp_servers,
+)
+
+__all__ = [
+    "CATALOG",
+    "HOSTED_SERVERS",
+    "McpHost",
+    "McpSetupError",
+    "McpToolPaths",
+    "NotHosted",
+    "default_tools_dir",
+    "find_tools",
+    "install_mcp",
+    "installed_version",
+    "missing_python",
+    "setup_mcp_servers",
+]
