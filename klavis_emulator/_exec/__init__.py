@@ -4,6 +4,8 @@
 ``confinement``   how an execution or an MCP server is confined: the one ``bwrap`` command
                   builder, the probe, and the once-per-emulator decision
 ``runner``        one execution run (``main.py`` of an uploaded archive) in a thread
+``requirements``  the check of an execution's ``requirements.txt`` (wheels only)
+``run_log``       an execution's log: read by byte cursor, the emulator's ``[emulator]`` lines
 ``processes``     how a reset ends every process of a sandbox (found from the emulator's side)
 ``peers``         whether a loopback client is a process of one of the sandboxes
 ================  =====================================================================
@@ -28,14 +30,13 @@ from .confinement import (
 )
 from .peers import peer_is_sandboxed
 from .processes import end_processes, sandbox_processes
+from .run_log import append_note, read_log
 from .runner import (
     EXECUTION_STATUSES,
     FINAL_STATUSES,
     ExecutionRun,
     RunSettings,
-    append_note,
     execution_name_problem,
-    read_log,
 )
 
 __all__ = [

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer, tenant_for_token
-from klavis_emulator._exec.runner import RequirementsRefused, check_requirements
+from klavis_emulator._exec.requirements import RequirementsRefused, check_requirements
 from tests.helpers import Executions, require_confinement
 
 WAIT_FOR_GO = """
