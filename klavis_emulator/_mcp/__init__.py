@@ -1,17 +1,20 @@
 """The real MCP servers the emulator hosts at each sandbox's ``mcp_server_url``.
 
-==========  =========================================================================
-``catalog`` every server of the contract's enum, described once (install kind, launch)
-``setup``   installing and finding the servers (``klavis-emulator setup``)
-``launch``  a hosted server's command line, environment and confinement
-``host``    the ASGI app serving each sandbox's servers, and their lifecycle
-==========  =========================================================================
+=============  ======================================================================
+``catalog``    every server of the contract's enum, described once (install kind, launch)
+``kinds``      what an entry is made of: install kinds, launch context and parts
+``launchers``  each hosted server's own command line, and the quirks it works around
+``setup``      installing and finding the servers (``klavis-emulator setup``)
+``launch``     a hosted server's command line, environment and confinement
+``host``       the ASGI app serving each sandbox's servers, and their lifecycle
+=============  ======================================================================
 """
 
 from __future__ import annotations
 
-from .catalog import CATALOG, HOSTED_SERVERS, NotHosted
+from .catalog import CATALOG, HOSTED_SERVERS
 from .host import McpHost, install_mcp
+from .kinds import NotHosted
 from .setup import (
     McpSetupError,
     McpToolPaths,

@@ -61,8 +61,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .._exec import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
 from .._mail import MailAccount, MailDocumentError, MailError, MailServer, find_lda, load_mail
 from .._state import LOCAL_SERVER_NAMES, EmulatorError, EmulatorState, SandboxRecord
-from .catalog import CATALOG, DOVECOT, HOSTED_SERVERS, NotHosted
+from .catalog import CATALOG, HOSTED_SERVERS
+from .kinds import NotHosted
 from .launch import DEFAULT_COMMAND_TIMEOUT, LaunchSpec, launch_spec
+from .launchers import DOVECOT
 from .setup import McpToolPaths, find_tools
 
 if TYPE_CHECKING:

@@ -32,15 +32,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from .._exec import CONFINED_PATH, CONFINED_WORKSPACE, PRIVATE_TMP, bwrap_args
-from .catalog import (
-    CATALOG,
-    HOSTED_SERVERS,
-    TERMINAL_ALLOWED_COMMANDS,
-    LaunchContext,
-    NotHosted,
-    NpmPackage,
-    OwnVenv,
-)
+from .catalog import CATALOG, HOSTED_SERVERS
+from .kinds import LaunchContext, NotHosted, NpmPackage, OwnVenv
+from .launchers import TERMINAL_ALLOWED_COMMANDS
 from .setup import McpToolPaths
 
 __all__ = [

@@ -56,16 +56,8 @@ from typing import Final
 
 import platformdirs
 
-from .catalog import (
-    CATALOG,
-    HOSTED_SERVERS,
-    EmulatorPython,
-    McpServer,
-    NotHosted,
-    NpmPackage,
-    OwnVenv,
-    server_entry,
-)
+from .catalog import CATALOG, HOSTED_SERVERS, server_entry
+from .kinds import EmulatorPython, McpServer, NotHosted, NpmPackage, OwnVenv
 
 __all__ = [
     "TOOLS_DIR_ENV",

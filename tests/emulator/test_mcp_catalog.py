@@ -17,8 +17,9 @@ import pytest
 from klavis_emulator import LOCAL_SERVER_NAMES, EmulatorConfig, EmulatorServer
 from klavis_emulator.__main__ import _commands_line
 from klavis_emulator._exec.confinement import SANDBOX_COMMANDS, missing_commands, sandbox_commands
-from klavis_emulator._mcp.catalog import CATALOG, HOSTED_SERVERS, NotHosted
+from klavis_emulator._mcp.catalog import CATALOG, HOSTED_SERVERS
 from klavis_emulator._mcp.host import McpHost
+from klavis_emulator._mcp.kinds import NotHosted
 from klavis_emulator._mcp.setup import McpSetupError, McpToolPaths, setup_mcp_servers
 from tests.helpers import require_confinement
 
@@ -199,7 +200,7 @@ def test_only_pieces_the_project_cannot_install_count_as_outside() -> None:
 def test_a_distribution_program_off_path_is_found_at_its_known_paths(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from klavis_emulator._mcp.catalog import CHROMIUM
+    from klavis_emulator._mcp.launchers import CHROMIUM
     from klavis_emulator._mcp.setup import find_tools
 
     known = next((Path(p) for p in CHROMIUM.paths if Path(p).is_file()), None)

@@ -23,8 +23,8 @@ from klavis_emulator._exec.confinement import (
     decide_confinement,
     masked_paths,
 )
-from klavis_emulator._mcp.catalog import EMAILS_CONFIG
 from klavis_emulator._mcp.launch import HOSTED_SERVERS, TERMINAL_ALLOWED_COMMANDS, launch_spec
+from klavis_emulator._mcp.launchers import EMAILS_CONFIG
 from klavis_emulator._mcp.setup import McpToolPaths, find_tools, setup_mcp_servers
 
 

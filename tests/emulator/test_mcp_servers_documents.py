@@ -24,8 +24,8 @@ import pytest
 from klavis_emulator import EmulatorConfig, EmulatorServer
 from klavis_emulator import __main__ as cli
 from klavis_emulator._mcp import setup as mcp_setup
-from klavis_emulator._mcp.catalog import ARXIV_STORAGE
 from klavis_emulator._mcp.host import McpHost
+from klavis_emulator._mcp.launchers import ARXIV_STORAGE
 from klavis_emulator._mcp.setup import McpToolPaths, find_tools
 from tests.emulator.mcp_servers import (
     MODES,

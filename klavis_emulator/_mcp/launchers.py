@@ -1,0 +1,373 @@
+"""Each hosted server's own command line: its launch function, and the quirks it works around.
+
+A launch function turns a :class:`~.kinds.LaunchContext` (where the program is, the
+workspace and temporary folder as the server sees them) into a :class:`~.kinds.LaunchParts`
+(argv, environment, extra read-only mounts); :mod:`.launch` adds the confinement around it
+and :mod:`.catalog` names which function launches which server. No I/O here.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from .kinds import LaunchContext, LaunchParts, SystemProgram
+
+__all__ = [
+    "ARXIV_STORAGE",
+    "CHROMIUM",
+    "DESKTOP_COMMANDER_CONFIG",
+    "DOVECOT",
+    "EMAILS_CONFIG",
+    "MEMORY_FILE",
+    "PLAYWRIGHT_OUTPUT",
+    "RIPGREP",
+    "TERMINAL_ALLOWED_COMMANDS",
+    "launch_arxiv",
+    "launch_code_runner",
+    "launch_desktop_commander",
+    "launch_emails",
+    "launch_excel",
+    "launch_filesystem",
+    "launch_git",
+    "launch_localmemory",
+    "launch_pdf_tools",
+    "launch_playwright",
+    "launch_powerpoint",
+    "launch_terminal",
+    "launch_word",
+]
+
+
+TERMINAL_ALLOWED_COMMANDS: Final[tuple[str, ...]] = (
+    # files and folders
+    "ls", "cat", "head", "tail", "wc", "pwd", "echo", "printf", "mkdir", "rmdir", "cp", "mv",
+    "rm", "touch", "ln", "stat", "file", "du", "df", "tree", "find", "basename", "dirname",
+    "realpath", "readlink", "chmod", "test", "true", "false",
+    # text
+    "grep", "egrep", "fgrep", "sed", "awk", "sort", "uniq", "cut", "tr", "paste", "join",
+    "diff", "cmp", "comm", "tee", "xargs", "nl", "fold", "fmt", "column", "rev", "tac",
+    "split", "jq", "iconv",
+    # archives and checksums
+    "tar", "gzip", "gunzip", "zcat", "zip", "unzip", "md5sum", "sha1sum", "sha256sum", "base64",
+    # environment
+    "env", "date", "whoami", "id", "uname", "which", "sleep", "seq", "yes", "expr",
+    # development
+    "git", "python", "python3", "pip", "pip3", "node", "npm", "npx", "make", "bash", "sh",
+)  # fmt: skip
+"""``ALLOWED_COMMANDS`` of the terminal server: everyday shell work in the workspace."""
+
+_GIT_LAUNCHER: Final = (
+    # mcp-server-git's own server and confinement (`create_server(repository)`), without
+    # the CLI's start-up check that exits when the workspace is not (yet) a repository,
+    # and without its walk up to a parent repository, which could leave the workspace.
+    "import logging, sys\n"
+    "from pathlib import Path\n"
+    "import anyio\n"
+    "from mcp_server_git.server import create_server\n"
+    "logging.basicConfig(level=logging.WARNING, stream=sys.stderr)\n"
+    "anyio.run(create_server(Path(sys.argv[1])).run_stdio_async)\n"
+)
+
+MEMORY_FILE: Final = "memory/memory.json"
+"""Where localmemory keeps its graph, relative to the workspace: the path Toolathlon's
+memory server configuration uses (``${agent_workspace}/memory/memory.json``), so a dump
+carries the memory like the real service's workspace would. The server writes the file with
+a temporary file beside it and does not create its folder: the launch does (``mkdir -p``
+inside the confinement, so a symlink planted in the workspace cannot lead it out)."""
+
+
+_MKDIR_THEN_EXEC: Final = 'mkdir -p -- "$1" && shift && exec "$@"'
+"""``sh -c`` script: create the folder ``$1``, then become the command that follows."""
+
+
+def _node(ctx: LaunchContext, *args: str, env: Mapping[str, str] | None = None) -> LaunchParts:
+    assert ctx.node is not None
+    return LaunchParts((str(ctx.node), str(ctx.program), *args), dict(env or {}))
+
+
+def launch_filesystem(ctx: LaunchContext) -> LaunchParts:
+    return _node(ctx, ctx.workspace)
+
+
+def launch_git(ctx: LaunchContext) -> LaunchParts:
+    return LaunchParts((str(ctx.program), "-c", _GIT_LAUNCHER, ctx.workspace))
+
+
+def launch_terminal(ctx: LaunchContext) -> LaunchParts:
+    return LaunchParts(
+        (str(ctx.program),),
+        {
+            "ALLOWED_DIR": ctx.workspace,
+            "ALLOWED_COMMANDS": ",".join(TERMINAL_ALLOWED_COMMANDS),
+            "ALLOWED_FLAGS": "all",
+            "ALLOW_SHELL_OPERATORS": "true",
+            "MAX_COMMAND_LENGTH": "8192",
+            "COMMAND_TIMEOUT": str(ctx.command_timeout),
+        },
+    )
+
+
+def launch_localmemory(ctx: LaunchContext) -> LaunchParts:
+    memory = f"{ctx.workspace}/{MEMORY_FILE}"
+    assert ctx.node is not None
+    return LaunchParts(
+        ("/bin/sh", "-c", _MKDIR_THEN_EXEC, "sh", str(Path(memory).parent), str(ctx.node),
+         str(ctx.program)),
+        {"MEMORY_FILE_PATH": memory},
+    )  # fmt: skip
+
+
+_CONSOLE_TO_STDERR: Final = (
+    # mcp-server-code-runner 0.1.8 says "Code Runner MCP Server running on stdio" with
+    # console.debug, which Node writes to stdout, the JSON-RPC channel (the MCP client logged
+    # a parse error with a traceback on every start): its console goes to stderr instead.
+    "data:text/javascript,console.log=console.info=console.debug=console.error"
+)
+
+
+def launch_code_runner(ctx: LaunchContext) -> LaunchParts:
+    # The server writes each snippet to os.tmpdir() and runs it there with the interpreter
+    # of its language (node, python3, bash... whatever is on PATH), cwd the process's.
+    assert ctx.node is not None
+    return LaunchParts(
+        (str(ctx.node), "--import", _CONSOLE_TO_STDERR, str(ctx.program)),
+        {"TMPDIR": ctx.tmp, "TMP": ctx.tmp, "TEMP": ctx.tmp},
+    )
+
+
+def launch_excel(ctx: LaunchContext) -> LaunchParts:
+    # `excel-mcp-server stdio`; EXCEL_FILES_PATH is its list of allowed folders (the
+    # --allow-dir option); without it any .xlsx on the machine could be opened.
+    return LaunchParts((str(ctx.program), "stdio"), {"EXCEL_FILES_PATH": ctx.workspace})
+
+
+_WORD_LAUNCHER: Final = (
+    # office-word-mcp-server's own server object and tools (word_document_server.main),
+    # without its `run_server`, which prints two lines of chatter ("Starting Word Document MCP
+    # Server...") to stdout, the JSON-RPC channel: the MCP client logged a parse error with
+    # a traceback for each line, on every start (seen with 1.1.11).
+    # Its import prints "Loading configuration from .env file..." to stdout too: the import
+    # and the tool registration run with stdout sent to stderr.
+    "import contextlib, sys\n"
+    "with contextlib.redirect_stdout(sys.stderr):\n"
+    "    from word_document_server.main import mcp, register_tools\n"
+    "    register_tools()\n"
+    "mcp.run(transport='stdio')\n"
+)
+
+
+def launch_word(ctx: LaunchContext) -> LaunchParts:
+    # relative document names resolve against the cwd, which is the workspace
+    python = ctx.program.parent / "python"
+    return LaunchParts((str(python), "-c", _WORD_LAUNCHER), {"FASTMCP_SHOW_CLI_BANNER": "false"})
+
+
+def launch_powerpoint(ctx: LaunchContext) -> LaunchParts:
+    # `ppt_mcp_server` (stdio by default) says nothing on stdout at start (2.0.7). Relative
+    # file names resolve against the cwd, the workspace; absolute ones are not restricted:
+    # confined, /data is the only writable folder anyway.
+    return LaunchParts((str(ctx.program),))
+
+
+ARXIV_STORAGE: Final = "arxiv_local_storage"
+"""Where arxiv keeps papers, relative to the workspace: the folder Toolathlon creates in the
+agent workspace for its ``arxiv_local`` server (``arxiv_local_storage``), so a dump carries
+the papers. The server stores a paper as ``<id>.md`` (its text) beside ``<id>.meta.json``
+(title, authors, published) and creates the folder itself."""
+
+_ARXIV_OFFLINE: Final = {
+    # Offline, search_papers, download_paper and get_abstract fail with a tool error; these
+    # bound how long they try (its defaults: 10 s connect, 30 s read, 2 retries with back-off
+    # up to 50 s in all): one try, 5 s to connect, at most 15 s.
+    "ARXIV_CONNECT_TIMEOUT": "5",
+    "ARXIV_REQUEST_TIMEOUT": "10",
+    "ARXIV_MAX_RETRIES": "0",
+    "ARXIV_HTTP_406_MAX_RETRIES": "0",
+    "ARXIV_MAX_TOTAL_TIME": "15",
+}
+
+
+def launch_arxiv(ctx: LaunchContext) -> LaunchParts:
+    # arxiv-mcp-server reads --storage-path from sys.argv (default ~/.arxiv-mcp-server/papers)
+    return LaunchParts(
+        (str(ctx.program), "--storage-path", f"{ctx.workspace}/{ARXIV_STORAGE}"),
+        _ARXIV_OFFLINE,
+    )
+
+
+def launch_pdf_tools(ctx: LaunchContext) -> LaunchParts:
+    # --workspace_path: its tools refuse paths outside it (and it becomes the cwd);
+    # --tempfile_dir: where PDFs given by URL are downloaded (default ~/.pdf_tools_temp),
+    # the private temporary folder. Offline, a URL fails with a tool error.
+    return LaunchParts(
+        (str(ctx.program), "--workspace_path", ctx.workspace, "--tempfile_dir", ctx.tmp)
+    )
+
+
+RIPGREP: Final = SystemProgram(("rg",), "ripgrep", "desktop-commander searches with it")
+
+DESKTOP_COMMANDER_CONFIG: Final = ".claude-server-commander/config.json"
+"""Where desktop-commander reads its configuration, relative to ``$HOME`` (its
+``os.homedir()``): the launch points ``HOME`` at the sandbox's private temporary folder
+(confined, the private ``/tmp``), so no two sandboxes share it and nothing lands in the
+emulator user's home."""
+
+
+def _desktop_commander_config(workspace: str) -> str:
+    # Written before each start, so the server never creates its defaults, which allow the
+    # whole file system (`allowedDirectories: []`) and send telemetry (`telemetryEnabled`).
+    # blockedCommands is empty: its defaults (sudo, mount, shutdown...) are a convenience
+    # list, not a boundary; the confinement is the boundary. A tool call may change this
+    # config (set_config_value), only for its own sandbox and until the server restarts.
+    return json.dumps(
+        {
+            "allowedDirectories": [workspace],
+            "blockedCommands": [],
+            "defaultShell": "/bin/bash",
+            "telemetryEnabled": False,
+            "fileReadLineLimit": 1000,
+            "fileWriteLineLimit": 50,
+            "pendingWelcomeOnboarding": False,
+            "welcomeOnboardingEligible": False,
+        }
+    )
+
+
+_WRITE_THEN_EXEC: Final = (
+    'mkdir -p -- "$(dirname -- "$1")" && printf %s "$2" > "$1" && shift 2 && exec "$@"'
+)
+"""``sh -c`` script: write ``$2`` to the file ``$1`` (its folder created), then become the
+command that follows."""
+
+
+def _data_url(source: str) -> str:
+    return "data:text/javascript," + urllib.parse.quote(source, safe="")
+
+
+def _module_alias_hook(specifier: str, module_source: str) -> str:
+    """A ``node --import`` argument that makes ``import(specifier)`` load ``module_source``
+    (a customization hook registered with ``node:module``'s ``register``, Node >= 18.19)."""
+    hooks = (
+        "export async function resolve(specifier, context, next) {"
+        f" return specifier === {json.dumps(specifier)}"
+        f" ? {{ url: {json.dumps(_data_url(module_source))}, shortCircuit: true }}"
+        " : next(specifier, context); }"
+    )
+    return _data_url(
+        f"import {{ register }} from 'node:module'; register({json.dumps(_data_url(hooks))});"
+    )
+
+
+def launch_desktop_commander(ctx: LaunchContext) -> LaunchParts:
+    # It finds ripgrep first through @vscode/ripgrep (whose 1.18 takes rg from a per-platform
+    # npm package), then `which rg`, then /usr/bin/rg...: there is no variable to name it. The
+    # hook answers its `import('@vscode/ripgrep')` with the distribution's rg, so searches use
+    # the rg the emulator found (and said missing) rather than a binary from the npm tree.
+    # Rejected: `npm ci --omit=optional` (drops sharp's prebuilt libvips too), deleting the
+    # platform package after `npm ci` (the install would no longer match the lock).
+    assert ctx.node is not None
+    config = f"{ctx.tmp}/{DESKTOP_COMMANDER_CONFIG}"
+    rg = ctx.system[RIPGREP.key]
+    return LaunchParts(
+        ("/bin/sh", "-c", _WRITE_THEN_EXEC, "sh", config,
+         _desktop_commander_config(ctx.workspace), str(ctx.node), "--import",
+         _module_alias_hook("@vscode/ripgrep", f"export const rgPath = {json.dumps(str(rg))};"),
+         str(ctx.program), "--no-onboarding"),
+        {"HOME": ctx.tmp, "TMPDIR": ctx.tmp, "SHELL": "/bin/bash"},
+    )  # fmt: skip
+
+
+CHROMIUM: Final = SystemProgram(
+    ("chromium", "chromium-browser"),
+    "chromium",
+    "playwright drives it; nothing is downloaded",
+    paths=("/usr/bin/chromium", "/usr/lib/chromium/chromium"),
+)
+
+PLAYWRIGHT_OUTPUT: Final = ".playwright-mcp"
+"""Where playwright saves files it names itself (screenshots, PDFs, snapshots, downloads),
+relative to the workspace: the package's own default (``<cwd>/.playwright-mcp``), given
+explicitly so it does not depend on the working folder. Files the caller names resolve
+against the workspace (the server's working folder: it gets no MCP roots)."""
+
+PLAYWRIGHT_CONFIG: Final = "playwright-mcp.json"
+"""Its configuration file, written to the sandbox's private temporary folder at each start."""
+
+CHROMIUM_FLAGS: Final[tuple[str, ...]] = (
+    # the machine may be offline, and the browser has no business calling Google's hosts:
+    # no background requests (safe browsing, variations, translation...), no component
+    # updates, no sync, no first-run tasks; no GPU process (headless, there is none)
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",  # a confined /dev/shm is small: shared memory in /tmp
+)
+"""Chromium flags added to Playwright's own. (Not ``--disable-crashpad-for-testing``, which
+would spare the two crash-handler processes: with it Debian's Chromium 156 crashed its network
+service at every start, "FD ownership violation", and no page loaded.)"""
+
+
+def _playwright_config() -> str:
+    # browserName chromium with no channel: the default channel ("chrome") would look for
+    # Google Chrome and turn Chromium's own sandbox on (see `--no-sandbox` below).
+    launch = {"args": list(CHROMIUM_FLAGS)}
+    return json.dumps({"browser": {"browserName": "chromium", "launchOptions": launch}})
+
+
+def launch_playwright(ctx: LaunchContext) -> LaunchParts:
+    # --isolated: the browser profile lives in memory (the rest in the private /tmp).
+    # --no-sandbox: Chromium refuses its own sandbox when run as root ("Running as root
+    # without --no-sandbox is not supported", measured with Chromium 156 unconfined and in
+    # bubblewrap), and needs user namespaces for it otherwise: where they are missing or
+    # restricted, which is where an emulator runs unconfined, the browser would not start.
+    # The boundary is the confinement around the whole server (bubblewrap: its own mount,
+    # PID and IPC namespaces, read-only system, only the workspace writable); unconfined,
+    # every hosted server runs with the emulator user's rights anyway.
+    # TMPDIR: Playwright and Chromium make Unix sockets under it, and abort when a socket's
+    # path passes the 107 bytes a socket name may have ("Socket path too long", "Socket
+    # directory path is too long (114 bytes)", seen unconfined with the private folder
+    # under the emulator's data folder): the system's temporary folder (they remove what
+    # they made there when the browser closes; confined, it is the private /tmp).
+    assert ctx.node is not None
+    config = f"{ctx.tmp}/{PLAYWRIGHT_CONFIG}"
+    return LaunchParts(
+        ("/bin/sh", "-c", _WRITE_THEN_EXEC, "sh", config, _playwright_config(),
+         str(ctx.node), str(ctx.program), "--config", config,
+         "--executable-path", str(ctx.system[CHROMIUM.key]), "--headless", "--isolated",
+         "--no-sandbox", "--output-dir", f"{ctx.workspace}/{PLAYWRIGHT_OUTPUT}"),
+        {"HOME": ctx.tmp, "TMPDIR": ctx.system_tmp, "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"},
+    )  # fmt: skip
+
+
+DOVECOT: Final = SystemProgram(
+    ("dovecot",),
+    "dovecot-imapd",
+    "the sandbox's mail server serves IMAP with it and delivers with its dovecot-lda",
+)
+
+EMAILS_CONFIG: Final = "emails-mcp/config.json"
+"""Where the emails server's account configuration is written before each start, relative
+to its private temporary folder (it holds the account's password: not in the workspace)."""
+
+
+def launch_emails(ctx: LaunchContext) -> LaunchParts:
+    # emails-mcp reads one account from --config_file (the auth_data's keys are its keys).
+    # The three paths bound what its tools read and write: attachments to send, attachments
+    # downloaded and exported mail, all in the workspace, beside the agent's other files.
+    # It checks IMAP and SMTP once at start, logging to stderr.
+    assert ctx.mail is not None
+    config = f"{ctx.tmp}/{EMAILS_CONFIG}"
+    return LaunchParts(
+        ("/bin/sh", "-c", _WRITE_THEN_EXEC, "sh", config, json.dumps(dict(ctx.mail)),
+         str(ctx.program), "--config_file", config,
+         "--attachment_upload_path", ctx.workspace,
+         "--attachment_download_path", ctx.workspace,
+         "--email_export_path", ctx.workspace),
+        {"HOME": ctx.tmp},
+    )  # fmt: skip
