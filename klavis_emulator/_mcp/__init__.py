@@ -1,20 +1,24 @@
 """The real MCP servers the emulator hosts at each sandbox's ``mcp_server_url``.
 
-=============  ======================================================================
-``catalog``    every server of the contract's enum, described once (install kind, launch)
-``kinds``      what an entry is made of: install kinds, launch context and parts
-``launchers``  each hosted server's own command line, and the quirks it works around
-``setup``      installing and finding the servers (``klavis-emulator setup``)
-``launch``     a hosted server's command line, environment and confinement
-``host``       the ASGI app serving each sandbox's servers, and their lifecycle
-=============  ======================================================================
+================  ===================================================================
+``catalog``       every server of the contract's enum, described once
+``kinds``         what a catalog entry is made of: install kinds, launch context, parts
+``launchers``     each hosted server's own command line, and the quirks it works around
+``setup``         installing and finding the servers (``klavis-emulator setup``)
+``launch``        a hosted server's full command line: environment and confinement
+``host``          the ASGI app serving each sandbox's servers, and their lifecycle
+``backend``       one server of one sandbox behind its proxy; how a request reaches it
+``mail_servers``  the sandboxes' mail servers (for ``poste_email_toolathlon``)
+``mount``         the host on the emulator's app: mount, lifespan, the state's hooks
+================  ===================================================================
 """
 
 from __future__ import annotations
 
 from .catalog import CATALOG, HOSTED_SERVERS
-from .host import McpHost, install_mcp
+from .host import McpHost
 from .kinds import NotHosted
+from .mount import install_mcp
 from .setup import (
     McpSetupError,
     McpToolPaths,

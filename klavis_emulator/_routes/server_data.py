@@ -104,7 +104,7 @@ def _add_routes(server_name: str) -> None:
         else:
             state.require_server(tenant, sandbox_id, server_name)
             try:
-                host.with_mail(
+                host.mail.with_mail(
                     sandbox_id,
                     server_name,
                     lambda mail: load_mail(mail, document),
@@ -133,7 +133,7 @@ def _add_routes(server_name: str) -> None:
         if host is not None:
             state.require_server(tenant, sandbox_id, server_name)
             try:
-                spool = host.with_mail(sandbox_id, server_name, spool_mail_dump)
+                spool = host.mail.with_mail(sandbox_id, server_name, spool_mail_dump)
             except _MAIL_ERRORS as exc:
                 raise _on_mail_server(exc) from exc
             head = {

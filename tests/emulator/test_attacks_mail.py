@@ -76,7 +76,7 @@ def _header(email: str, password: str) -> dict[str, str]:
 
 def _mail_folder(emulator: EmulatorServer, box: Sandbox) -> Path:
     """Where the sandbox's mailboxes are on the host."""
-    root: Path = host(emulator)._mail[box.id].root
+    root: Path = host(emulator).mail.servers[box.id].root
     return root / "mail"
 
 

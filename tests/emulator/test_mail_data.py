@@ -160,7 +160,7 @@ def test_initialized_mail_is_on_the_mail_server_and_dump_shows_what_the_agent_se
     ((subject, flags),) = _folder(auth, OWN, auth["password"], "INBOX")
     assert subject == "Quarterly report"
     assert {"\\Seen", "\\Flagged"} <= set(flags.split())
-    ann = host(emulator)._mail[box.id].accounts()["ann@example.com"]
+    ann = host(emulator).mail.servers[box.id].accounts()["ann@example.com"]
     assert len(ann) >= 24
     ((subject, flags),) = _folder(auth, "ann@example.com", ann, "Drafts")
     assert subject == "Draft to the agent"
