@@ -56,7 +56,7 @@ class Executions:
     """Helpers to upload, start and await executions on an in-process emulator."""
 
     def __init__(self, emulator: EmulatorServer, http: httpx.Client, token: str) -> None:
-        from klavis_emulator import tenant_for_token
+        from klavis_emulator._state import tenant_for_token
 
         self.emulator = emulator
         self.http = http

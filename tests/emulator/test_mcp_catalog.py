@@ -14,13 +14,14 @@ from unittest import mock
 import httpx
 import pytest
 
-from klavis_emulator import LOCAL_SERVER_NAMES, EmulatorConfig, EmulatorServer
+from klavis_emulator import EmulatorConfig, EmulatorServer
 from klavis_emulator.__main__ import _commands_line
 from klavis_emulator._exec.confinement import SANDBOX_COMMANDS, missing_commands, sandbox_commands
 from klavis_emulator._mcp.catalog import CATALOG, HOSTED_SERVERS
 from klavis_emulator._mcp.host import McpHost
 from klavis_emulator._mcp.kinds import NotHosted
 from klavis_emulator._mcp.setup import McpSetupError, McpToolPaths, setup_mcp_servers
+from klavis_emulator._state import LOCAL_SERVER_NAMES
 from tests.helpers import require_confinement
 
 
