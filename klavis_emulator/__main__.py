@@ -18,6 +18,7 @@ exit_if_missing()  # before the imports that need the extra
 
 import argparse
 import dataclasses
+import functools
 import importlib.metadata
 import logging
 import os
@@ -78,6 +79,21 @@ def _checked(name: str, convert: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
+def _field_option(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    convert: Callable[[str], Any],
+    help: str,
+    **extra: Any,
+) -> None:
+    """Add ``flag`` for the config field it names (``--max-upload-mb``: ``max_upload_mb``),
+    parsed with ``convert`` and checked as the config checks it, with the config's default."""
+    name = flag.removeprefix("--").replace("-", "_")
+    parser.add_argument(
+        flag, type=_checked(name, convert), default=field_default(name), help=help, **extra
+    )
+
+
 def _benchmark_pack(text: str) -> tuple[str, Path]:
     try:
         return parse_benchmark_data(text)
@@ -113,18 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=default("data_dir"),
         help=f"folder for the emulator's state (default: {default_data_dir()})",
     )
-    parser.add_argument(
-        "--latency-ms",
-        type=_checked("latency_ms", int),
-        default=default("latency_ms"),
-        help="delay added to each request",
-    )
-    parser.add_argument(
-        "--fault-rate",
-        type=_checked("fault_rate", float),
-        default=default("fault_rate"),
-        help="fraction of API/storage requests answering 429/500/502/503",
-    )
+    option = functools.partial(_field_option, parser)
+    option("--latency-ms", int, "delay added to each request")
+    option("--fault-rate", float, "fraction of API/storage requests answering 429/500/502/503")
     parser.add_argument(
         "--fault-mode",
         choices=FAULT_MODES,
@@ -134,12 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--fault-seed", type=int, default=default("fault_seed"), help="seed of fault injection"
     )
-    parser.add_argument(
+    option(
         "--acquire-delay",
-        type=_checked("acquire_delay", float),
-        default=default("acquire_delay"),
+        float,
+        "time an acquire takes before it answers, as a VM start does on the service (0)",
         metavar="SECONDS",
-        help="time an acquire takes before it answers, as a VM start does on the service (0)",
     )
     parser.add_argument(
         "--no-mcp-at-acquire",
@@ -148,18 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=default("mcp_at_acquire"),
         help="start a sandbox's MCP servers on their first request, not at acquire",
     )
-    parser.add_argument(
-        "--signed-url-minutes",
-        type=_checked("signed_url_minutes", int),
-        default=default("signed_url_minutes"),
-        help=f"validity of signed URLs ({default('signed_url_minutes')})",
+    option(
+        "--signed-url-minutes", int, f"validity of signed URLs ({default('signed_url_minutes')})"
     )
-    parser.add_argument(
-        "--max-upload-mb",
-        type=_checked("max_upload_mb", float),
-        default=default("max_upload_mb"),
-        help=f"upload size cap ({default('max_upload_mb'):g})",
-    )
+    option("--max-upload-mb", float, f"upload size cap ({default('max_upload_mb'):g})")
     parser.add_argument(
         "--api-key",
         action="append",
@@ -173,15 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=default("public_url"),
         help="base URL to write into signed and MCP URLs",
     )
-    parser.add_argument(
+    option(
         "--execution-timeout",
-        type=_checked("execution_timeout", float),
-        default=default("execution_timeout"),
+        float,
+        "time limit of one execution, requirements install included "
+        f"({default('execution_timeout'):g})",
         metavar="SECONDS",
-        help=(
-            "time limit of one execution, requirements install included "
-            f"({default('execution_timeout'):g})"
-        ),
     )
     parser.add_argument(
         "--allow-network",

@@ -156,29 +156,21 @@ class EmulatorState:
 
         self._sandboxes = Sandboxes(self._db, folders, clock)
         self._storage = Storage(
-            self._db,
-            folders,
             self._sandboxes,
-            clock,
             signed_url_minutes=config.signed_url_minutes,
             max_upload_bytes=config.max_upload_bytes,
         )
         self.signer = self._storage.signer
-        self._workspaces = Workspaces(
-            self._db, folders, self._sandboxes, self._storage, config.archive_limits
-        )
-        self._server_data = ServerData(self._db, self._sandboxes, clock)
+        self._workspaces = Workspaces(self._sandboxes, self._storage, config.archive_limits)
+        self._server_data = ServerData(self._sandboxes)
         self.run_settings = RunSettings(
             timeout=config.execution_timeout,
             allow_network=config.allow_network,
             confinement=confinement,
         )
         self._executions = Executions(
-            self._db,
-            folders,
             self._sandboxes,
             self._storage,
-            clock,
             run_settings=self.run_settings,
             archive_limits=config.archive_limits,
         )

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Final
 
 from .._archive import ArchiveLimits, extract_archive
-from .._clock import Clock
 from .._exec import (
     FINAL_STATUSES,
     ExecutionRun,
@@ -35,7 +34,7 @@ from .._exec import (
 )
 from .._signing import SignedUrl
 from .._workspace import remove_tree
-from .db import Database, Folders
+from .db import from_row
 from .errors import ExecutionConflict, ExecutionNotFound, InvalidExecutionName, NoUploadedArchive
 from .sandboxes import Sandboxes, SandboxPart
 from .storage import Region, Storage
@@ -72,21 +71,15 @@ class Executions(SandboxPart):
 
     def __init__(
         self,
-        db: Database,
-        folders: Folders,
         sandboxes: Sandboxes,
         storage: Storage,
-        clock: Clock,
         *,
         run_settings: RunSettings,
         archive_limits: ArchiveLimits,
     ) -> None:
-        self._db = db
-        self._root = folders.executions
-        self._tmp = folders.tmp
-        self._sandboxes = sandboxes
+        super().__init__(sandboxes)
+        self._root = sandboxes.folders.executions
         self._storage = storage
-        self._clock = clock
         self.run_settings = run_settings
         self._archive_limits = archive_limits
         self._runs: dict[tuple[str, str], ExecutionRun] = {}
@@ -174,16 +167,7 @@ class Executions(SandboxPart):
                 f"Local sandbox {sandbox_id} has no execution named {name!r}: upload an archive "
                 "with POST .../execution-upload-url, then start it with POST .../execute."
             )
-        return ExecutionRecord(
-            sandbox_id=row["sandbox_id"],
-            name=row["name"],
-            run_id=row["run_id"],
-            status=row["status"],
-            created_ts=row["created_ts"],
-            started_ts=row["started_ts"],
-            finished_ts=row["finished_ts"],
-            exit_code=row["exit_code"],
-        )
+        return from_row(ExecutionRecord, row)
 
     def get(self, tenant: str, sandbox_id: str, name: str) -> ExecutionRecord:
         """One execution of a sandbox (:class:`ExecutionNotFound` if none was started)."""
