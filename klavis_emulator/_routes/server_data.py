@@ -14,12 +14,13 @@ document.
 from __future__ import annotations
 
 import imaplib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Annotated, Any, Final
 
 import pydantic_core
 from fastapi import Body, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel
 
 from .._clock import isoformat
 from .._mail import MailDocumentError, MailError, load_mail, spool_mail_dump
@@ -150,24 +151,26 @@ def _add_routes(server_name: str) -> None:
             "data": data if data is not None else empty_document(server_name),
         }
 
-    router.add_api_route(
-        prefix + "/initialize",
-        initialize_server_data,
-        methods=["POST"],
-        response_model=InitializeSandboxResponse,
-        responses=responses,
-        name=f"initialize_{server_name}_data",
-        summary=f"Load {server_name} data (validated, replaces what the server held)",
+    routes: tuple[tuple[str, str, Callable[..., Any], type[BaseModel], str], ...] = (
+        (
+            "initialize",
+            "POST",
+            initialize_server_data,
+            InitializeSandboxResponse,
+            f"Load {server_name} data (validated, replaces what the server held)",
+        ),
+        ("dump", "GET", dump_server_data, ServerDataDumpResponse, f"Export the {server_name} data"),
     )
-    router.add_api_route(
-        prefix + "/dump",
-        dump_server_data,
-        methods=["GET"],
-        response_model=ServerDataDumpResponse,
-        responses=responses,
-        name=f"dump_{server_name}_data",
-        summary=f"Export the {server_name} data",
-    )
+    for verb, method, endpoint, answer, summary in routes:
+        router.add_api_route(
+            f"{prefix}/{verb}",
+            endpoint,
+            methods=[method],
+            response_model=answer,
+            responses=responses,
+            name=f"{verb}_{server_name}_data",
+            summary=summary,
+        )
 
 
 for _server_name in DATA_SERVERS:

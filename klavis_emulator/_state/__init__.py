@@ -43,14 +43,14 @@ import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Final, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal
 
 from .._benchmark_data import SERVER_DATA_FOLDER, BenchmarkPack, load_packs
 from .._clock import Clock, OffsetClock
 from .._config import EmulatorConfig
-from .._exec import FINAL_STATUSES, RunSettings, decide_confinement
+from .._exec import RunSettings, decide_confinement
 from .._signing import SignedUrl
 from .db import Database, Folders
 from .errors import (
@@ -65,10 +65,11 @@ from .errors import (
     ServerNotInSandbox,
     UploadTooLarge,
 )
-from .executions import ExecutionRecord, Executions
+from .executions import ExecutionRecord, Executions, WaitOptions
 from .sandboxes import (
     BENCHMARKS,
     LOCAL_SERVER_NAMES,
+    AcquireOptions,
     Sandboxes,
     SandboxRecord,
     ServerName,
@@ -78,6 +79,9 @@ from .sandboxes import (
 from .server_data import ServerData
 from .storage import REGIONS, Region, Storage, UploadWriter
 from .workspaces import Workspaces
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "BENCHMARKS",
@@ -284,21 +288,13 @@ class EmulatorState:
         self,
         tenant: str,
         server_names: Sequence[str] | Literal["ALL"],
-        *,
-        benchmark: str | None = None,
-        test_account_email: str | None = None,
-        ttl_seconds: int | None = 7200,
+        **options: Unpack[AcquireOptions],
     ) -> SandboxRecord:
-        """Create a sandbox holding ``server_names`` (``"ALL"``: every local server), with the
-        benchmark's data when the configuration has a pack for it."""
-        record = self._sandboxes.acquire(
-            tenant,
-            server_names,
-            benchmark=benchmark,
-            test_account_email=test_account_email,
-            ttl_seconds=ttl_seconds,
-        )
-        pack = self._packs.get(benchmark) if benchmark is not None else None
+        """Create a sandbox holding ``server_names`` (``"ALL"``: every local server; see
+        :meth:`Sandboxes.acquire <.sandboxes.Sandboxes.acquire>`), with the benchmark's data
+        when the configuration has a pack for it."""
+        record = self._sandboxes.acquire(tenant, server_names, **options)
+        pack = self._packs.get(record.benchmark) if record.benchmark is not None else None
         if pack is not None:
             try:
                 self._apply_pack(tenant, record, pack)
@@ -409,20 +405,11 @@ class EmulatorState:
         return self._executions.export_artifacts(tenant, sandbox_id, name, base_url)
 
     def wait_for_execution(
-        self,
-        tenant: str,
-        sandbox_id: str,
-        name: str,
-        *,
-        statuses: Collection[str] = FINAL_STATUSES,
-        timeout: float = 60.0,
+        self, tenant: str, sandbox_id: str, name: str, **options: Unpack[WaitOptions]
     ) -> str:
-        """Block until the execution's status is one of ``statuses``; return it (for tests).
-
-        Raises :class:`TimeoutError` after ``timeout`` seconds, and
-        :class:`ExecutionNotFound` / :class:`SandboxNotFound` if it disappears.
-        """
-        return self._executions.wait(tenant, sandbox_id, name, statuses=statuses, timeout=timeout)
+        """Block until the execution's status is one of ``statuses`` (default: a final one);
+        return it (for tests; see :meth:`Executions.wait <.executions.Executions.wait>`)."""
+        return self._executions.wait(tenant, sandbox_id, name, **options)
 
     # ------------------------------------------------------------------ signed storage
 

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, TypedDict
 
 from .._archive import ArchiveLimits, extract_archive
 from .._exec import (
@@ -39,7 +39,7 @@ from .errors import ExecutionConflict, ExecutionNotFound, InvalidExecutionName, 
 from .sandboxes import Sandboxes, SandboxPart
 from .storage import Region, Storage
 
-__all__ = ["ExecutionRecord", "Executions"]
+__all__ = ["ExecutionRecord", "Executions", "WaitOptions"]
 
 _ACTIVE: Final = ("pending", "running")
 
@@ -64,6 +64,13 @@ def _trash(folder: Path, tmp: Path) -> None:
         trash = tmp / f"old-{uuid.uuid4()}"
         os.rename(folder, trash)
         remove_tree(trash)
+
+
+class WaitOptions(TypedDict, total=False):
+    """The keywords of :meth:`Executions.wait` (for what passes them on)."""
+
+    statuses: Collection[str]
+    timeout: float
 
 
 class Executions(SandboxPart):

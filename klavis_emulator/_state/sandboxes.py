@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, TypedDict, get_args
 
 from .._clock import Clock, isoformat
 from .._exec import end_processes, sandbox_processes
@@ -33,6 +33,7 @@ from .db import Database, Folders, from_row
 from .errors import SandboxNotFound, ServerNotInSandbox
 
 __all__ = [
+    "AcquireOptions",
     "BENCHMARKS",
     "LOCAL_SERVER_NAMES",
     "SandboxPart",
@@ -130,6 +131,14 @@ class SandboxRecord:
             "auth_data": None if server.auth_data is None else dict(server.auth_data),
             "tags": None,
         }
+
+
+class AcquireOptions(TypedDict, total=False):
+    """The keywords of :meth:`Sandboxes.acquire` (for what passes them on)."""
+
+    benchmark: str | None
+    test_account_email: str | None
+    ttl_seconds: int | None
 
 
 class SandboxPart:

@@ -141,22 +141,16 @@ class Storage(SandboxPart):
 
     def upload_url(self, key: str, base_url: str) -> SignedUrl:
         """A signed ``PUT`` URL for the object ``key``."""
-        return self.signer.sign(
-            base_url=base_url,
-            route=_UPLOAD_ROUTE,
-            method="PUT",
-            key=key,
-            minutes=self.signed_url_minutes,
-        )
+        return self._signed("PUT", _UPLOAD_ROUTE, key, base_url)
 
     def download_url(self, key: str, base_url: str) -> SignedUrl:
         """A signed ``GET`` URL for the object ``key``."""
+        return self._signed("GET", _DOWNLOAD_ROUTE, key, base_url)
+
+    def _signed(self, method: str, route: str, key: str, base_url: str) -> SignedUrl:
+        minutes = self.signed_url_minutes
         return self.signer.sign(
-            base_url=base_url,
-            route=_DOWNLOAD_ROUTE,
-            method="GET",
-            key=key,
-            minutes=self.signed_url_minutes,
+            base_url=base_url, route=route, method=method, key=key, minutes=minutes
         )
 
     def archive_to(self, folder: Path, key: str, *, what: str) -> None:
