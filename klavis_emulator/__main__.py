@@ -94,6 +94,19 @@ def _field_option(
     )
 
 
+def _switch(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    name: str,
+    help: str,
+) -> None:
+    """Add ``flag`` turning the boolean config field ``name`` from its default to the other
+    value (``--no-confine``: ``confine_executions=False``)."""
+    default = field_default(name)
+    action = "store_false" if default else "store_true"
+    parser.add_argument(flag, dest=name, action=action, default=default, help=help)
+
+
 def _benchmark_pack(text: str) -> tuple[str, Path]:
     try:
         return parse_benchmark_data(text)
@@ -147,12 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
         "time an acquire takes before it answers, as a VM start does on the service (0)",
         metavar="SECONDS",
     )
-    parser.add_argument(
+    switch = functools.partial(_switch, parser)
+    switch(
         "--no-mcp-at-acquire",
-        dest="mcp_at_acquire",
-        action="store_false",
-        default=default("mcp_at_acquire"),
-        help="start a sandbox's MCP servers on their first request, not at acquire",
+        "mcp_at_acquire",
+        "start a sandbox's MCP servers on their first request, not at acquire",
     )
     option(
         "--signed-url-minutes", int, f"validity of signed URLs ({default('signed_url_minutes')})"
@@ -178,22 +190,17 @@ def build_parser() -> argparse.ArgumentParser:
         f"({default('execution_timeout'):g})",
         metavar="SECONDS",
     )
-    parser.add_argument(
+    switch(
         "--allow-network",
-        action="store_true",
-        default=default("allow_network"),
-        help="give confined executions network access (default: none under bubblewrap)",
+        "allow_network",
+        "give confined executions network access (default: none under bubblewrap)",
     )
-    parser.add_argument(
+    switch(
         "--no-confine",
-        dest="confine_executions",
-        action="store_false",
-        default=default("confine_executions"),
-        help=(
-            "run executions and MCP servers unconfined, as this user with its network and "
-            "files (default: confined with bubblewrap where it is installed; if it is "
-            "installed but fails, the emulator does not start)"
-        ),
+        "confine_executions",
+        "run executions and MCP servers unconfined, as this user with its network and "
+        "files (default: confined with bubblewrap where it is installed; if it is "
+        "installed but fails, the emulator does not start)",
     )
     parser.add_argument(  # the flag's older name
         "--no-bwrap", dest="confine_executions", action="store_false", help=argparse.SUPPRESS

@@ -206,11 +206,7 @@ class EmulatorServer:
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
-        self._server = None
-        self._thread = None
-        self._socket = None
-        self._base_url = None
-        self._app = None
+        self._server = self._thread = self._socket = self._base_url = self._app = None
 
     def __enter__(self) -> EmulatorServer:
         return self.start()

@@ -70,6 +70,7 @@ from .sandboxes import (
     BENCHMARKS,
     LOCAL_SERVER_NAMES,
     AcquireOptions,
+    ListenerHooks,
     Sandboxes,
     SandboxRecord,
     ServerName,
@@ -84,6 +85,9 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = [
+    "AcquireOptions",
+    "ListenerHooks",
+    "WaitOptions",
     "BENCHMARKS",
     "LOCAL_SERVER_NAMES",
     "ServerName",
@@ -268,19 +272,11 @@ class EmulatorState:
         <.sandboxes.Sandboxes.set_auth_data>`)."""
         self._sandboxes.set_auth_data(sandbox_id, server_name, auth_data)
 
-    def add_listener(
-        self,
-        on_gone: Callable[[str], None] | None = None,
-        on_reset: Callable[[str], None] | None = None,
-        on_acquired: Callable[[str], None] | None = None,
-        on_resetting: Callable[[str], None] | None = None,
-    ) -> Callable[[], None]:
+    def add_listener(self, **hooks: Unpack[ListenerHooks]) -> Callable[[], None]:
         """Subscribe to sandboxes being acquired, going away or being reset; returns an
         unsubscribe function (see :meth:`Sandboxes.add_listener
         <.sandboxes.Sandboxes.add_listener>`)."""
-        return self._sandboxes.add_listener(
-            on_gone=on_gone, on_reset=on_reset, on_acquired=on_acquired, on_resetting=on_resetting
-        )
+        return self._sandboxes.add_listener(**hooks)
 
     # ------------------------------------------------------------------ sandboxes
 

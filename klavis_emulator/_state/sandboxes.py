@@ -34,6 +34,7 @@ from .errors import SandboxNotFound, ServerNotInSandbox
 
 __all__ = [
     "AcquireOptions",
+    "ListenerHooks",
     "BENCHMARKS",
     "LOCAL_SERVER_NAMES",
     "SandboxPart",
@@ -139,6 +140,15 @@ class AcquireOptions(TypedDict, total=False):
     benchmark: str | None
     test_account_email: str | None
     ttl_seconds: int | None
+
+
+class ListenerHooks(TypedDict, total=False):
+    """The hooks of :meth:`Sandboxes.add_listener` (for what passes them on)."""
+
+    on_gone: Callable[[str], None] | None
+    on_reset: Callable[[str], None] | None
+    on_acquired: Callable[[str], None] | None
+    on_resetting: Callable[[str], None] | None
 
 
 class SandboxPart:
