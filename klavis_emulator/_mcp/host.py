@@ -14,7 +14,7 @@ mail server (``poste_email_toolathlon``) gets its sandbox's (:mod:`.mail_servers
 ``x-email-config`` header picks another account, with an MCP server process of its own.
 
 Lifecycle: each proxy app's lifespan runs in its own task of the host's task group (opened
-by the parent app's lifespan, see :func:`install_mcp`). A server is stopped when its
+by the parent app's lifespan, see :func:`~.mount.install_mcp`). A server is stopped when its
 sandbox is released or expires (through the state's listener hook, with a periodic sweep
 and a check on every request as a backstop), and every server is stopped when the emulator
 shuts down. A reset stops the sandbox's server processes and holds its MCP requests
@@ -73,7 +73,7 @@ _ACCOUNT_HEADER: Final = b"x-email-config"
 
 
 class McpHost:
-    """Serves each sandbox's hosted MCP servers; mount it with :func:`install_mcp`.
+    """Serves each sandbox's hosted MCP servers; mount it with :func:`~.mount.install_mcp`.
 
     Args:
         state: the emulator state (its registry of live sandboxes and their workspaces).
