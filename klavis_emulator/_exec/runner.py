@@ -36,7 +36,6 @@ import logging
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import BinaryIO, Final
 
 from .confinement import CONFINED_WORKSPACE, PRIVATE_TMP, Bind, Confinement, bwrap_args
+from .processes import kill_group
 from .requirements import RequirementsRefused, check_requirements
 from .run_log import note
 
@@ -140,7 +140,7 @@ class ExecutionRun:
             self._killed = True
             process = self._process
         if process is not None:
-            _kill_group(process)
+            kill_group(process, _KILL_WAIT)
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(wait)
 
@@ -387,7 +387,7 @@ class ExecutionRun:
         try:
             code = process.wait(timeout=max(0.0, self._deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            _kill_group(process)
+            kill_group(process, _KILL_WAIT)
             process.wait()
             with self._lock:
                 if self._killed:
@@ -403,18 +403,6 @@ class ExecutionRun:
             if self._killed:
                 return None
         return code
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    """Kill a process and its process group (it was started in a new session)."""
-    killpg = getattr(os, "killpg", None)  # POSIX only
-    if killpg is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        process.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=_KILL_WAIT)
 
 
 def _listed_names(path: Path) -> list[str]:

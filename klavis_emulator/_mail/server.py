@@ -33,7 +33,6 @@ import hmac
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from .._exec.processes import kill_group
 from .rules import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MailAccount, new_password
 
 __all__ = ["LOOPBACK", "MailError", "MailServer", "find_lda"]
@@ -450,14 +450,7 @@ class MailServer:
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the process's group and reap its leader.
-
-    Not SIGTERM first: Dovecot's master, sent SIGTERM with its group, took more than 5 s to
-    end (measured), and whatever it would flush goes with the folder anyway (a stop removes
-    it, a reset empties the mailboxes). Maildir delivery is atomic (a rename). The group's
-    other processes are reaped by init.
-    """
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(_STOP_GRACE)
+    # Not SIGTERM first: Dovecot's master, sent SIGTERM with its group, took more than 5 s
+    # to end (measured), and whatever it would flush goes with the folder anyway (a stop
+    # removes it, a reset empties the mailboxes). Maildir delivery is atomic (a rename).
+    kill_group(process, _STOP_GRACE)
