@@ -43,8 +43,8 @@ from benchmarks._common import (
     run_child,
 )
 from klavis_emulator import EmulatorConfig, EmulatorServer
-from klavis_emulator._mail_rules import MAX_MESSAGE_BYTES
-from klavis_emulator._mcp_setup import find_tools
+from klavis_emulator._mail.rules import MAX_MESSAGE_BYTES
+from klavis_emulator._mcp.setup import find_tools
 from tests.crafted import (
     file,
     hardlink,
@@ -171,7 +171,7 @@ def _lines(data: bytes, width: int = 998) -> bytes:
 
 def _mail_cases() -> list[tuple[str, list[bytes]]]:
     """(name, messages) of the mailboxes dumped: each at most the largest message
-    (:data:`~klavis_emulator._mail_rules.MAX_MESSAGE_BYTES`), as many as one account may hold."""
+    (:data:`~klavis_emulator._mail.rules.MAX_MESSAGE_BYTES`), as many as one account may hold."""
     room = MAX_MESSAGE_BYTES - 4096
     control = base64.encodebytes(b"\x01" * (room * 3 // 4 * 76 // 78)).replace(b"\n", b"\r\n")
     part = b"--b\r\nContent-Disposition: attachment; filename=" + b"f" * 900 + b"\r\n\r\nx\r\n"

@@ -15,11 +15,15 @@ is a field of :class:`EmulatorConfig`, which :func:`create_app` takes too.
 From a shell: ``python -m klavis_emulator --port 0`` (or ``klavis-emulator``).
 
 Besides the sandbox lifecycle it runs executions (``main.py`` of an uploaded archive, in the
-background, confined with bubblewrap where it works: see ``_runner``), keeps the typed
+background, confined with bubblewrap where it works: see ``_exec/runner.py``), keeps the typed
 data documents of google_cloud, poste_email_toolathlon and canvas, expires sandboxes on a
 clock that ``POST /_emulator/clock/advance`` moves, and keeps everything in its data folder
 across restarts. Other modules follow sandboxes through
 :meth:`EmulatorState.add_listener` and reach the state as ``app.state.emulator``.
+
+``__all__`` is what users use: serving, configuring, confinement. The state's records, the
+URL signer and the contract's name lists are internal (tests import them from their
+private modules).
 """
 
 from __future__ import annotations
@@ -42,60 +46,34 @@ if _MISSING and not TYPE_CHECKING:
 
 else:
     from ._app import create_app
-    from ._archive import ArchiveLimits, ArchiveRejected, ArchiveTooLarge
-    from ._bwrap import Confinement, ConfinementError, detect_confinement
+    from ._archive import ArchiveLimits
     from ._clock import Clock, ManualClock, OffsetClock, SystemClock
     from ._config import EmulatorConfig, default_data_dir
+    from ._exec import Confinement, ConfinementError, detect_confinement
     from ._faults import FaultSettings
     from ._middleware import CONTROL_TOKEN_HEADER
-    from ._runner import EXECUTION_STATUSES
     from ._server import EmulatorServer
-    from ._server_data import DATA_SERVERS
-    from ._signing import SignatureError, SignedUrl, UrlSigner
-    from ._state import (
-        BENCHMARKS,
-        LOCAL_SERVER_NAMES,
-        EmulatorError,
-        EmulatorState,
-        ExecutionRecord,
-        Region,
-        SandboxRecord,
-        ServerRecord,
-        UploadWriter,
-        tenant_for_token,
-    )
+    from ._state import EmulatorState
 
 __all__ = [
-    "EmulatorExtraMissing",
-    "BENCHMARKS",
-    "CONTROL_TOKEN_HEADER",
-    "DATA_SERVERS",
-    "EXECUTION_STATUSES",
-    "LOCAL_SERVER_NAMES",
-    "ArchiveLimits",
-    "ArchiveRejected",
-    "ArchiveTooLarge",
-    "Clock",
-    "Confinement",
-    "ConfinementError",
-    "EmulatorConfig",
-    "EmulatorError",
+    # serving it
     "EmulatorServer",
-    "EmulatorState",
-    "ExecutionRecord",
-    "FaultSettings",
-    "ManualClock",
-    "OffsetClock",
-    "Region",
-    "SandboxRecord",
-    "ServerRecord",
-    "SignatureError",
-    "SignedUrl",
-    "SystemClock",
-    "UploadWriter",
-    "UrlSigner",
+    "EmulatorConfig",
     "create_app",
     "default_data_dir",
+    "CONTROL_TOKEN_HEADER",
+    # what its config and server name
+    "ArchiveLimits",
+    "Clock",
+    "ManualClock",
+    "OffsetClock",
+    "SystemClock",
+    "FaultSettings",
+    "EmulatorState",
+    # confinement
+    "Confinement",
+    "ConfinementError",
     "detect_confinement",
-    "tenant_for_token",
+    # errors
+    "EmulatorExtraMissing",
 ]

@@ -18,6 +18,7 @@ exit_if_missing()  # before the imports that need the extra
 
 import argparse
 import dataclasses
+import functools
 import importlib.metadata
 import logging
 import os
@@ -33,13 +34,15 @@ import uvicorn
 
 from ._app import create_app
 from ._benchmark_data import parse_benchmark_data
-from ._bwrap import SANDBOX_COMMANDS, ConfinementError, decide_confinement, missing_commands
 from ._config import EmulatorConfig, default_data_dir, field_default, field_problem
+from ._exec import SANDBOX_COMMANDS, ConfinementError, decide_confinement, missing_commands
 from ._faults import FAULT_MODES
-from ._mcp_catalog import CATALOG, HOSTED_SERVERS, NotHosted
-from ._mcp_setup import (
+from ._mcp import (
+    CATALOG,
+    HOSTED_SERVERS,
     McpSetupError,
     McpToolPaths,
+    NotHosted,
     find_tools,
     installed_version,
     missing_python,
@@ -74,6 +77,34 @@ def _checked(name: str, convert: Callable[[str], Any]) -> Callable[[str], Any]:
 
     parse.__name__ = convert.__name__  # argparse's "invalid float value: 'x'"
     return parse
+
+
+def _field_option(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    convert: Callable[[str], Any],
+    help: str,
+    **extra: Any,
+) -> None:
+    """Add ``flag`` for the config field it names (``--max-upload-mb``: ``max_upload_mb``),
+    parsed with ``convert`` and checked as the config checks it, with the config's default."""
+    name = flag.removeprefix("--").replace("-", "_")
+    parser.add_argument(
+        flag, type=_checked(name, convert), default=field_default(name), help=help, **extra
+    )
+
+
+def _switch(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    name: str,
+    help: str,
+) -> None:
+    """Add ``flag`` turning the boolean config field ``name`` from its default to the other
+    value (``--no-confine``: ``confine_executions=False``)."""
+    default = field_default(name)
+    action = "store_false" if default else "store_true"
+    parser.add_argument(flag, dest=name, action=action, default=default, help=help)
 
 
 def _benchmark_pack(text: str) -> tuple[str, Path]:
@@ -111,18 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=default("data_dir"),
         help=f"folder for the emulator's state (default: {default_data_dir()})",
     )
-    parser.add_argument(
-        "--latency-ms",
-        type=_checked("latency_ms", int),
-        default=default("latency_ms"),
-        help="delay added to each request",
-    )
-    parser.add_argument(
-        "--fault-rate",
-        type=_checked("fault_rate", float),
-        default=default("fault_rate"),
-        help="fraction of API/storage requests answering 429/500/502/503",
-    )
+    option = functools.partial(_field_option, parser)
+    option("--latency-ms", int, "delay added to each request")
+    option("--fault-rate", float, "fraction of API/storage requests answering 429/500/502/503")
     parser.add_argument(
         "--fault-mode",
         choices=FAULT_MODES,
@@ -132,32 +154,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--fault-seed", type=int, default=default("fault_seed"), help="seed of fault injection"
     )
-    parser.add_argument(
+    option(
         "--acquire-delay",
-        type=_checked("acquire_delay", float),
-        default=default("acquire_delay"),
+        float,
+        "time an acquire takes before it answers, as a VM start does on the service (0)",
         metavar="SECONDS",
-        help="time an acquire takes before it answers, as a VM start does on the service (0)",
     )
-    parser.add_argument(
+    switch = functools.partial(_switch, parser)
+    switch(
         "--no-mcp-at-acquire",
-        dest="mcp_at_acquire",
-        action="store_false",
-        default=default("mcp_at_acquire"),
-        help="start a sandbox's MCP servers on their first request, not at acquire",
+        "mcp_at_acquire",
+        "start a sandbox's MCP servers on their first request, not at acquire",
     )
-    parser.add_argument(
-        "--signed-url-minutes",
-        type=_checked("signed_url_minutes", int),
-        default=default("signed_url_minutes"),
-        help=f"validity of signed URLs ({default('signed_url_minutes')})",
+    option(
+        "--signed-url-minutes", int, f"validity of signed URLs ({default('signed_url_minutes')})"
     )
-    parser.add_argument(
-        "--max-upload-mb",
-        type=_checked("max_upload_mb", float),
-        default=default("max_upload_mb"),
-        help=f"upload size cap ({default('max_upload_mb'):g})",
-    )
+    option("--max-upload-mb", float, f"upload size cap ({default('max_upload_mb'):g})")
     parser.add_argument(
         "--api-key",
         action="append",
@@ -171,32 +183,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=default("public_url"),
         help="base URL to write into signed and MCP URLs",
     )
-    parser.add_argument(
+    option(
         "--execution-timeout",
-        type=_checked("execution_timeout", float),
-        default=default("execution_timeout"),
+        float,
+        "time limit of one execution, requirements install included "
+        f"({default('execution_timeout'):g})",
         metavar="SECONDS",
-        help=(
-            "time limit of one execution, requirements install included "
-            f"({default('execution_timeout'):g})"
-        ),
     )
-    parser.add_argument(
+    switch(
         "--allow-network",
-        action="store_true",
-        default=default("allow_network"),
-        help="give confined executions network access (default: none under bubblewrap)",
+        "allow_network",
+        "give confined executions network access (default: none under bubblewrap)",
     )
-    parser.add_argument(
+    switch(
         "--no-confine",
-        dest="confine_executions",
-        action="store_false",
-        default=default("confine_executions"),
-        help=(
-            "run executions and MCP servers unconfined, as this user with its network and "
-            "files (default: confined with bubblewrap where it is installed; if it is "
-            "installed but fails, the emulator does not start)"
-        ),
+        "confine_executions",
+        "run executions and MCP servers unconfined, as this user with its network and "
+        "files (default: confined with bubblewrap where it is installed; if it is "
+        "installed but fails, the emulator does not start)",
     )
     parser.add_argument(  # the flag's older name
         "--no-bwrap", dest="confine_executions", action="store_false", help=argparse.SUPPRESS

@@ -26,20 +26,7 @@ from ._middleware import BearerAuthMiddleware, ControlAccessMiddleware, StrictJs
 from ._routes import ROUTERS
 from ._routes._shared import error_response
 from ._signing import SignatureError
-from ._state import (
-    EmulatorError,
-    EmulatorState,
-    ExecutionConflict,
-    ExecutionNotFound,
-    InvalidExecutionName,
-    NoUploadedArchive,
-    ObjectNotFound,
-    OutOfSpace,
-    SandboxNotFound,
-    ServerNotInSandbox,
-    UploadTooLarge,
-    tenant_for_token,
-)
+from ._state import EmulatorError, EmulatorState, tenant_for_token
 
 __all__ = ["create_app"]
 
@@ -94,7 +81,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
         app.include_router(router)
 
     if config.host_mcp:
-        from ._mcp_host import install_mcp  # fastmcp is heavy: only when MCP is served
+        from ._mcp import install_mcp  # fastmcp is heavy: only when MCP is served
 
         install_mcp(app, state, start_at_acquire=config.mcp_at_acquire)
     return app
@@ -102,22 +89,18 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
 
 def _install_error_handlers(app: FastAPI) -> None:
     statuses: tuple[tuple[type[Exception], int], ...] = (
-        (SandboxNotFound, 404),
-        (ExecutionNotFound, 404),
-        (ServerNotInSandbox, 400),
-        (InvalidExecutionName, 400),
-        (ObjectNotFound, 404),
-        (NoUploadedArchive, 409),
-        (ExecutionConflict, 409),
-        (UploadTooLarge, 413),
-        (OutOfSpace, 507),
         (ArchiveTooLarge, 413),
         (ArchiveRejected, 400),
         (SignatureError, 403),
     )
     for exc_type, status in statuses:
         app.add_exception_handler(exc_type, _handler_for(status))
-    app.add_exception_handler(EmulatorError, _handler_for(400))
+
+    async def state_error(request: Request, exc: Exception) -> JSONResponse:
+        status = exc.status if isinstance(exc, EmulatorError) else 400
+        return error_response(status, str(exc))
+
+    app.add_exception_handler(EmulatorError, state_error)  # each says its status
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error on %s %s", request.method, request.url.path)

@@ -38,7 +38,7 @@ from typing import IO, Any, Final, cast
 
 from isal import igzip, isal_zlib
 
-from ._bwrap import CONFINED_WORKSPACE
+from ._exec.confinement import CONFINED_WORKSPACE
 from ._tar_header import FastTarInfo
 
 __all__ = [

@@ -33,102 +33,92 @@ def default_data_dir() -> Path:
 class EmulatorConfig:
     """Every tunable of one emulator (keyword-only; frozen: use :func:`dataclasses.replace`).
 
-    Where the state lives:
-
-    - ``data_dir``: folder for the SQLite file, workspaces and stored objects (created if
-      needed). ``None``: :func:`default_data_dir` for :func:`create_app` and the command; a
-      temporary folder, removed on stop, for :class:`EmulatorServer`.
-
-    Serving (:class:`EmulatorServer` and the command; :func:`create_app` ignores them):
-
-    - ``host``, ``port``: where to listen (port 0: any free port, chosen by the OS).
-    - ``log_level``: uvicorn's log level.
-    - ``startup_timeout``: seconds :meth:`EmulatorServer.start` waits for the server.
-
-    Faults, for testing clients' retries (live values: ``/_emulator/faults``):
-
-    - ``latency_ms``: delay added before every API and storage request.
-    - ``fault_rate``: fraction (0..1) of API and storage requests that answer 429/5xx.
-    - ``fault_mode``: ``before`` (nothing happens), ``after`` (the operation takes effect,
-      the answer is lost) or ``mixed`` (half each).
-    - ``fault_seed``: seed of the fault generator, for deterministic tests.
-    - ``acquire_delay``: seconds an acquire takes before it answers, as a VM start does on
-      the service (the sandbox exists from the start of the wait; it is returned only after
-      it). 0: at once. For measuring what reusing sandboxes saves (``benchmarks/bench_pool.py``).
-
-    Requests, URLs and uploads:
-
-    - ``api_keys``: if given, only these bearer tokens are accepted (401 for others); at least
-      one. ``None``: any key is accepted, each its own tenant.
-    - ``public_url``: base URL written into signed and MCP URLs (default: the request's).
-    - ``signed_url_minutes``: validity of signed upload/download URLs.
-    - ``max_upload_mb``: size cap of an upload to a signed URL (413 above).
-    - ``archive_limits``: caps on the members, unpacked bytes and expansion ratio of an
-      uploaded archive (:class:`~klavis_emulator.ArchiveLimits`).
-    - ``control_token``: the secret that the control routes (everything under
-      ``/_emulator/`` but ``GET /_emulator/health``: clock, faults) require in the header
-      ``X-Emulator-Control-Token: <token>`` (401 without it, 403 with another; any client
-      address). ``None``: they answer loopback clients only (127.0.0.0/8, ::1) and refuse
-      others with 403. Printable ASCII without whitespace (it travels in a header).
-
-    Time:
-
-    - ``clock``: the clock for timestamps, TTLs and URL expiry. ``None``: an
-      :class:`~klavis_emulator.OffsetClock` that ``/_emulator/clock/advance`` moves, its
-      offset kept in the data dir across restarts (timestamps and TTLs never run backwards).
-    - ``reaper_interval``: how often (seconds) a background thread releases sandboxes whose
-      TTL ran out (``None``: never; every operation still releases them first).
-
-    Executions and MCP servers:
-
-    - ``execution_timeout``: seconds an execution may take (installing requirements
-      included) before it is killed and fails.
-    - ``allow_network``: give confined executions network access (unconfined ones always
-      have it).
-    - ``confine_executions``: confine executions and MCP servers with bubblewrap where it is
-      installed (``False``, ``--no-confine`` or ``$KLAVIS_EMULATOR_CONFINE=0``: never; see
-      :mod:`klavis_emulator._bwrap`).
-    - ``host_mcp``: serve the real MCP servers the emulator hosts (its catalog) at each
-      sandbox's ``mcp_server_url`` (see :mod:`klavis_emulator._mcp_host`).
-    - ``mcp_at_acquire``: start a sandbox's hosted MCP servers in the background when it is
-      acquired, so they are up when a client first calls them, as on the service (``False``:
-      on the first request instead; the test suite's shared emulator does that, since most
-      of its hundreds of sandboxes never speak MCP).
-
-    Benchmarks:
-
-    - ``benchmark_data``: benchmark name -> folder. A sandbox acquired with that benchmark
-      starts (and restarts on reset) with a copy of the folder in its workspace and the data
-      documents of its ``.server-data/`` folder loaded (see
-      :mod:`klavis_emulator._benchmark_data`); checked when the state starts.
-
-    ``repr`` never shows ``api_keys`` or ``control_token``.
+    Each field is described where it is declared. The values are checked when the config
+    is made (``ValueError`` naming the field); ``repr`` never shows ``api_keys`` or
+    ``control_token``.
     """
 
+    # ------------------------------------------------------------------ where the state lives
     data_dir: str | os.PathLike[str] | None = None
+    """Folder for the SQLite file, workspaces and stored objects (created if needed).
+    ``None``: :func:`default_data_dir` for :func:`create_app` and the command; a temporary
+    folder, removed on stop, for :class:`EmulatorServer`."""
+
+    # ------------------------------------------------------------------ serving
+    # (EmulatorServer and the command; create_app ignores them)
     host: str = "127.0.0.1"
+    """Where to listen."""
     port: int = 0
+    """Port to listen on (0: any free port, chosen by the OS)."""
     log_level: str = "warning"
+    """uvicorn's log level."""
     startup_timeout: float = 30.0
+    """Seconds :meth:`EmulatorServer.start` waits for the server."""
+
+    # ------------------------------------------------------------------ faults
+    # for testing clients' retries (live values: /_emulator/faults)
     latency_ms: int = 0
+    """Delay added before every API and storage request."""
     fault_rate: float = 0.0
+    """Fraction (0..1) of API and storage requests that answer 429/5xx."""
     fault_mode: str = "mixed"
+    """``before`` (nothing happens), ``after`` (the operation takes effect, the answer is
+    lost) or ``mixed`` (half each)."""
     fault_seed: int | None = None
+    """Seed of the fault generator, for deterministic tests."""
     acquire_delay: float = 0.0
+    """Seconds an acquire takes before it answers, as a VM start does on the service (the
+    sandbox exists from the start of the wait; it is returned only after it). 0: at once."""
+
+    # ------------------------------------------------------------------ requests, URLs, uploads
     api_keys: Iterable[str] | None = None
+    """If given, only these bearer tokens are accepted (401 for others); at least one.
+    ``None``: any key is accepted, each its own tenant."""
     public_url: str | None = None
+    """Base URL written into signed and MCP URLs (default: the request's)."""
     signed_url_minutes: int = 30
+    """Validity of signed upload/download URLs."""
     max_upload_mb: float = 1024
+    """Size cap of an upload to a signed URL (413 above)."""
     archive_limits: ArchiveLimits = field(default_factory=ArchiveLimits)
+    """Caps on the members, unpacked bytes and expansion ratio of an uploaded archive."""
     control_token: str | None = None
+    """The secret the control routes (everything under ``/_emulator/`` but ``GET
+    /_emulator/health``) require in the header ``X-Emulator-Control-Token`` (401 without it,
+    403 with another; any client address). ``None``: they answer loopback clients only
+    (127.0.0.0/8, ::1), 403 for others. Printable ASCII without whitespace."""
+
+    # ------------------------------------------------------------------ time
     clock: Clock | None = None
+    """The clock for timestamps, TTLs and URL expiry. ``None``: an :class:`OffsetClock` that
+    ``/_emulator/clock/advance`` moves, its offset kept in the data dir across restarts."""
     reaper_interval: float | None = 2.0
+    """How often (seconds) a background thread releases sandboxes whose TTL ran out
+    (``None``: never; every operation still releases them first)."""
+
+    # ------------------------------------------------------------------ executions, MCP servers
     execution_timeout: float = 3600.0
+    """Seconds an execution may take (installing requirements included) before it is
+    killed and fails."""
     allow_network: bool = False
+    """Give confined executions network access (unconfined ones always have it)."""
     confine_executions: bool = True
+    """Confine executions and MCP servers with bubblewrap where it is installed (``False``,
+    ``--no-confine`` or ``$KLAVIS_EMULATOR_CONFINE=0``: never; see
+    :mod:`klavis_emulator._exec.confinement`)."""
     host_mcp: bool = True
+    """Serve the real MCP servers of the emulator's catalog at each sandbox's
+    ``mcp_server_url`` (see :mod:`klavis_emulator._mcp`)."""
     mcp_at_acquire: bool = True
+    """Start a sandbox's hosted MCP servers in the background when it is acquired, so they
+    are up when a client first calls them, as on the service (``False``: on the first
+    request instead)."""
+
+    # ------------------------------------------------------------------ benchmarks
     benchmark_data: Mapping[str, str | os.PathLike[str]] = field(default_factory=dict)
+    """Benchmark name -> folder. A sandbox acquired with that benchmark starts (and restarts
+    on reset) with a copy of the folder in its workspace and the data documents of its
+    ``.server-data/`` folder loaded (see :mod:`klavis_emulator._benchmark_data`)."""
 
     def __post_init__(self) -> None:
         if self.data_dir is not None:

@@ -17,7 +17,7 @@ import anyio.to_thread
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ._peers import peer_is_sandboxed
+from ._exec import peer_is_sandboxed
 from ._state import tenant_for_token
 
 __all__ = [
@@ -169,11 +169,11 @@ class ControlAccessMiddleware:
     "Loopback" means every process of this machine that can reach its loopback, except the
     emulator's own sandboxes: a confined ``main.py`` has no network, the networked
     requirements install runs none of the archive's code (wheels only, see
-    :mod:`klavis_emulator._runner`; pip's own ``GET``s of the control routes only read), and
+    :mod:`klavis_emulator._exec.runner`; pip's own ``GET``s of the control routes only read), and
     the confined processes that do share the network (the playwright server and its browser,
     poste_email_toolathlon's emails server,
     executions with ``--allow-network``) are recognised by the socket they connect from and
-    refused (403, :func:`~klavis_emulator._peers.peer_is_sandboxed`). Unconfined executions
+    refused (403, :func:`~klavis_emulator._exec.peers.peer_is_sandboxed`). Unconfined executions
     and servers are opt-outs: they can do whatever the emulator's user can, calling these
     routes included, unless a control token is set, which closes them to every client that
     does not send it.

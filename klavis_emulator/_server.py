@@ -8,7 +8,7 @@ import socket
 import tempfile
 import threading
 from pathlib import Path
-from types import TracebackType
+from typing import TypeVar
 
 import uvicorn
 from fastapi import FastAPI
@@ -19,6 +19,8 @@ from ._faults import FaultSettings
 from ._state import EmulatorState
 
 __all__ = ["EmulatorServer", "bind_socket", "url_for_socket"]
+
+_T = TypeVar("_T")
 
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -67,6 +69,13 @@ class _ThreadServer(uvicorn.Server):
             self.ready.set()
 
 
+def _running(value: _T | None) -> _T:
+    """``value``, which exists while the server runs."""
+    if value is None:
+        raise RuntimeError("the emulator server is not running")
+    return value
+
+
 class EmulatorServer:
     """The emulator served by uvicorn in a background thread, on a port chosen by the OS.
 
@@ -103,9 +112,7 @@ class EmulatorServer:
     @property
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>`` of the running server."""
-        if self._base_url is None:
-            raise RuntimeError("the emulator server is not running")
-        return self._base_url
+        return _running(self._base_url)
 
     @property
     def host(self) -> str:
@@ -122,16 +129,12 @@ class EmulatorServer:
         """The folder holding the emulator's state."""
         if self.config.data_dir is not None:
             return Path(self.config.data_dir)
-        if self._temp_dir is None:
-            raise RuntimeError("the emulator server is not running")
-        return self._temp_dir
+        return _running(self._temp_dir)
 
     @property
     def app(self) -> FastAPI:
         """The FastAPI application being served."""
-        if self._app is None:
-            raise RuntimeError("the emulator server is not running")
-        return self._app
+        return _running(self._app)
 
     @property
     def state(self) -> EmulatorState:
@@ -203,19 +206,10 @@ class EmulatorServer:
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
-        self._server = None
-        self._thread = None
-        self._socket = None
-        self._base_url = None
-        self._app = None
+        self._server = self._thread = self._socket = self._base_url = self._app = None
 
     def __enter__(self) -> EmulatorServer:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

@@ -17,8 +17,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ._mail_data import MAX_ATTACHMENT_BYTES, document_problem, folder_problem
-from ._mail_rules import is_plain_address
+from ._mail import MAX_ATTACHMENT_BYTES, document_problem, folder_problem, is_plain_address
 
 __all__ = [
     "DATA_MODELS",
@@ -263,7 +262,7 @@ class PosteEmailData(_Strict):
     @model_validator(mode="after")
     def _within_the_mail_servers_limits(self) -> PosteEmailData:
         """Each message fits the mail server's message size, all of them a sandbox's mail
-        (see :mod:`klavis_emulator._mail`): checked here, so that initialize answers 422
+        (see :mod:`klavis_emulator._mail.server`): checked here, so that initialize answers 422
         and a benchmark pack is refused when the emulator starts."""
         problem = document_problem(self.model_dump(mode="json"))
         if problem is not None:

@@ -25,7 +25,7 @@ export PATH="$VENV/bin:$PATH"
 # for terminal, excel, word, powerpoint, arxiv, pdf-tools and poste_email_toolathlon (the last
 # two with a Python 3.12 if the machine has one). Idempotent, ~0.5 s when already done; on a
 # fresh tools dir several minutes (see
-# klavis_emulator/_mcp_setup.py for the measurements). scripts/demo does not need them and goes
+# klavis_emulator/_mcp/setup.py for the measurements). scripts/demo does not need them and goes
 # on without; scripts/test does.
 if ! klavis-emulator setup -q; then
     if [ "${MCP_SERVERS_OPTIONAL:-0}" = 1 ]; then

@@ -56,7 +56,7 @@ class Executions:
     """Helpers to upload, start and await executions on an in-process emulator."""
 
     def __init__(self, emulator: EmulatorServer, http: httpx.Client, token: str) -> None:
-        from klavis_emulator import tenant_for_token
+        from klavis_emulator._state import tenant_for_token
 
         self.emulator = emulator
         self.http = http
@@ -246,7 +246,7 @@ def require_confinement() -> Confinement:
     installed, or confinement is turned off on purpose (``KLAVIS_EMULATOR_CONFINE=0``). Where
     bwrap is installed but cannot confine, ``decide_confinement`` raises and the test fails, as
     the emulator's startup would."""
-    from klavis_emulator._bwrap import decide_confinement
+    from klavis_emulator._exec.confinement import decide_confinement
 
     confinement = decide_confinement()
     if not confinement.enabled:

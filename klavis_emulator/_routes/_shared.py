@@ -8,6 +8,7 @@ so each router is built once, at import.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Security
@@ -18,17 +19,21 @@ from .._config import EmulatorConfig
 from .._faults import FaultSettings
 from .._middleware import API_PREFIX
 from .._schemas import ErrorResponse
+from .._signing import SignedUrl
 from .._state import EmulatorState
 
 __all__ = [
     "API_ERRORS",
     "BaseUrl",
+    "Caller",
+    "Asker",
     "Faults",
     "RegionQuery",
     "State",
     "Tenant",
     "api_router",
     "error_response",
+    "signed_answer",
 ]
 
 API_ERRORS: Final[dict[int | str, dict[str, Any]]] = {
@@ -88,3 +93,25 @@ BaseUrl = Annotated[str, Depends(_base_url)]
 RegionQuery = Annotated[
     Literal["us", "asia"], Query(description="Storage region of the signed URL (us or asia).")
 ]
+
+
+@dataclass(frozen=True)
+class Asker:
+    """Who asks (its tenant), the state it asks, and the base of the URLs it is given."""
+
+    tenant: str
+    state: EmulatorState
+    base_url: str
+
+
+async def _asker(tenant: Tenant, state: State, base_url: BaseUrl) -> Asker:
+    return Asker(tenant, state, base_url)
+
+
+Caller = Annotated[Asker, Depends(_asker)]
+"""The tenant, the state and the base URL at once (the routes that answer signed URLs)."""
+
+
+def signed_answer(field: str, signed: SignedUrl) -> dict[str, Any]:
+    """The contract's answer carrying a signed URL: ``{field: url, "expires_in_minutes": n}``."""
+    return {field: signed.url, "expires_in_minutes": signed.expires_in_minutes}

@@ -36,13 +36,7 @@ async def get_faults(faults: Faults) -> dict[str, object]:
 @router.post("/faults")
 async def set_faults(body: FaultSettingsRequest, faults: Faults) -> dict[str, object]:
     """Change fault injection at run time (omitted fields keep their value)."""
-    faults.configure(
-        rate=body.rate,
-        mode=body.mode,
-        latency_ms=body.latency_ms,
-        seed=body.seed,
-        statuses=body.statuses,
-    )
+    faults.configure(**body.model_dump())  # the body's fields are configure's keywords
     return faults.as_dict()
 
 

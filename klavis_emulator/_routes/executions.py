@@ -15,7 +15,7 @@ from .._schemas import (
     ExecutionStatusResponse,
     UploadUrlResponse,
 )
-from ._shared import BaseUrl, RegionQuery, State, Tenant, api_router
+from ._shared import Caller, RegionQuery, State, Tenant, api_router, signed_answer
 
 __all__ = ["router"]
 
@@ -35,18 +35,14 @@ _NO_EXECUTION: Final[dict[int | str, dict[str, Any]]] = {
     responses=_BAD_NAME,
 )
 def get_execution_upload_url(
-    local_sandbox_id: str,
-    tenant: Tenant,
-    body: ExecutionNameRequest,
-    state: State,
-    base_url: BaseUrl,
-    region: RegionQuery = "us",
+    local_sandbox_id: str, body: ExecutionNameRequest, caller: Caller, region: RegionQuery = "us"
 ) -> dict[str, Any]:
     """A signed URL to PUT an execution's tar.gz (main.py, requirements.txt, ...) to."""
-    signed = state.execution_upload_url(
-        tenant, local_sandbox_id, body.execution_name, region, base_url
+    name = body.execution_name
+    signed = caller.state.execution_upload_url(
+        caller.tenant, local_sandbox_id, name, region, caller.base_url
     )
-    return {"upload_url": signed.url, "expires_in_minutes": signed.expires_in_minutes}
+    return signed_answer("upload_url", signed)
 
 
 @router.post(
@@ -124,13 +120,9 @@ def get_execution_logs(
     },
 )
 def export_artifacts(
-    local_sandbox_id: str,
-    tenant: Tenant,
-    body: ExecutionNameRequest,
-    state: State,
-    base_url: BaseUrl,
-    region: RegionQuery = "us",
+    local_sandbox_id: str, body: ExecutionNameRequest, caller: Caller, region: RegionQuery = "us"
 ) -> dict[str, Any]:
     """Archive a finished execution's working directory behind a signed download URL."""
-    signed = state.export_artifacts(tenant, local_sandbox_id, body.execution_name, base_url)
-    return {"download_url": signed.url, "expires_in_minutes": signed.expires_in_minutes}
+    name = body.execution_name
+    signed = caller.state.export_artifacts(caller.tenant, local_sandbox_id, name, caller.base_url)
+    return signed_answer("download_url", signed)

@@ -2,11 +2,11 @@
 ``POST .../{server}/{sandbox_id}/initialize`` and ``GET .../{server}/{sandbox_id}/dump``.
 
 Where the emulator hosts the MCP servers, ``poste_email_toolathlon``'s data is the
-sandbox's real mail server (:mod:`klavis_emulator._mail_data`), started on demand; 503 when
+sandbox's real mail server (:mod:`klavis_emulator._mail.data`), started on demand; 503 when
 Dovecot is missing. Its document is stored too, and loaded into mailboxes that start empty
 (an emulator restart; a benchmark pack's). Its dump is streamed from the file the mail
 server's messages were written to one batch at a time (the JSON FastAPI would write; see
-:func:`~klavis_emulator._mail_data.spool_mail_dump`): a sandbox's mail may weigh more than
+:func:`~klavis_emulator._mail.data.spool_mail_dump`): a sandbox's mail may weigh more than
 the emulator should hold. Otherwise, and for the other servers, dump answers the stored
 document.
 """
@@ -14,23 +14,23 @@ document.
 from __future__ import annotations
 
 import imaplib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Annotated, Any, Final
 
 import pydantic_core
 from fastapi import Body, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel
 
 from .._clock import isoformat
-from .._mail import MailError
-from .._mail_data import MailDocumentError, load_mail, spool_mail_dump
-from .._mcp_catalog import CATALOG
+from .._mail import MailDocumentError, MailError, load_mail, spool_mail_dump
+from .._mcp import CATALOG
 from .._schemas import ErrorResponse, InitializeSandboxResponse, ServerDataDumpResponse
 from .._server_data import DATA_MODELS, DATA_SERVERS, document_for, empty_document
 from ._shared import State, Tenant, api_router
 
 if TYPE_CHECKING:
-    from .._mcp_host import McpHost
+    from .._mcp import McpHost
 
 __all__ = ["router"]
 
@@ -105,7 +105,7 @@ def _add_routes(server_name: str) -> None:
         else:
             state.require_server(tenant, sandbox_id, server_name)
             try:
-                host.with_mail(
+                host.mail.with_mail(
                     sandbox_id,
                     server_name,
                     lambda mail: load_mail(mail, document),
@@ -134,7 +134,7 @@ def _add_routes(server_name: str) -> None:
         if host is not None:
             state.require_server(tenant, sandbox_id, server_name)
             try:
-                spool = host.with_mail(sandbox_id, server_name, spool_mail_dump)
+                spool = host.mail.with_mail(sandbox_id, server_name, spool_mail_dump)
             except _MAIL_ERRORS as exc:
                 raise _on_mail_server(exc) from exc
             head = {
@@ -151,24 +151,26 @@ def _add_routes(server_name: str) -> None:
             "data": data if data is not None else empty_document(server_name),
         }
 
-    router.add_api_route(
-        prefix + "/initialize",
-        initialize_server_data,
-        methods=["POST"],
-        response_model=InitializeSandboxResponse,
-        responses=responses,
-        name=f"initialize_{server_name}_data",
-        summary=f"Load {server_name} data (validated, replaces what the server held)",
+    routes: tuple[tuple[str, str, Callable[..., Any], type[BaseModel], str], ...] = (
+        (
+            "initialize",
+            "POST",
+            initialize_server_data,
+            InitializeSandboxResponse,
+            f"Load {server_name} data (validated, replaces what the server held)",
+        ),
+        ("dump", "GET", dump_server_data, ServerDataDumpResponse, f"Export the {server_name} data"),
     )
-    router.add_api_route(
-        prefix + "/dump",
-        dump_server_data,
-        methods=["GET"],
-        response_model=ServerDataDumpResponse,
-        responses=responses,
-        name=f"dump_{server_name}_data",
-        summary=f"Export the {server_name} data",
-    )
+    for verb, method, endpoint, answer, summary in routes:
+        router.add_api_route(
+            f"{prefix}/{verb}",
+            endpoint,
+            methods=[method],
+            response_model=answer,
+            responses=responses,
+            name=f"{verb}_{server_name}_data",
+            summary=summary,
+        )
 
 
 for _server_name in DATA_SERVERS:

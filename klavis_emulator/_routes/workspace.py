@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._schemas import DumpUrlResponse, ErrorResponse, InitializeSandboxResponse, UploadUrlResponse
-from ._shared import BaseUrl, RegionQuery, State, Tenant, api_router
+from ._shared import Caller, RegionQuery, State, Tenant, api_router, signed_answer
 
 __all__ = ["router"]
 
@@ -14,15 +14,11 @@ router = api_router()
 
 @router.post("/{local_sandbox_id}/upload-url", response_model=UploadUrlResponse)
 def get_upload_url(
-    local_sandbox_id: str,
-    tenant: Tenant,
-    state: State,
-    base_url: BaseUrl,
-    region: RegionQuery = "us",
+    local_sandbox_id: str, caller: Caller, region: RegionQuery = "us"
 ) -> dict[str, Any]:
     """A signed URL to PUT the workspace tar.gz to."""
-    signed = state.upload_url(tenant, local_sandbox_id, region, base_url)
-    return {"upload_url": signed.url, "expires_in_minutes": signed.expires_in_minutes}
+    signed = caller.state.upload_url(caller.tenant, local_sandbox_id, region, caller.base_url)
+    return signed_answer("upload_url", signed)
 
 
 @router.post(
@@ -48,12 +44,8 @@ def initialize_workspace(
 
 @router.get("/{local_sandbox_id}/dump", response_model=DumpUrlResponse)
 def dump_workspace(
-    local_sandbox_id: str,
-    tenant: Tenant,
-    state: State,
-    base_url: BaseUrl,
-    region: RegionQuery = "us",
+    local_sandbox_id: str, caller: Caller, region: RegionQuery = "us"
 ) -> dict[str, Any]:
     """Archive the workspace behind a signed download URL."""
-    signed = state.dump(tenant, local_sandbox_id, base_url)
-    return {"download_url": signed.url, "expires_in_minutes": signed.expires_in_minutes}
+    signed = caller.state.dump(caller.tenant, local_sandbox_id, caller.base_url)
+    return signed_answer("download_url", signed)

@@ -6,7 +6,7 @@ directory::
     <data_dir>/emulator.sqlite3      sandboxes, servers, per-server data, executions, settings
     <data_dir>/signing.key           the per-emulator HMAC secret for signed URLs
     <data_dir>/workspaces/<id>/      one workspace folder per live sandbox
-    <data_dir>/executions/<id>/<name>/   one folder per execution (see ``_runner``)
+    <data_dir>/executions/<id>/<name>/   one folder per execution (see ``_exec/runner.py``)
     <data_dir>/storage/<key>         objects behind signed URLs (uploads, dumps, artifacts)
     <data_dir>/tmp/                  staging folders, emptied on start
 
@@ -43,15 +43,14 @@ import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Final, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal
 
 from .._benchmark_data import SERVER_DATA_FOLDER, BenchmarkPack, load_packs
-from .._bwrap import decide_confinement
 from .._clock import Clock, OffsetClock
 from .._config import EmulatorConfig
-from .._runner import FINAL_STATUSES, RunSettings
+from .._exec import RunSettings, decide_confinement
 from .._signing import SignedUrl
 from .db import Database, Folders
 from .errors import (
@@ -66,10 +65,12 @@ from .errors import (
     ServerNotInSandbox,
     UploadTooLarge,
 )
-from .executions import ExecutionRecord, Executions
+from .executions import ExecutionRecord, Executions, WaitOptions
 from .sandboxes import (
     BENCHMARKS,
     LOCAL_SERVER_NAMES,
+    AcquireOptions,
+    ListenerHooks,
     Sandboxes,
     SandboxRecord,
     ServerName,
@@ -80,7 +81,13 @@ from .server_data import ServerData
 from .storage import REGIONS, Region, Storage, UploadWriter
 from .workspaces import Workspaces
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = [
+    "AcquireOptions",
+    "ListenerHooks",
+    "WaitOptions",
     "BENCHMARKS",
     "LOCAL_SERVER_NAMES",
     "ServerName",
@@ -157,29 +164,21 @@ class EmulatorState:
 
         self._sandboxes = Sandboxes(self._db, folders, clock)
         self._storage = Storage(
-            self._db,
-            folders,
             self._sandboxes,
-            clock,
             signed_url_minutes=config.signed_url_minutes,
             max_upload_bytes=config.max_upload_bytes,
         )
         self.signer = self._storage.signer
-        self._workspaces = Workspaces(
-            self._db, folders, self._sandboxes, self._storage, config.archive_limits
-        )
-        self._server_data = ServerData(self._db, self._sandboxes, clock)
+        self._workspaces = Workspaces(self._sandboxes, self._storage, config.archive_limits)
+        self._server_data = ServerData(self._sandboxes)
         self.run_settings = RunSettings(
             timeout=config.execution_timeout,
             allow_network=config.allow_network,
             confinement=confinement,
         )
         self._executions = Executions(
-            self._db,
-            folders,
             self._sandboxes,
             self._storage,
-            clock,
             run_settings=self.run_settings,
             archive_limits=config.archive_limits,
         )
@@ -273,19 +272,11 @@ class EmulatorState:
         <.sandboxes.Sandboxes.set_auth_data>`)."""
         self._sandboxes.set_auth_data(sandbox_id, server_name, auth_data)
 
-    def add_listener(
-        self,
-        on_gone: Callable[[str], None] | None = None,
-        on_reset: Callable[[str], None] | None = None,
-        on_acquired: Callable[[str], None] | None = None,
-        on_resetting: Callable[[str], None] | None = None,
-    ) -> Callable[[], None]:
+    def add_listener(self, **hooks: Unpack[ListenerHooks]) -> Callable[[], None]:
         """Subscribe to sandboxes being acquired, going away or being reset; returns an
         unsubscribe function (see :meth:`Sandboxes.add_listener
         <.sandboxes.Sandboxes.add_listener>`)."""
-        return self._sandboxes.add_listener(
-            on_gone=on_gone, on_reset=on_reset, on_acquired=on_acquired, on_resetting=on_resetting
-        )
+        return self._sandboxes.add_listener(**hooks)
 
     # ------------------------------------------------------------------ sandboxes
 
@@ -293,21 +284,13 @@ class EmulatorState:
         self,
         tenant: str,
         server_names: Sequence[str] | Literal["ALL"],
-        *,
-        benchmark: str | None = None,
-        test_account_email: str | None = None,
-        ttl_seconds: int | None = 7200,
+        **options: Unpack[AcquireOptions],
     ) -> SandboxRecord:
-        """Create a sandbox holding ``server_names`` (``"ALL"``: every local server), with the
-        benchmark's data when the configuration has a pack for it."""
-        record = self._sandboxes.acquire(
-            tenant,
-            server_names,
-            benchmark=benchmark,
-            test_account_email=test_account_email,
-            ttl_seconds=ttl_seconds,
-        )
-        pack = self._packs.get(benchmark) if benchmark is not None else None
+        """Create a sandbox holding ``server_names`` (``"ALL"``: every local server; see
+        :meth:`Sandboxes.acquire <.sandboxes.Sandboxes.acquire>`), with the benchmark's data
+        when the configuration has a pack for it."""
+        record = self._sandboxes.acquire(tenant, server_names, **options)
+        pack = self._packs.get(record.benchmark) if record.benchmark is not None else None
         if pack is not None:
             try:
                 self._apply_pack(tenant, record, pack)
@@ -418,20 +401,11 @@ class EmulatorState:
         return self._executions.export_artifacts(tenant, sandbox_id, name, base_url)
 
     def wait_for_execution(
-        self,
-        tenant: str,
-        sandbox_id: str,
-        name: str,
-        *,
-        statuses: Collection[str] = FINAL_STATUSES,
-        timeout: float = 60.0,
+        self, tenant: str, sandbox_id: str, name: str, **options: Unpack[WaitOptions]
     ) -> str:
-        """Block until the execution's status is one of ``statuses``; return it (for tests).
-
-        Raises :class:`TimeoutError` after ``timeout`` seconds, and
-        :class:`ExecutionNotFound` / :class:`SandboxNotFound` if it disappears.
-        """
-        return self._executions.wait(tenant, sandbox_id, name, statuses=statuses, timeout=timeout)
+        """Block until the execution's status is one of ``statuses`` (default: a final one);
+        return it (for tests; see :meth:`Executions.wait <.executions.Executions.wait>`)."""
+        return self._executions.wait(tenant, sandbox_id, name, **options)
 
     # ------------------------------------------------------------------ signed storage
 

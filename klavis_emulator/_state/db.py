@@ -9,16 +9,30 @@ connection shared by the request threads, the TTL reaper and the execution threa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sqlite3
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, TypeVar
 
 from .._workspace import remove_tree
 
-__all__ = ["Database", "Folders"]
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = ["Database", "Folders", "from_row"]
+
+_Record = TypeVar("_Record", bound="DataclassInstance")
+
+
+def from_row(kind: type[_Record], row: sqlite3.Row, **given: Any) -> _Record:
+    """A record of ``kind`` whose fields are ``row``'s columns of the same names, but the
+    ``given`` ones."""
+    names = [item.name for item in dataclasses.fields(kind) if item.name not in given]
+    return kind(**{name: row[name] for name in names}, **given)
+
 
 _MIGRATIONS: Final[tuple[str, ...]] = (
     # 1: sandboxes and their servers

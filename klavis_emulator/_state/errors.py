@@ -2,7 +2,7 @@
 
 ::
 
-    EmulatorError                  400 unless said otherwise (the HTTP layer maps each)
+    EmulatorError                  400 unless said otherwise (its ``status``)
     ├── SandboxNotFound            404: no such live sandbox for this tenant
     ├── ServerNotInSandbox         400: the sandbox does not hold that MCP server
     ├── NoUploadedArchive          409: initialize/execute before any upload
@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import errno
+from typing import ClassVar
 
 __all__ = [
     "EmulatorError",
@@ -36,9 +37,14 @@ __all__ = [
 class EmulatorError(Exception):
     """Base class of the state's errors; the message is meant for the API's caller."""
 
+    status: ClassVar[int] = 400
+    """The HTTP status the API answers it with."""
+
 
 class SandboxNotFound(EmulatorError):
     """No live sandbox with that id belongs to the caller's tenant."""
+
+    status = 404
 
     def __init__(self, sandbox_id: str) -> None:
         shown = sandbox_id if len(sandbox_id) <= 80 else sandbox_id[:80] + "..."
@@ -56,18 +62,26 @@ class ServerNotInSandbox(EmulatorError):
 class NoUploadedArchive(EmulatorError):
     """``initialize`` was called before any archive was uploaded (for that region)."""
 
+    status = 409
+
 
 class ObjectNotFound(EmulatorError):
     """A signed URL names an object that does not exist (any more)."""
+
+    status = 404
 
 
 class UploadTooLarge(EmulatorError):
     """An upload exceeds the emulator's size cap."""
 
+    status = 413
+
 
 class OutOfSpace(EmulatorError):
     """The emulator could not write what a request needs: its disk is full, a quota or the
     process's file size limit was reached. Nothing half-written is kept."""
+
+    status = 507
 
     def __init__(self, doing: str, error: OSError) -> None:
         code = errno.errorcode.get(error.errno or 0, "")
@@ -91,6 +105,10 @@ class InvalidExecutionName(EmulatorError):
 class ExecutionNotFound(EmulatorError):
     """The sandbox has no execution of that name (none was started)."""
 
+    status = 404
+
 
 class ExecutionConflict(EmulatorError):
     """The execution is in the wrong state: still running, or not finished yet."""
+
+    status = 409

@@ -2,7 +2,7 @@
 
 An execution is named by its caller (``execution_name``); its archive is uploaded through a
 signed URL, then ``execute`` unpacks it into ``<data_dir>/executions/<id>/<name>/`` and
-starts a background run (:class:`~klavis_emulator._runner.ExecutionRun`, which does the
+starts a background run (:class:`~klavis_emulator._exec.runner.ExecutionRun`, which does the
 running: this part only records the statuses it reports). A finished execution of the same
 name is replaced; executions that were running when the emulator stopped are marked failed
 on the next start. Resetting or releasing the sandbox kills its runs and deletes its
@@ -21,11 +21,10 @@ import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, TypedDict
 
 from .._archive import ArchiveLimits, extract_archive
-from .._clock import Clock
-from .._runner import (
+from .._exec import (
     FINAL_STATUSES,
     ExecutionRun,
     RunSettings,
@@ -35,12 +34,12 @@ from .._runner import (
 )
 from .._signing import SignedUrl
 from .._workspace import remove_tree
-from .db import Database, Folders
+from .db import from_row
 from .errors import ExecutionConflict, ExecutionNotFound, InvalidExecutionName, NoUploadedArchive
 from .sandboxes import Sandboxes, SandboxPart
 from .storage import Region, Storage
 
-__all__ = ["ExecutionRecord", "Executions"]
+__all__ = ["ExecutionRecord", "Executions", "WaitOptions"]
 
 _ACTIVE: Final = ("pending", "running")
 
@@ -67,26 +66,27 @@ def _trash(folder: Path, tmp: Path) -> None:
         remove_tree(trash)
 
 
+class WaitOptions(TypedDict, total=False):
+    """The keywords of :meth:`Executions.wait` (for what passes them on)."""
+
+    statuses: Collection[str]
+    timeout: float
+
+
 class Executions(SandboxPart):
     """The executions of one emulator's sandboxes, and their runs."""
 
     def __init__(
         self,
-        db: Database,
-        folders: Folders,
         sandboxes: Sandboxes,
         storage: Storage,
-        clock: Clock,
         *,
         run_settings: RunSettings,
         archive_limits: ArchiveLimits,
     ) -> None:
-        self._db = db
-        self._root = folders.executions
-        self._tmp = folders.tmp
-        self._sandboxes = sandboxes
+        super().__init__(sandboxes)
+        self._root = sandboxes.folders.executions
         self._storage = storage
-        self._clock = clock
         self.run_settings = run_settings
         self._archive_limits = archive_limits
         self._runs: dict[tuple[str, str], ExecutionRun] = {}
@@ -174,16 +174,7 @@ class Executions(SandboxPart):
                 f"Local sandbox {sandbox_id} has no execution named {name!r}: upload an archive "
                 "with POST .../execution-upload-url, then start it with POST .../execute."
             )
-        return ExecutionRecord(
-            sandbox_id=row["sandbox_id"],
-            name=row["name"],
-            run_id=row["run_id"],
-            status=row["status"],
-            created_ts=row["created_ts"],
-            started_ts=row["started_ts"],
-            finished_ts=row["finished_ts"],
-            exit_code=row["exit_code"],
-        )
+        return from_row(ExecutionRecord, row)
 
     def get(self, tenant: str, sandbox_id: str, name: str) -> ExecutionRecord:
         """One execution of a sandbox (:class:`ExecutionNotFound` if none was started)."""

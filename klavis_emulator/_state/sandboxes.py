@@ -24,15 +24,17 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, TypedDict, get_args
 
 from .._clock import Clock, isoformat
-from .._processes import end_processes, sandbox_processes
+from .._exec import end_processes, sandbox_processes
 from .._workspace import remove_tree
-from .db import Database, Folders
+from .db import Database, Folders, from_row
 from .errors import SandboxNotFound, ServerNotInSandbox
 
 __all__ = [
+    "AcquireOptions",
+    "ListenerHooks",
     "BENCHMARKS",
     "LOCAL_SERVER_NAMES",
     "SandboxPart",
@@ -132,13 +134,37 @@ class SandboxRecord:
         }
 
 
+class AcquireOptions(TypedDict, total=False):
+    """The keywords of :meth:`Sandboxes.acquire` (for what passes them on)."""
+
+    benchmark: str | None
+    test_account_email: str | None
+    ttl_seconds: int | None
+
+
+class ListenerHooks(TypedDict, total=False):
+    """The hooks of :meth:`Sandboxes.add_listener` (for what passes them on)."""
+
+    on_gone: Callable[[str], None] | None
+    on_reset: Callable[[str], None] | None
+    on_acquired: Callable[[str], None] | None
+    on_resetting: Callable[[str], None] | None
+
+
 class SandboxPart:
     """What one part of the state holds of each sandbox, and how it lets go of it.
 
     :class:`Sandboxes` calls these, in the order the parts were attached, when a sandbox is
     released (``stop``, ``forget``, ``remove``) or reset (``stop``, ``forget``, ``clear``).
-    Each does nothing unless a part overrides it.
+    Each does nothing unless a part overrides it. A part works on the database, the clock
+    and the temporary folder of the :class:`Sandboxes` it serves.
     """
+
+    def __init__(self, sandboxes: Sandboxes) -> None:
+        self._sandboxes = sandboxes
+        self._db = sandboxes.db
+        self._clock = sandboxes.clock
+        self._tmp = sandboxes.folders.tmp
 
     def stop(self, sandbox_id: str) -> None:
         """Stop the sandbox's activity (before its files go); no lock is held."""
@@ -165,9 +191,9 @@ class Sandboxes:
     """The sandboxes of one emulator: acquire, look up, release, reset, expire."""
 
     def __init__(self, db: Database, folders: Folders, clock: Clock) -> None:
-        self._db = db
-        self._folders = folders
-        self._clock = clock
+        self.db = db
+        self.folders = folders
+        self.clock = clock
         self._parts: list[SandboxPart] = []
         self._listeners: list[_Listener] = []
         self._listeners_lock = threading.Lock()
@@ -184,7 +210,7 @@ class Sandboxes:
 
     def workspace_path(self, sandbox_id: str) -> Path:
         """The workspace folder of a sandbox (it exists while the sandbox is live)."""
-        return self._folders.workspaces / str(uuid.UUID(sandbox_id))
+        return self.folders.workspaces / str(uuid.UUID(sandbox_id))
 
     def workspace_locked(self, tenant: str, sandbox_id: str) -> Path:
         """Re-check liveness once the sandbox lock is held; return the (existing) workspace.
@@ -192,7 +218,7 @@ class Sandboxes:
         A release that happened between the caller's first check and taking the lock
         must not be undone by recreating the workspace folder.
         """
-        with self._db.transaction() as db:
+        with self.db.transaction() as db:
             self._live_row(db, tenant, sandbox_id)
         workspace = self.workspace_path(sandbox_id)
         workspace.mkdir(exist_ok=True)
@@ -279,29 +305,12 @@ class Sandboxes:
                 if sandbox == row["id"]
             }
         servers = tuple(
-            ServerRecord(
-                id=server["id"],
-                server_name=server["server_name"],
-                status=server["status"],
-                updated_ts=server["updated_ts"],
-                auth_data=auth_data.get(server["server_name"]),
-            )
+            from_row(ServerRecord, server, auth_data=auth_data.get(server["server_name"]))
             for server in db.execute(
                 "SELECT * FROM servers WHERE sandbox_id = ? ORDER BY position", (row["id"],)
             )
         )
-        return SandboxRecord(
-            id=row["id"],
-            tenant=row["tenant"],
-            created_ts=row["created_ts"],
-            updated_ts=row["updated_ts"],
-            status=row["status"],
-            benchmark=row["benchmark"],
-            test_account_email=row["test_account_email"],
-            ttl_seconds=row["ttl_seconds"],
-            expires_ts=row["expires_ts"],
-            servers=servers,
-        )
+        return from_row(SandboxRecord, row, servers=servers)
 
     def _live_row(self, db: sqlite3.Connection, tenant: str, sandbox_id: str) -> sqlite3.Row:
         row: sqlite3.Row | None = db.execute(
@@ -316,12 +325,12 @@ class Sandboxes:
         """One live sandbox of the tenant (expired ones released first), or
         :class:`SandboxNotFound`."""
         self.expire_due()
-        with self._db.transaction() as db:
+        with self.db.transaction() as db:
             return self._load(db, self._live_row(db, tenant, sandbox_id))
 
     def is_live(self, sandbox_id: str) -> bool:
         """Whether a sandbox with this id is live, whatever its tenant (no expiry first)."""
-        with self._db.transaction() as db:
+        with self.db.transaction() as db:
             row = db.execute(
                 "SELECT 1 FROM sandboxes WHERE id = ? AND released_ts IS NULL", (sandbox_id,)
             ).fetchone()
@@ -329,8 +338,8 @@ class Sandboxes:
 
     def touch(self, sandbox_id: str) -> None:
         """Record that the sandbox (and its servers) changed now."""
-        now = self._clock.time()
-        with self._db.transaction() as db:
+        now = self.clock.time()
+        with self.db.transaction() as db:
             db.execute("UPDATE sandboxes SET updated_ts = ? WHERE id = ?", (now, sandbox_id))
             db.execute("UPDATE servers SET updated_ts = ? WHERE sandbox_id = ?", (now, sandbox_id))
 
@@ -338,8 +347,8 @@ class Sandboxes:
 
     def expire_due(self) -> None:
         """Release every sandbox whose TTL has run out by the clock."""
-        now = self._clock.time()
-        with self._db.transaction() as db:
+        now = self.clock.time()
+        with self.db.transaction() as db:
             due = [
                 str(row["id"])
                 for row in db.execute(
@@ -375,11 +384,11 @@ class Sandboxes:
     def _delete_files(self, sandbox_id: str) -> None:
         for part in self._parts:
             part.stop(sandbox_id)
-        with self._db.sandbox_lock(sandbox_id):
+        with self.db.sandbox_lock(sandbox_id):
             remove_tree(self.workspace_path(sandbox_id))
             for part in self._parts:
                 part.remove(sandbox_id)
-        self._db.forget_sandbox_lock(sandbox_id)
+        self.db.forget_sandbox_lock(sandbox_id)
 
     # ------------------------------------------------------------------ operations
 
@@ -402,10 +411,10 @@ class Sandboxes:
         if ttl_seconds is not None and not 60 <= ttl_seconds <= 86400:
             raise ValueError("ttl_seconds must be between 60 and 86400, or None")
         self.expire_due()
-        now = self._clock.time()
+        now = self.clock.time()
         sandbox_id = str(uuid.uuid4())
         self.workspace_path(sandbox_id).mkdir()
-        with self._db.transaction() as db:
+        with self.db.transaction() as db:
             db.execute(
                 "INSERT INTO sandboxes (id, tenant, created_ts, updated_ts, status, benchmark, "
                 "test_account_email, ttl_seconds, expires_ts) "
@@ -427,13 +436,13 @@ class Sandboxes:
                 [(str(uuid.uuid4()), sandbox_id, i, name, now) for i, name in enumerate(names)],
             )
         self._notify("acquired", sandbox_id)
-        with self._db.transaction() as db:  # with what the listeners set (auth_data)
+        with self.db.transaction() as db:  # with what the listeners set (auth_data)
             return self._load(db, self._live_row(db, tenant, sandbox_id))
 
     def list_sandboxes(self, tenant: str) -> list[SandboxRecord]:
         """The tenant's live sandboxes, oldest first."""
         self.expire_due()
-        with self._db.transaction() as db:
+        with self.db.transaction() as db:
             rows = db.execute(
                 "SELECT * FROM sandboxes WHERE tenant = ? AND released_ts IS NULL "
                 "ORDER BY created_ts, id",
@@ -449,7 +458,7 @@ class Sandboxes:
         """
         try:
             self.expire_due()
-            with self._db.transaction() as db:
+            with self.db.transaction() as db:
                 row = db.execute(
                     "SELECT * FROM sandboxes WHERE id = ? AND released_ts IS NULL", (sandbox_id,)
                 ).fetchone()
@@ -461,9 +470,9 @@ class Sandboxes:
         """Release a sandbox: it is no longer listed; its workspace, data, executions
         (running ones are killed) and objects are deleted."""
         self.expire_due()
-        with self._db.transaction() as db:
+        with self.db.transaction() as db:
             self._live_row(db, tenant, sandbox_id)
-            self._mark_released(db, sandbox_id, self._clock.time(), "ttl" if is_ttl else "api")
+            self._mark_released(db, sandbox_id, self.clock.time(), "ttl" if is_ttl else "api")
         self._delete_files(sandbox_id)
         self._notify("gone", sandbox_id)
         return (
@@ -475,7 +484,7 @@ class Sandboxes:
         self, tenant: str, sandbox_id: str, *, refill: Callable[[], None] | None = None
     ) -> str:
         """Start the sandbox's life again: every process of its life so far ends (its
-        executions, its MCP servers and whatever they started: see :mod:`.._processes`), then
+        executions, its MCP servers and whatever they started: see :mod:`.._exec.processes`), then
         the workspace, the per-server data and the executions are emptied; the id and the
         servers stay. ``refill`` gives it its initial contents again (a benchmark's pack)
         before the ``reset`` listeners hear of it (the MCP host starts fresh servers then)."""
@@ -484,7 +493,7 @@ class Sandboxes:
         try:
             for part in self._parts:
                 part.stop(sandbox_id)
-            with self._db.sandbox_lock(sandbox_id):
+            with self.db.sandbox_lock(sandbox_id):
                 workspace = self.workspace_locked(tenant, sandbox_id)
                 for part in self._parts:
                     part.stop(sandbox_id)  # one may have started meanwhile
@@ -495,7 +504,7 @@ class Sandboxes:
                         sandbox_id,
                         left,
                     )
-                with self._db.transaction() as db:
+                with self.db.transaction() as db:
                     for part in self._parts:
                         part.forget(db, sandbox_id)
                 for part in self._parts:

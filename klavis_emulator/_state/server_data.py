@@ -12,20 +12,13 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
-from .._clock import Clock
-from .db import Database
-from .sandboxes import Sandboxes, SandboxPart
+from .sandboxes import SandboxPart
 
 __all__ = ["ServerData"]
 
 
 class ServerData(SandboxPart):
     """Store and read the data documents of the sandboxes' servers."""
-
-    def __init__(self, db: Database, sandboxes: Sandboxes, clock: Clock) -> None:
-        self._db = db
-        self._sandboxes = sandboxes
-        self._clock = clock
 
     def forget(self, db: sqlite3.Connection, sandbox_id: str) -> None:
         """Delete the documents of a sandbox being released or reset."""

@@ -19,10 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Final, Literal
 
-from .._clock import Clock
 from .._signing import SignedUrl, UrlSigner, is_valid_object_key
 from .._workspace import make_archive
-from .db import Database, Folders
 from .errors import NO_SPACE_ERRNOS, ObjectNotFound, OutOfSpace, UploadTooLarge
 from .sandboxes import Sandboxes, SandboxPart
 
@@ -122,20 +120,12 @@ class Storage(SandboxPart):
     """The objects of one emulator and the signer of their URLs."""
 
     def __init__(
-        self,
-        db: Database,
-        folders: Folders,
-        sandboxes: Sandboxes,
-        clock: Clock,
-        *,
-        signed_url_minutes: int,
-        max_upload_bytes: int,
+        self, sandboxes: Sandboxes, *, signed_url_minutes: int, max_upload_bytes: int
     ) -> None:
-        self._db = db
+        super().__init__(sandboxes)
+        folders = sandboxes.folders
         self._root = folders.storage
-        self._tmp = folders.tmp
-        self._sandboxes = sandboxes
-        self.signer = UrlSigner(_load_secret(folders.root / "signing.key"), clock)
+        self.signer = UrlSigner(_load_secret(folders.root / "signing.key"), self._clock)
         self.signed_url_minutes = signed_url_minutes
         self.max_upload_bytes = max_upload_bytes
 
@@ -151,22 +141,16 @@ class Storage(SandboxPart):
 
     def upload_url(self, key: str, base_url: str) -> SignedUrl:
         """A signed ``PUT`` URL for the object ``key``."""
-        return self.signer.sign(
-            base_url=base_url,
-            route=_UPLOAD_ROUTE,
-            method="PUT",
-            key=key,
-            minutes=self.signed_url_minutes,
-        )
+        return self._signed("PUT", _UPLOAD_ROUTE, key, base_url)
 
     def download_url(self, key: str, base_url: str) -> SignedUrl:
         """A signed ``GET`` URL for the object ``key``."""
+        return self._signed("GET", _DOWNLOAD_ROUTE, key, base_url)
+
+    def _signed(self, method: str, route: str, key: str, base_url: str) -> SignedUrl:
+        minutes = self.signed_url_minutes
         return self.signer.sign(
-            base_url=base_url,
-            route=_DOWNLOAD_ROUTE,
-            method="GET",
-            key=key,
-            minutes=self.signed_url_minutes,
+            base_url=base_url, route=route, method=method, key=key, minutes=minutes
         )
 
     def archive_to(self, folder: Path, key: str, *, what: str) -> None:

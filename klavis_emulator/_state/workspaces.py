@@ -16,7 +16,6 @@ from pathlib import Path
 from .._archive import ArchiveLimits, extract_archive
 from .._signing import SignedUrl
 from .._workspace import copy_tree, remove_tree
-from .db import Database, Folders
 from .errors import NO_SPACE_ERRNOS, NoUploadedArchive, OutOfSpace
 from .sandboxes import Sandboxes, SandboxPart
 from .storage import Region, Storage
@@ -28,16 +27,9 @@ class Workspaces(SandboxPart):
     """Seed, dump and empty the workspaces of one emulator."""
 
     def __init__(
-        self,
-        db: Database,
-        folders: Folders,
-        sandboxes: Sandboxes,
-        storage: Storage,
-        archive_limits: ArchiveLimits,
+        self, sandboxes: Sandboxes, storage: Storage, archive_limits: ArchiveLimits
     ) -> None:
-        self._db = db
-        self._tmp = folders.tmp
-        self._sandboxes = sandboxes
+        super().__init__(sandboxes)
         self._storage = storage
         self._archive_limits = archive_limits
 

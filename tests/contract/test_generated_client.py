@@ -50,7 +50,8 @@ from klavis_sandbox_client.models import (
     UploadUrlResponse,
 )
 
-from klavis_emulator import EmulatorServer, tenant_for_token
+from klavis_emulator import EmulatorServer
+from klavis_emulator._state import tenant_for_token
 
 MakeTarGz = Callable[[Mapping[str, bytes | str]], bytes]
 FILES: dict[str, bytes | str] = {

@@ -125,7 +125,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
 
 
 def _tenant() -> str:
-    from klavis_emulator import tenant_for_token
+    from klavis_emulator._state import tenant_for_token
 
     return tenant_for_token(TOKEN)
 

@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from klavis_emulator import EmulatorConfig, EmulatorServer
-from klavis_emulator._bwrap import CONFINE_ENV, confine_setting_from_env
-from klavis_emulator._mcp_host import McpHost
+from klavis_emulator._exec.confinement import CONFINE_ENV, confine_setting_from_env
+from klavis_emulator._mcp.host import McpHost
 
 __all__ = [
     "MODES",

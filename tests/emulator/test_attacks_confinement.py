@@ -30,13 +30,13 @@ import pytest
 
 import klavis_emulator
 from klavis_emulator import EmulatorConfig, EmulatorServer
-from klavis_emulator._bwrap import (
+from klavis_emulator._exec.confinement import (
     CONFINE_ENV,
     LEGACY_CONFINE_ENV,
     ConfinementError,
     decide_confinement,
 )
-from klavis_emulator._mcp_setup import find_tools
+from klavis_emulator._mcp.setup import find_tools
 from tests.emulator.mcp_servers import ServerSandbox
 from tests.helpers import Executions, new_tenant, require_confinement, run_cli
 from workflows import _mcp as client

@@ -1,7 +1,7 @@
 """Attacks on a sandbox's mail server from another tenant (issue 23, defects 3 and 4).
 
 Each sandbox holding ``poste_email_toolathlon`` gets its own mail server on loopback (Dovecot
-IMAP + aiosmtpd SMTP, see ``klavis_emulator/_mail.py``). Processes of other sandboxes reach
+IMAP + aiosmtpd SMTP, see ``klavis_emulator/_mail/server.py``). Processes of other sandboxes reach
 it: playwright's browser and the emails servers share the emulator's network, and the ports
 show in ``/proc/net/tcp``. So every test here has two tenants (two API keys, each with a
 sandbox of its own, on one emulator) and attacks with Python's own SMTP and IMAP clients on
@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from klavis_emulator import EmulatorServer
-from klavis_emulator._mail_rules import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MAX_RECIPIENTS
-from klavis_emulator._mcp_setup import find_tools
+from klavis_emulator._mail.rules import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MAX_RECIPIENTS
+from klavis_emulator._mcp.setup import find_tools
 from klavis_emulator._schemas import ServerDataDumpResponse
 from tests.emulator.mcp_servers import ServerSandbox as Sandbox
 from tests.emulator.mcp_servers import host, hosting_emulator, sandbox_maker
@@ -76,7 +76,7 @@ def _header(email: str, password: str) -> dict[str, str]:
 
 def _mail_folder(emulator: EmulatorServer, box: Sandbox) -> Path:
     """Where the sandbox's mailboxes are on the host."""
-    root: Path = host(emulator)._mail[box.id].root
+    root: Path = host(emulator).mail.servers[box.id].root
     return root / "mail"
 
 

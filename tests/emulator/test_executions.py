@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer, tenant_for_token
-from klavis_emulator._runner import RequirementsRefused, check_requirements
+from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer
+from klavis_emulator._exec.requirements import RequirementsRefused, check_requirements
+from klavis_emulator._state import tenant_for_token
 from tests.helpers import Executions, require_confinement
 
 WAIT_FOR_GO = """

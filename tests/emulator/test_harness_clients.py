@@ -36,8 +36,9 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from klavis_emulator import EmulatorServer
-from klavis_emulator._mcp_catalog import CATALOG, NotHosted
-from klavis_emulator._mcp_setup import find_tools
+from klavis_emulator._mcp.catalog import CATALOG
+from klavis_emulator._mcp.kinds import NotHosted
+from klavis_emulator._mcp.setup import find_tools
 from tests.emulator.mcp_servers import loopback_site
 
 # MCP-Atlas's servers, under the names its tool prefixes use

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from klavis_emulator import LOCAL_SERVER_NAMES, EmulatorConfig, EmulatorServer, OffsetClock
+from klavis_emulator import EmulatorConfig, EmulatorServer, OffsetClock
+from klavis_emulator._state import LOCAL_SERVER_NAMES
 
 MakeTarGz = Callable[[Mapping[str, bytes | str]], bytes]
 

@@ -25,8 +25,8 @@ import httpx
 import pytest
 
 from klavis_emulator import EmulatorConfig, EmulatorServer
-from klavis_emulator._mcp_host import McpHost
-from klavis_emulator._mcp_setup import McpToolPaths, find_tools
+from klavis_emulator._mcp.host import McpHost
+from klavis_emulator._mcp.setup import McpToolPaths, find_tools
 from tests.emulator.mcp_servers import (
     MODES,
     assert_confinement,
@@ -160,7 +160,7 @@ def test_initialized_mail_is_on_the_mail_server_and_dump_shows_what_the_agent_se
     ((subject, flags),) = _folder(auth, OWN, auth["password"], "INBOX")
     assert subject == "Quarterly report"
     assert {"\\Seen", "\\Flagged"} <= set(flags.split())
-    ann = host(emulator)._mail[box.id].accounts()["ann@example.com"]
+    ann = host(emulator).mail.servers[box.id].accounts()["ann@example.com"]
     assert len(ann) >= 24
     ((subject, flags),) = _folder(auth, "ann@example.com", ann, "Drafts")
     assert subject == "Draft to the agent"

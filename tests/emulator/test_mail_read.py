@@ -1,4 +1,4 @@
-"""The dump's message reader (``klavis_emulator/_mail_read.py``) reads what Python's email
+"""The dump's message reader (``klavis_emulator/_mail/read.py``) reads what Python's email
 package reads from the whole message, the reader ``dump`` used before, for ordinary mail
 of every shape: each message below is stored in a real mail server (Dovecot), dumped, and
 compared with :func:`_whole_message`, that reader kept here as the reference.
@@ -165,7 +165,7 @@ def emulator() -> Iterator[EmulatorServer]:
 def test_the_dump_reads_each_message_as_the_whole_message_parse_did(
     emulator: EmulatorServer,
 ) -> None:
-    from klavis_emulator._mcp_setup import find_tools
+    from klavis_emulator._mcp.setup import find_tools
 
     missing = find_tools().missing_outside(SERVER)
     with sandbox_maker(emulator, {SERVER: missing}) as make:
@@ -200,7 +200,7 @@ def test_bodies_decoded_in_slices_are_decoded_as_a_whole() -> None:
     import encodings.aliases
     import random
 
-    from klavis_emulator._mail_read import Text, _known_charset
+    from klavis_emulator._mail.read import Text, _known_charset
 
     chance = random.Random(23)
     samples = [

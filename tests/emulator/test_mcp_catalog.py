@@ -14,12 +14,14 @@ from unittest import mock
 import httpx
 import pytest
 
-from klavis_emulator import LOCAL_SERVER_NAMES, EmulatorConfig, EmulatorServer
+from klavis_emulator import EmulatorConfig, EmulatorServer
 from klavis_emulator.__main__ import _commands_line
-from klavis_emulator._bwrap import SANDBOX_COMMANDS, missing_commands, sandbox_commands
-from klavis_emulator._mcp_catalog import CATALOG, HOSTED_SERVERS, NotHosted
-from klavis_emulator._mcp_host import McpHost
-from klavis_emulator._mcp_setup import McpSetupError, McpToolPaths, setup_mcp_servers
+from klavis_emulator._exec.confinement import SANDBOX_COMMANDS, missing_commands, sandbox_commands
+from klavis_emulator._mcp.catalog import CATALOG, HOSTED_SERVERS
+from klavis_emulator._mcp.host import McpHost
+from klavis_emulator._mcp.kinds import NotHosted
+from klavis_emulator._mcp.setup import McpSetupError, McpToolPaths, setup_mcp_servers
+from klavis_emulator._state import LOCAL_SERVER_NAMES
 from tests.helpers import require_confinement
 
 
@@ -170,7 +172,7 @@ def test_setup_only_refuses_names_it_cannot_install(tmp_path: Path) -> None:
 def test_the_version_of_an_npm_program_outside_its_package_is_unknown(tmp_path: Path) -> None:
     import dataclasses
 
-    from klavis_emulator._mcp_setup import find_tools, installed_version
+    from klavis_emulator._mcp.setup import find_tools, installed_version
 
     tools = find_tools()
     stray = tmp_path / "bin" / "index.js"  # no folder named after the package above it
@@ -179,7 +181,7 @@ def test_the_version_of_an_npm_program_outside_its_package_is_unknown(tmp_path: 
 
 
 def test_only_pieces_the_project_cannot_install_count_as_outside() -> None:
-    from klavis_emulator._mcp_setup import McpToolPaths
+    from klavis_emulator._mcp.setup import McpToolPaths
 
     no_node = McpToolPaths(node=None)
     assert "Node.js" in (no_node.missing_outside("filesystem") or "")
@@ -199,8 +201,8 @@ def test_only_pieces_the_project_cannot_install_count_as_outside() -> None:
 def test_a_distribution_program_off_path_is_found_at_its_known_paths(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from klavis_emulator._mcp_catalog import CHROMIUM
-    from klavis_emulator._mcp_setup import find_tools
+    from klavis_emulator._mcp.launchers import CHROMIUM
+    from klavis_emulator._mcp.setup import find_tools
 
     known = next((Path(p) for p in CHROMIUM.paths if Path(p).is_file()), None)
     if known is None:

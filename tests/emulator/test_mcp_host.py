@@ -25,10 +25,11 @@ import pytest
 import workflows
 from klavis_emulator import EmulatorServer, OffsetClock
 from klavis_emulator import create_app as original_create_app
-from klavis_emulator._bwrap import CONFINE_ENV
-from klavis_emulator._mcp_host import McpHost, install_mcp
-from klavis_emulator._mcp_launch import HOSTED_SERVERS
-from klavis_emulator._mcp_setup import find_tools
+from klavis_emulator._exec.confinement import CONFINE_ENV
+from klavis_emulator._mcp.host import McpHost
+from klavis_emulator._mcp.launch import HOSTED_SERVERS
+from klavis_emulator._mcp.mount import install_mcp
+from klavis_emulator._mcp.setup import find_tools
 from workflows import _mcp as client
 
 TOOLS = find_tools()

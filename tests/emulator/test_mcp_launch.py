@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from klavis_emulator._bwrap import (
+from klavis_emulator._exec.confinement import (
     CONFINE_ENV,
     CONFINED_WORKSPACE,
     PRIVATE_TMP,
@@ -23,9 +23,9 @@ from klavis_emulator._bwrap import (
     decide_confinement,
     masked_paths,
 )
-from klavis_emulator._mcp_catalog import EMAILS_CONFIG
-from klavis_emulator._mcp_launch import HOSTED_SERVERS, TERMINAL_ALLOWED_COMMANDS, launch_spec
-from klavis_emulator._mcp_setup import McpToolPaths, find_tools, setup_mcp_servers
+from klavis_emulator._mcp.launch import HOSTED_SERVERS, TERMINAL_ALLOWED_COMMANDS, launch_spec
+from klavis_emulator._mcp.launchers import EMAILS_CONFIG
+from klavis_emulator._mcp.setup import McpToolPaths, find_tools, setup_mcp_servers
 
 
 @pytest.fixture(scope="module")

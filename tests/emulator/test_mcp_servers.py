@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from klavis_emulator import EmulatorServer
-from klavis_emulator._mcp_catalog import MEMORY_FILE
-from klavis_emulator._mcp_setup import find_tools
+from klavis_emulator._mcp.launchers import MEMORY_FILE
+from klavis_emulator._mcp.setup import find_tools
 from tests.emulator.mcp_servers import (
     MODES,
     assert_confinement,

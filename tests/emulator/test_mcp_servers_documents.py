@@ -21,11 +21,12 @@ from unittest import mock
 import httpx
 import pytest
 
-from klavis_emulator import EmulatorConfig, EmulatorServer, _mcp_setup
+from klavis_emulator import EmulatorConfig, EmulatorServer
 from klavis_emulator import __main__ as cli
-from klavis_emulator._mcp_catalog import ARXIV_STORAGE
-from klavis_emulator._mcp_host import McpHost
-from klavis_emulator._mcp_setup import McpToolPaths, find_tools
+from klavis_emulator._mcp import setup as mcp_setup
+from klavis_emulator._mcp.host import McpHost
+from klavis_emulator._mcp.launchers import ARXIV_STORAGE
+from klavis_emulator._mcp.setup import McpToolPaths, find_tools
 from tests.emulator.mcp_servers import (
     MODES,
     assert_confinement,
@@ -173,8 +174,8 @@ def test_pdf_tools_reads_a_pdf_in_the_workspace_and_refuses_one_outside(
 def test_pdf_tools_without_a_python_3_12_answers_503_and_check_says_so() -> None:
     # as on a machine whose Pythons, the emulator's own included, are all older than 3.12
     with (
-        mock.patch.object(_mcp_setup, "find_python", return_value=None),
-        mock.patch.object(_mcp_setup, "_own_python_suffices", return_value=False),
+        mock.patch.object(mcp_setup, "find_python", return_value=None),
+        mock.patch.object(mcp_setup, "_own_python_suffices", return_value=False),
     ):
         problem = McpToolPaths(node=None).missing("pdf-tools")
         rows = {row[0]: row for row in cli._check_rows(McpToolPaths(node=None), "-", ["pdf-tools"])}

@@ -27,9 +27,9 @@ import httpx
 import pytest
 
 from klavis_emulator import EmulatorServer
-from klavis_emulator._mail_rules import MailAccount
-from klavis_emulator._mcp_host import McpHost
-from klavis_emulator._mcp_setup import McpToolPaths, find_tools
+from klavis_emulator._mail.rules import MailAccount
+from klavis_emulator._mcp.host import McpHost
+from klavis_emulator._mcp.setup import McpToolPaths, find_tools
 from tests.emulator.mcp_servers import (
     MODES,
     assert_confinement,
@@ -152,12 +152,12 @@ def test_emails_server_sends_and_reads_mail_on_the_sandboxes_own_mail_server(
     # the account's password stays out of the workspace (its config is in the private tmp)
     assert not [path for path in box.workspace.rglob("*") if path.name.endswith(".json")]
 
-    pids = host(emulator).mail_pids(box.id)
+    pids = host(emulator).mail.pids(box.id)
     assert len(pids) == 2
     assert all(_alive(pid) for pid in pids)
     assert box.http.delete(f"/local-sandbox/{box.id}").status_code == 200  # release
     assert _wait_gone(pids) == []
-    assert host(emulator).mail_pids(box.id) == ()
+    assert host(emulator).mail.pids(box.id) == ()
 
 
 def test_a_reset_empties_the_mailboxes_and_test_account_email_names_the_account(
@@ -272,7 +272,7 @@ def test_no_mail_server_is_made_once_the_host_stopped_its_mail_servers() -> None
         pytest.skip(missing)
     with hosting_emulator("unconfined", mcp_at_acquire=False) as server:
         mcp_host = host(server)
-        mcp_host._stop_all_mail()  # what the host's shutdown runs
+        mcp_host.mail.stop_all()  # what the host's shutdown runs
         http = httpx.Client(
             base_url=server.base_url, headers={"Authorization": f"Bearer m-{secrets.token_hex(6)}"}
         )
@@ -280,6 +280,6 @@ def test_no_mail_server_is_made_once_the_host_stopped_its_mail_servers() -> None
             acquired = http.post("/local-sandbox", json={"server_names": [SERVER]})
             assert acquired.status_code == 201, acquired.text
             sandbox_id = acquired.json()["local_sandbox_id"]
-            assert mcp_host.mail_pids(sandbox_id) == ()
-            assert mcp_host._mail == {}
+            assert mcp_host.mail.pids(sandbox_id) == ()
+            assert mcp_host.mail.servers == {}
             http.delete(f"/local-sandbox/{sandbox_id}")

@@ -22,14 +22,11 @@ import pytest
 
 from klavis_emulator import EmulatorServer
 from klavis_emulator.__main__ import _check_rows
-from klavis_emulator._mcp_catalog import (
-    CATALOG,
-    DESKTOP_COMMANDER_CONFIG,
-    PLAYWRIGHT_OUTPUT,
-    NpmPackage,
-)
-from klavis_emulator._mcp_host import McpHost
-from klavis_emulator._mcp_setup import McpToolPaths, find_tools
+from klavis_emulator._mcp.catalog import CATALOG
+from klavis_emulator._mcp.host import McpHost
+from klavis_emulator._mcp.kinds import NpmPackage
+from klavis_emulator._mcp.launchers import DESKTOP_COMMANDER_CONFIG, PLAYWRIGHT_OUTPUT
+from klavis_emulator._mcp.setup import McpToolPaths, find_tools
 from tests.emulator.mcp_servers import (
     MODES,
     assert_confinement,

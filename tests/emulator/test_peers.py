@@ -1,4 +1,4 @@
-"""Which process is at the other end of a loopback connection (klavis_emulator._peers)."""
+"""Which process is at the other end of a loopback connection (klavis_emulator._exec.peers)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from klavis_emulator._bwrap import bwrap_args
-from klavis_emulator._peers import peer_is_sandboxed
+from klavis_emulator._exec.confinement import bwrap_args
+from klavis_emulator._exec.peers import peer_is_sandboxed
 
 # Connects to the port in argv[1], then waits until the other end closes.
 CONNECT = (

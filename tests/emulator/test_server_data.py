@@ -29,8 +29,9 @@ from klavis_sandbox_client.models import (
     PosteEmailDumpResponse,
 )
 
-from klavis_emulator import DATA_SERVERS, EmulatorServer
-from klavis_emulator._mcp_setup import find_tools
+from klavis_emulator import EmulatorServer
+from klavis_emulator._mcp.setup import find_tools
+from klavis_emulator._server_data import DATA_SERVERS
 
 SERVERS = ["google_cloud", "poste_email_toolathlon", "canvas", "filesystem"]
 GOOGLE = {

@@ -10,17 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from klavis_emulator import (
-    EmulatorConfig,
-    EmulatorState,
-    ManualClock,
-    SignatureError,
-    UrlSigner,
-    tenant_for_token,
-)
+from klavis_emulator import EmulatorConfig, EmulatorState, ManualClock
 from klavis_emulator._archive import ArchiveRejected, extract_archive
-from klavis_emulator._runner import complete_utf8_prefix, execution_name_problem, read_log
-from klavis_emulator._state import SandboxNotFound
+from klavis_emulator._exec.run_log import complete_utf8_prefix, read_log
+from klavis_emulator._exec.runner import execution_name_problem
+from klavis_emulator._signing import SignatureError, UrlSigner
+from klavis_emulator._state import SandboxNotFound, tenant_for_token
 from klavis_emulator._workspace import make_archive
 from tests.crafted import Member, file, folder, hardlink, tar_gz
 

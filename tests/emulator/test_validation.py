@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from klavis_emulator import LOCAL_SERVER_NAMES
 from klavis_emulator._middleware import MAX_JSON_BYTES, MAX_JSON_VALUES
+from klavis_emulator._state import LOCAL_SERVER_NAMES
 
 JSON = {"Content-Type": "application/json"}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from klavis_emulator._mcp_setup import find_tools
+from klavis_emulator._mcp.setup import find_tools
 from tests.helpers import Face
 from workflows import InvalidInputError, NotFoundError, RequestValidationError
 

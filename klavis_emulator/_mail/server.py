@@ -7,7 +7,7 @@ it, on free loopback ports:
 - IMAP: Dovecot (the distribution's ``dovecot-imapd``), run by the emulator's user with a
   generated configuration: one IMAP listener, no TLS (loopback), a passwd-file with the
   sandbox's account, Maildir storage with ``Sent``, ``Drafts`` and ``Trash`` folders;
-- SMTP: :mod:`klavis_emulator._mail_smtp` (aiosmtpd) on a socket bound here, checking AUTH
+- SMTP: :mod:`klavis_emulator._mail.smtp` (aiosmtpd) on a socket bound here, checking AUTH
   against the same passwd-file (when a client logs in), delivering with ``dovecot-lda``.
 
 Everything lives in one private folder per sandbox under the system's temporary folder
@@ -19,7 +19,7 @@ as root (``dovenull`` for logins, ``dovecot`` for the mailboxes; Dovecot refuses
 both); the mailboxes themselves are 0700. Stopping kills both process groups and removes
 the folder. Processes also die with the emulator where ``setpriv`` exists.
 
-Who can read a sandbox's mail, its passwords and its limits: :mod:`._mail_rules`.
+Who can read a sandbox's mail, its passwords and its limits: :mod:`.rules`.
 
 No asyncio here: :class:`MailServer` is blocking, called from worker threads.
 """
@@ -33,7 +33,6 @@ import hmac
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -44,7 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ._mail_rules import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MailAccount, new_password
+from .._exec.processes import kill_group
+from .rules import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MailAccount, new_password
 
 __all__ = ["LOOPBACK", "MailError", "MailServer", "find_lda"]
 
@@ -252,7 +252,7 @@ class MailServer:
 
     def login_password(self, account: MailAccount) -> str:
         """The password an emails server started for an ``x-email-config`` header naming
-        ``account`` logs in with (the rule is in :mod:`._mail_rules`): the account's own
+        ``account`` logs in with (the rule is in :mod:`.rules`): the account's own
         when the header is the first for its address or carries the same password as the
         first (the account is made if it does not exist), else the header's, which fails.
         The sandbox's own account: the header's password (right only if it is
@@ -343,7 +343,7 @@ class MailServer:
             with (self.root / "smtp.log").open("ab") as log:
                 self._smtp = _spawn(
                     [
-                        sys.executable, "-m", "klavis_emulator._mail_smtp",
+                        sys.executable, "-m", "klavis_emulator._mail.smtp",
                         "--listen-fd", str(self._smtp_socket.fileno()),
                         "--passwd", str(self.root / "passwd"),
                         "--lda", str(self._lda),
@@ -450,14 +450,7 @@ class MailServer:
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the process's group and reap its leader.
-
-    Not SIGTERM first: Dovecot's master, sent SIGTERM with its group, took more than 5 s to
-    end (measured), and whatever it would flush goes with the folder anyway (a stop removes
-    it, a reset empties the mailboxes). Maildir delivery is atomic (a rename). The group's
-    other processes are reaped by init.
-    """
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(_STOP_GRACE)
+    # Not SIGTERM first: Dovecot's master, sent SIGTERM with its group, took more than 5 s
+    # to end (measured), and whatever it would flush goes with the folder anyway (a stop
+    # removes it, a reset empties the mailboxes). Maildir delivery is atomic (a rename).
+    kill_group(process, _STOP_GRACE)

@@ -1,195 +1,46 @@
-"""The catalog: every MCP server of the contract's enum, described once.
+"""Each hosted server's own command line: its launch function, and the quirks it works around.
 
-For each server name of ``LocalSandboxServerName`` (see ``openapi.yaml``) one
-:class:`McpServer` says
-
-- how it is installed: an npm package pinned in the shared lock file
-  (:class:`NpmPackage`), a PyPI distribution in its own virtual environment built from a
-  fully pinned requirements file (:class:`OwnVenv`), a module importable by the emulator's
-  own interpreter (:class:`EmulatorPython`), or why the emulator does not host it
-  (:class:`NotHosted`: not feasible offline, or not packaged yet);
-- how it is launched: :attr:`McpServer.launch` turns a :class:`LaunchContext` (where its
-  program is, the workspace path as the server sees it, its private temporary folder)
-  into a :class:`LaunchParts` (argv, environment, extra read-only mounts).
-  A server's own quirks are recorded beside its launch function.
-
-:mod:`klavis_emulator._mcp_setup` installs and finds the servers from this table,
-:mod:`klavis_emulator._mcp_launch` confines them, :mod:`klavis_emulator._mcp_host` answers
-501 (with :attr:`NotHosted.reason`) for the servers it does not host. No I/O here.
-
-Rejected alternative: one ``if/elif`` per server in setup, launch, messages and tests (what
-the emulator had for three servers); each new server touched four modules and the reasons for
-the missing ones lived only in a 501 message.
+A launch function turns a :class:`~.kinds.LaunchContext` (where the program is, the
+workspace and temporary folder as the server sees them) into a :class:`~.kinds.LaunchParts`
+(argv, environment, extra read-only mounts); :mod:`.launch` adds the confinement around it
+and :mod:`.catalog` names which function launches which server. No I/O here.
 """
 
 from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
+
+from .kinds import LaunchContext, LaunchParts, SystemProgram
 
 __all__ = [
     "ARXIV_STORAGE",
-    "CATALOG",
     "CHROMIUM",
+    "DESKTOP_COMMANDER_CONFIG",
     "DOVECOT",
     "EMAILS_CONFIG",
-    "HOSTED_SERVERS",
+    "MEMORY_FILE",
     "PLAYWRIGHT_OUTPUT",
+    "RIPGREP",
     "TERMINAL_ALLOWED_COMMANDS",
-    "EmulatorPython",
-    "Install",
-    "LaunchContext",
-    "LaunchParts",
-    "McpServer",
-    "NotHosted",
-    "NpmPackage",
-    "OwnVenv",
-    "SystemProgram",
-    "server_entry",
+    "launch_arxiv",
+    "launch_code_runner",
+    "launch_desktop_commander",
+    "launch_emails",
+    "launch_excel",
+    "launch_filesystem",
+    "launch_git",
+    "launch_localmemory",
+    "launch_pdf_tools",
+    "launch_playwright",
+    "launch_powerpoint",
+    "launch_terminal",
+    "launch_word",
 ]
 
-
-# ---------------------------------------------------------------------- install kinds
-
-
-@dataclass(frozen=True)
-class NpmPackage:
-    """An npm package pinned in ``mcp_servers/package.json`` + ``package-lock.json``
-    (one ``npm ci`` installs them all); run as ``node <package>/<entry>``."""
-
-    package: str
-    version: str
-    entry: str
-    """The script inside the package (its ``bin``), e.g. ``dist/index.js``."""
-
-
-@dataclass(frozen=True)
-class OwnVenv:
-    """A PyPI distribution in a virtual environment of its own, built with the emulator's
-    interpreter from ``mcp_servers/<requirements>`` (the whole tree pinned, as ``pip
-    freeze`` printed it in that venv); run as the console script ``script``."""
-
-    distribution: str
-    version: str
-    requirements: str
-    script: str
-    why: str
-    """Why it does not share the emulator's environment."""
-    min_python: tuple[int, int] = (3, 10)
-    """The oldest Python the server runs on. When the emulator's own interpreter is older,
-    setup builds the venv with a ``python3.X`` (X at least this) found on the machine, never
-    downloaded (see :func:`klavis_emulator._mcp_setup.find_python`); where there is none,
-    the server is reported as not installed, naming the Python it needs."""
-
-
-@dataclass(frozen=True)
-class EmulatorPython:
-    """A module the emulator's own interpreter imports (a dependency of the emulator extra)."""
-
-    distribution: str
-    module: str
-
-
-@dataclass(frozen=True)
-class NotHosted:
-    """The emulator does not run this server; ``reason`` is said in its 501 answer."""
-
-    reason: str
-    offline_feasible: bool = False
-    """True when only the packaging is missing (a candidate package is named)."""
-
-
-Install = NpmPackage | OwnVenv | EmulatorPython | NotHosted
-
-
-@dataclass(frozen=True)
-class SystemProgram:
-    """A program a server needs from the machine, not from a package registry: the
-    distribution's package (found on ``PATH``; under ``/usr``, so confined servers see it)."""
-
-    names: tuple[str, ...]
-    """Executable names tried in order on ``PATH``; the first is the program's key."""
-    apt: str
-    """The Debian/Ubuntu package that provides it (named in the "not installed" answer)."""
-    why: str
-    """What the server does with it."""
-    paths: tuple[str, ...] = ()
-    """Absolute paths tried, in order, when none of :attr:`names` is on ``PATH``."""
-
-    @property
-    def key(self) -> str:
-        """The name :attr:`LaunchContext.system` and ``McpToolPaths.system`` use."""
-        return self.names[0]
-
-
-# ---------------------------------------------------------------------- launching
-
-
-@dataclass(frozen=True)
-class LaunchContext:
-    """What a server's command line is built from."""
-
-    program: Path
-    """The node entry script, the venv's console script, or the emulator's interpreter."""
-    node: Path | None
-    """The ``node`` executable (npm servers)."""
-    workspace: str
-    """The workspace as the server sees it (``/data`` when confined, else the host path)."""
-    tmp: str
-    """The server's private temporary folder as it sees it (``/tmp`` when confined)."""
-    command_timeout: int
-    system: Mapping[str, Path] = field(default_factory=dict)
-    """The :class:`SystemProgram` s the server needs, by key, where they were found."""
-    confined: bool = False
-    """Whether the server runs inside the bubblewrap confinement."""
-    system_tmp: str = "/tmp"  # noqa: S108 - a path as the server sees it, not made here
-    """The system's temporary folder as the server sees it (confined, the private ``/tmp``)."""
-    mail: Mapping[str, Any] | None = None
-    """For a server with :attr:`McpServer.mail_server`: its sandbox's mail server and
-    account (the ``auth_data``, see :meth:`klavis_emulator._mail.MailServer.auth_data`)."""
-
-
-@dataclass(frozen=True)
-class LaunchParts:
-    """A server's own command line and environment (confinement is added around it)."""
-
-    argv: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-    read_only: tuple[Path, ...] = ()
-    """Extra folders to mount read-only (beyond the server's own install)."""
-
-
-@dataclass(frozen=True)
-class McpServer:
-    """One server of the contract's enum: how it is installed and launched."""
-
-    name: str
-    install: Install
-    summary: str
-    launch: Callable[[LaunchContext], LaunchParts] | None = None
-    private_tmp: bool = False
-    """Unconfined, give the process ``TMPDIR`` in a per-sandbox folder outside the
-    workspace (confined, ``/tmp`` is a private tmpfs anyway)."""
-    needs: tuple[SystemProgram, ...] = ()
-    """Programs from the distribution it needs (missing: the URL answers 503 naming them)."""
-    network: bool = False
-    """Confined, share the emulator's network namespace (default: none at all)."""
-    mail_server: bool = False
-    """The sandbox gets a mail server of its own (IMAP + SMTP on loopback, see
-    :mod:`klavis_emulator._mail`), named in the server item's ``auth_data``; the launch
-    receives it as :attr:`LaunchContext.mail`."""
-
-    @property
-    def hosted(self) -> bool:
-        """Whether the emulator runs this server for real."""
-        return not isinstance(self.install, NotHosted)
-
-
-# ---------------------------------------------------------------------- the servers
 
 TERMINAL_ALLOWED_COMMANDS: Final[tuple[str, ...]] = (
     # files and folders
@@ -238,15 +89,15 @@ def _node(ctx: LaunchContext, *args: str, env: Mapping[str, str] | None = None) 
     return LaunchParts((str(ctx.node), str(ctx.program), *args), dict(env or {}))
 
 
-def _filesystem(ctx: LaunchContext) -> LaunchParts:
+def launch_filesystem(ctx: LaunchContext) -> LaunchParts:
     return _node(ctx, ctx.workspace)
 
 
-def _git(ctx: LaunchContext) -> LaunchParts:
+def launch_git(ctx: LaunchContext) -> LaunchParts:
     return LaunchParts((str(ctx.program), "-c", _GIT_LAUNCHER, ctx.workspace))
 
 
-def _terminal(ctx: LaunchContext) -> LaunchParts:
+def launch_terminal(ctx: LaunchContext) -> LaunchParts:
     return LaunchParts(
         (str(ctx.program),),
         {
@@ -260,7 +111,7 @@ def _terminal(ctx: LaunchContext) -> LaunchParts:
     )
 
 
-def _localmemory(ctx: LaunchContext) -> LaunchParts:
+def launch_localmemory(ctx: LaunchContext) -> LaunchParts:
     memory = f"{ctx.workspace}/{MEMORY_FILE}"
     assert ctx.node is not None
     return LaunchParts(
@@ -278,7 +129,7 @@ _CONSOLE_TO_STDERR: Final = (
 )
 
 
-def _code_runner(ctx: LaunchContext) -> LaunchParts:
+def launch_code_runner(ctx: LaunchContext) -> LaunchParts:
     # The server writes each snippet to os.tmpdir() and runs it there with the interpreter
     # of its language (node, python3, bash... whatever is on PATH), cwd the process's.
     assert ctx.node is not None
@@ -288,7 +139,7 @@ def _code_runner(ctx: LaunchContext) -> LaunchParts:
     )
 
 
-def _excel(ctx: LaunchContext) -> LaunchParts:
+def launch_excel(ctx: LaunchContext) -> LaunchParts:
     # `excel-mcp-server stdio`; EXCEL_FILES_PATH is its list of allowed folders (the
     # --allow-dir option); without it any .xlsx on the machine could be opened.
     return LaunchParts((str(ctx.program), "stdio"), {"EXCEL_FILES_PATH": ctx.workspace})
@@ -309,13 +160,13 @@ _WORD_LAUNCHER: Final = (
 )
 
 
-def _word(ctx: LaunchContext) -> LaunchParts:
+def launch_word(ctx: LaunchContext) -> LaunchParts:
     # relative document names resolve against the cwd, which is the workspace
     python = ctx.program.parent / "python"
     return LaunchParts((str(python), "-c", _WORD_LAUNCHER), {"FASTMCP_SHOW_CLI_BANNER": "false"})
 
 
-def _powerpoint(ctx: LaunchContext) -> LaunchParts:
+def launch_powerpoint(ctx: LaunchContext) -> LaunchParts:
     # `ppt_mcp_server` (stdio by default) says nothing on stdout at start (2.0.7). Relative
     # file names resolve against the cwd, the workspace; absolute ones are not restricted:
     # confined, /data is the only writable folder anyway.
@@ -340,7 +191,7 @@ _ARXIV_OFFLINE: Final = {
 }
 
 
-def _arxiv(ctx: LaunchContext) -> LaunchParts:
+def launch_arxiv(ctx: LaunchContext) -> LaunchParts:
     # arxiv-mcp-server reads --storage-path from sys.argv (default ~/.arxiv-mcp-server/papers)
     return LaunchParts(
         (str(ctx.program), "--storage-path", f"{ctx.workspace}/{ARXIV_STORAGE}"),
@@ -348,7 +199,7 @@ def _arxiv(ctx: LaunchContext) -> LaunchParts:
     )
 
 
-def _pdf_tools(ctx: LaunchContext) -> LaunchParts:
+def launch_pdf_tools(ctx: LaunchContext) -> LaunchParts:
     # --workspace_path: its tools refuse paths outside it (and it becomes the cwd);
     # --tempfile_dir: where PDFs given by URL are downloaded (default ~/.pdf_tools_temp),
     # the private temporary folder. Offline, a URL fails with a tool error.
@@ -411,7 +262,7 @@ def _module_alias_hook(specifier: str, module_source: str) -> str:
     )
 
 
-def _desktop_commander(ctx: LaunchContext) -> LaunchParts:
+def launch_desktop_commander(ctx: LaunchContext) -> LaunchParts:
     # It finds ripgrep first through @vscode/ripgrep (whose 1.18 takes rg from a per-platform
     # npm package), then `which rg`, then /usr/bin/rg...: there is no variable to name it. The
     # hook answers its `import('@vscode/ripgrep')` with the distribution's rg, so searches use
@@ -469,7 +320,7 @@ def _playwright_config() -> str:
     return json.dumps({"browser": {"browserName": "chromium", "launchOptions": launch}})
 
 
-def _playwright(ctx: LaunchContext) -> LaunchParts:
+def launch_playwright(ctx: LaunchContext) -> LaunchParts:
     # --isolated: the browser profile lives in memory (the rest in the private /tmp).
     # --no-sandbox: Chromium refuses its own sandbox when run as root ("Running as root
     # without --no-sandbox is not supported", measured with Chromium 156 unconfined and in
@@ -505,7 +356,7 @@ EMAILS_CONFIG: Final = "emails-mcp/config.json"
 to its private temporary folder (it holds the account's password: not in the workspace)."""
 
 
-def _emails(ctx: LaunchContext) -> LaunchParts:
+def launch_emails(ctx: LaunchContext) -> LaunchParts:
     # emails-mcp reads one account from --config_file (the auth_data's keys are its keys).
     # The three paths bound what its tools read and write: attachments to send, attachments
     # downloaded and exported mail, all in the workspace, beside the agent's other files.
@@ -520,200 +371,3 @@ def _emails(ctx: LaunchContext) -> LaunchParts:
          "--email_export_path", ctx.workspace),
         {"HOME": ctx.tmp},
     )  # fmt: skip
-
-
-_NOT_PACKAGED: Final = "the emulator does not package it yet (it could run offline: {})"
-
-CATALOG: Final[Mapping[str, McpServer]] = {
-    server.name: server
-    for server in (
-        McpServer(
-            "filesystem",
-            NpmPackage("@modelcontextprotocol/server-filesystem", "2026.8.31", "dist/index.js"),
-            "read, write, search files in the workspace",
-            _filesystem,
-        ),
-        McpServer(
-            "git",
-            EmulatorPython("mcp-server-git", "mcp_server_git"),
-            "git status/diff/commit/log on the workspace repository",
-            _git,
-        ),
-        McpServer(
-            "terminal",
-            OwnVenv(
-                "cli-mcp-server",
-                "0.2.5",
-                "cli-requirements.txt",
-                "cli-mcp-server",
-                why="it crashes on import under mcp 2.x, so it keeps mcp<2",
-            ),
-            "allow-listed shell commands in the workspace",
-            _terminal,
-        ),
-        McpServer(
-            "localmemory",
-            NpmPackage("@modelcontextprotocol/server-memory", "2026.8.31", "dist/index.js"),
-            f"a knowledge graph kept in <workspace>/{MEMORY_FILE}",
-            _localmemory,
-        ),
-        McpServer(
-            "code-runner",
-            NpmPackage("mcp-server-code-runner", "0.1.8", "dist/cli.js"),
-            "runs a code snippet (JavaScript, Python, shell...) and returns its output",
-            _code_runner,
-            private_tmp=True,
-        ),
-        McpServer(
-            "excel",
-            OwnVenv(
-                "excel-mcp-server",
-                "2.2.2",
-                "excel-requirements.txt",
-                "excel-mcp-server",
-                why="its pins (mcp 2.x, openpyxl) are its own, apart from the emulator's",
-            ),
-            "read and write .xlsx workbooks in the workspace",
-            _excel,
-        ),
-        McpServer(
-            "word",
-            OwnVenv(
-                "office-word-mcp-server",
-                "1.1.11",
-                "word-requirements.txt",
-                "word_mcp_server",
-                why="its pins (python-docx, fastmcp) are its own, apart from the emulator's",
-            ),
-            "create and edit .docx documents in the workspace",
-            _word,
-        ),
-        McpServer(
-            "powerpoint",
-            OwnVenv(
-                "office-powerpoint-mcp-server",
-                "2.0.7",
-                "powerpoint-requirements.txt",
-                "ppt_mcp_server",
-                why="it is written for mcp 1.x (mcp.server.fastmcp), so it keeps mcp<2",
-            ),
-            "create and edit .pptx presentations in the workspace",
-            _powerpoint,
-        ),
-        McpServer(
-            "arxiv",
-            OwnVenv(
-                "arxiv-mcp-server",
-                "0.8.2",
-                "arxiv-requirements.txt",
-                "arxiv-mcp-server",
-                why="it keeps mcp<2 and pymupdf4llm<1 (its PDF-to-markdown converter)",
-            ),
-            f"papers kept in <workspace>/{ARXIV_STORAGE}: list and read them (search and "
-            "download need arxiv.org: offline, a tool error)",
-            _arxiv,
-        ),
-        McpServer(
-            "pdf-tools",
-            OwnVenv(
-                "pdf-tools-mcp",
-                "0.1.4",
-                "pdf-tools-requirements.txt",
-                "pdf-tools-mcp",
-                why="it needs Python 3.12 or newer and mcp<2",
-                min_python=(3, 12),
-            ),
-            "read, search, merge and split PDF files in the workspace",
-            _pdf_tools,
-            private_tmp=True,
-        ),
-        McpServer(
-            "desktop-commander",
-            NpmPackage("@wonderwhy-er/desktop-commander", "0.2.52", "dist/index.js"),
-            "terminal sessions, processes, file editing and ripgrep search in the workspace",
-            _desktop_commander,
-            private_tmp=True,
-            needs=(RIPGREP,),
-        ),
-        McpServer(
-            "playwright",
-            NpmPackage("@playwright/mcp", "0.0.83", "cli.js"),
-            "a headless Chromium: open pages, read them, click, fill forms, save "
-            f"screenshots and PDFs (automatically named ones in <workspace>/"
-            f"{PLAYWRIGHT_OUTPUT})",
-            _playwright,
-            private_tmp=True,
-            needs=(CHROMIUM,),
-            # Pages on loopback (a site the test or the agent serves) must load: the server
-            # shares the emulator's network namespace; the Chromium flags above keep the
-            # browser from calling Google's hosts of its own accord.
-            network=True,
-        ),
-        McpServer(
-            "code-executor",
-            NotHosted(
-                "the service's code executor runs code in an execution environment the "
-                "service provisions (with package installs from the network); there is no "
-                "package to install offline. Run code with POST "
-                "/local-sandbox/{id}/execute or the code-runner server instead"
-            ),
-            "runs code in a provisioned environment",
-        ),
-        McpServer(
-            "google_cloud",
-            NotHosted(
-                "it calls Google Cloud APIs (BigQuery, Cloud Storage, Logging...), which "
-                "need the network and a Google Cloud project with credentials"
-            ),
-            "Google Cloud project resources",
-        ),
-        McpServer(
-            # The service runs Klavis's fork of Toolathlon's emails server (HTTP, the account
-            # given per request in a header), which is in no registry; this is the PyPI release
-            # it derives from, with the same 25 tools, over stdio: one process per account
-            # (the sandbox's, or one an x-email-config header chose, see _mcp_host). Poste.io
-            # is replaced by a mail server per sandbox (Dovecot + aiosmtpd, see _mail).
-            "poste_email_toolathlon",
-            OwnVenv(
-                "emails-mcp",
-                "0.1.12",
-                "emails-requirements.txt",
-                "emails-mcp",
-                why="it needs Python 3.12 or newer and is written for mcp 1.x",
-                min_python=(3, 12),
-            ),
-            "e-mail (IMAP/SMTP) of the sandbox's account on a mail server of its own",
-            _emails,
-            private_tmp=True,
-            needs=(DOVECOT,),
-            network=True,
-            mail_server=True,
-        ),
-        McpServer(
-            "canvas",
-            NotHosted(
-                "it calls the REST API of a Canvas LMS instance (with an API token), "
-                "which the service deploys and the emulator does not have"
-            ),
-            "Canvas LMS courses, assignments, users",
-        ),
-    )
-}
-"""Every server of the contract's enum, by name (the hosted ones first)."""
-
-HOSTED_SERVERS: Final[tuple[str, ...]] = tuple(
-    name for name, server in CATALOG.items() if server.hosted
-)
-"""The servers the emulator runs for real (the catalog's hosted entries, in order)."""
-
-
-def server_entry(name: str) -> McpServer:
-    """The catalog entry of ``name``.
-
-    Raises:
-        ValueError: ``name`` is not a server of the contract's enum.
-    """
-    try:
-        return CATALOG[name]
-    except KeyError:
-        raise ValueError(f"{name!r} is not an MCP server of the contract") from None

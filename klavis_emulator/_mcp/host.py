@@ -5,19 +5,16 @@ service. :class:`McpHost` is the ASGI app mounted at ``/{server}/mcp`` that serv
 URLs: it checks the sandbox id against the registry of live sandboxes (404 for an unknown
 or released one, whatever the tenant: the URL carries only the id), checks that the
 sandbox holds the server (404), answers 501 for servers of the contract's enum that the
-emulator does not run (saying why, from :mod:`klavis_emulator._mcp_catalog`) and 503 for a
+emulator does not run (saying why, from :mod:`klavis_emulator._mcp.catalog`) and 503 for a
 hosted server that is not installed on this machine (naming the missing piece and the fix).
 For the hosted servers it starts the real stdio server over the sandbox's workspace on the
-first request (see :mod:`klavis_emulator._mcp_launch`) and bridges it with a fastmcp proxy,
-one per sandbox and server, reused by later sessions. A server with a mail server
-(``poste_email_toolathlon``) gets its sandbox's :class:`~klavis_emulator._mail.MailServer`:
-chosen at acquire (its ports and account go into the server item's ``auth_data``), started
-before the MCP server (or by the data endpoints, :meth:`McpHost.with_mail`), stopped on
-release, emptied on reset; an ``x-email-config`` header picks another account, with an MCP
-server process of its own.
+first request (see :mod:`klavis_emulator._mcp.launch`) and bridges it with a fastmcp proxy,
+one per sandbox and server, reused by later sessions (:mod:`.backend`). A server with a
+mail server (``poste_email_toolathlon``) gets its sandbox's (:mod:`.mail_servers`); an
+``x-email-config`` header picks another account, with an MCP server process of its own.
 
 Lifecycle: each proxy app's lifespan runs in its own task of the host's task group (opened
-by the parent app's lifespan, see :func:`install_mcp`). A server is stopped when its
+by the parent app's lifespan, see :func:`~.mount.install_mcp`). A server is stopped when its
 sandbox is released or expires (through the state's listener hook, with a periodic sweep
 and a check on every request as a backstop), and every server is stopped when the emulator
 shuts down. A reset stops the sandbox's server processes and holds its MCP requests
@@ -28,7 +25,7 @@ group; with bubblewrap each runs in a PID namespace of its own, and everything i
 ends with it (and with the emulator if it is killed).
 
 ``klavis-emulator setup`` installs the npm and venv parts
-(:func:`~klavis_emulator._mcp_setup.setup_mcp_servers`).
+(:func:`~klavis_emulator._mcp.setup.setup_mcp_servers`).
 """
 
 from __future__ import annotations
@@ -37,11 +34,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import imaplib
 import json
 import logging
 import os
-import re
 import shutil
 import threading
 import time
@@ -49,120 +44,36 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final
 from urllib.parse import parse_qs
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from ._bwrap import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
-from ._mail import MailError, MailServer, find_lda
-from ._mail_data import MailDocumentError, load_mail
-from ._mail_rules import MailAccount
-from ._mcp_catalog import CATALOG, DOVECOT, HOSTED_SERVERS, NotHosted
-from ._mcp_launch import DEFAULT_COMMAND_TIMEOUT, LaunchSpec, launch_spec
-from ._mcp_setup import McpToolPaths, find_tools
-from ._state import LOCAL_SERVER_NAMES, EmulatorError, EmulatorState, SandboxRecord
+from .._exec import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
+from .._mail import MailAccount
+from .._state import LOCAL_SERVER_NAMES, EmulatorState
+from .backend import Backend, Key, Refusal, forward_once, live_record
+from .catalog import CATALOG, HOSTED_SERVERS
+from .kinds import NotHosted
+from .launch import DEFAULT_COMMAND_TIMEOUT, launch_spec
+from .mail_servers import SandboxMail
+from .setup import McpToolPaths, find_tools
 
-if TYPE_CHECKING:
-    from fastapi import FastAPI
-
-__all__ = ["McpHost", "install_mcp"]
+__all__ = ["SERVER_PARAM", "McpHost"]
 
 logger = logging.getLogger("klavis_emulator.mcp")
 
-_MCP_PATH_RE: Final = re.compile(r"^/([A-Za-z0-9_.-]+)/mcp$")
-_SERVER_PARAM: Final = "mcp_server"
-_Key = tuple[str, str, str]
-"""(sandbox id, server name, account): the account is "" for the sandbox's own, else the
-JSON of the :class:`MailAccount` a request chose (``x-email-config``, mail servers only)."""
+SERVER_PARAM: Final = "mcp_server"
+"""The path parameter of the mount (``/{mcp_server}/mcp``) naming the server."""
 _ACCOUNT_HEADER: Final = b"x-email-config"
-_T = TypeVar("_T")
-
-
-class _Backend:
-    """One stdio server of one sandbox, behind its own fastmcp proxy app."""
-
-    def __init__(
-        self,
-        key: _Key,
-        spec: LaunchSpec,
-        log_file: Path,
-        tmp_dir: Path | None = None,
-    ) -> None:
-        from fastmcp.client.transports import StdioTransport
-        from fastmcp.server import create_proxy
-        from fastmcp.server.providers.proxy import ProxyClient
-
-        self.key = key
-        self.spec = spec
-        self.log_file = log_file
-        self.tmp_dir = tmp_dir
-        self.transport = StdioTransport(
-            spec.command,
-            list(spec.args),
-            env=dict(spec.env),
-            cwd=spec.cwd,
-            keep_alive=True,
-            log_file=log_file,
-        )
-        # roots=None: otherwise the filesystem server swaps its allowed directories for
-        # the client's roots; mode="legacy" pins the protocol era of the shared session.
-        client: ProxyClient[Any] = ProxyClient(self.transport, roots=None, mode="legacy")
-        proxy = create_proxy(client, name=f"klavis-emulator-{key[1]}")
-        self.app: Any = proxy.http_app(path="/")
-        self.stopping = anyio.Event()
-        self.stopped = anyio.Event()
-        self.stopped_callback: Callable[[_Backend], None] | None = None
-        self.restart_lock = anyio.Lock()
-
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        """Run the proxy app's lifespan until :attr:`stopping` is set, then stop the server."""
-        try:
-            async with self.app.router.lifespan_context(self.app):
-                task_status.started()
-                await self.stopping.wait()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._close_transport()
-                if logger.isEnabledFor(logging.DEBUG):
-                    logger.debug(
-                        "%s server of %s said: %s", self.key[1], self.key[0], self.log_tail()
-                    )
-                with contextlib.suppress(OSError):
-                    self.log_file.unlink()
-                if self.tmp_dir is not None:
-                    shutil.rmtree(self.tmp_dir, ignore_errors=True)
-                self.stopped.set()
-                if self.stopped_callback is not None:
-                    self.stopped_callback(self)
-
-    async def _close_transport(self) -> None:
-        try:
-            await self.transport.close()  # type: ignore[no-untyped-call]
-        except Exception:  # noqa: BLE001 - a dying server must not break the shutdown
-            logger.warning("stopping the %s server of %s failed", self.key[1], self.key[0])
-
-    async def stop_process(self) -> None:
-        """Stop the server process (and, confined, everything it started); the proxy stays,
-        and the next request starts a fresh process."""
-        async with self.restart_lock:
-            await self._close_transport()
-
-    def log_tail(self, limit: int = 600) -> str:
-        """The end of the server's stderr (for error messages)."""
-        try:
-            text = self.log_file.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return text.strip()[-limit:]
 
 
 class McpHost:
-    """Serves each sandbox's hosted MCP servers; mount it with :func:`install_mcp`.
+    """Serves each sandbox's hosted MCP servers; mount it with :func:`~.mount.install_mcp`.
 
     Args:
         state: the emulator state (its registry of live sandboxes and their workspaces).
@@ -170,7 +81,7 @@ class McpHost:
             default) follows the emulator's one decision, made when the state was built
             (``state.run_settings.confinement``: ``confine_executions``, ``--no-confine``,
             ``$KLAVIS_EMULATOR_CONFINE``); True requires bubblewrap
-            (:class:`~klavis_emulator._bwrap.ConfinementError` when the host starts
+            (:class:`~klavis_emulator._exec.confinement.ConfinementError` when the host starts
             serving if it is missing or fails); False never confines.
         tools_dir: where :func:`setup_mcp_servers` installed the tools (default: the
             per-user cache dir or ``$KLAVIS_EMULATOR_TOOLS_DIR``).
@@ -206,9 +117,9 @@ class McpHost:
         self.start_at_acquire = start_at_acquire
         self._warming: dict[str, asyncio.Future[None]] = {}
         self._resetting: dict[str, asyncio.Event] = {}  # held requests wait on these
-        self._backends: dict[_Key, _Backend] = {}
-        self._alive: set[_Backend] = set()  # started and not yet stopped, listed or not
-        self._starting: dict[_Key, anyio.Lock] = {}
+        self._backends: dict[Key, Backend] = {}
+        self._alive: set[Backend] = set()  # started and not yet stopped, listed or not
+        self._starting: dict[Key, anyio.Lock] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -217,9 +128,7 @@ class McpHost:
         self._confinement: Confinement | None = None
         self._logs = state.data_dir / "mcp-logs"
         self._tmp = state.data_dir / "mcp-tmp"  # unconfined servers' private TMPDIRs
-        self._mail: dict[str, MailServer] = {}  # by sandbox id (see _mail.py)
-        self._mail_lock = threading.Lock()
-        self._mail_closed = False  # after shutdown no mail server is made (nothing would stop it)
+        self.mail = SandboxMail(state, lambda: self.tools(), self.stop)  # tools: patchable
 
     def __repr__(self) -> str:
         known = None if self._confinement is None else self._confinement.enabled
@@ -269,8 +178,7 @@ class McpHost:
         if self._task_group is not None:
             raise RuntimeError("this McpHost is already serving")
         self._closing = False
-        with self._mail_lock:
-            self._mail_closed = False
+        self.mail.open()
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         await anyio.to_thread.run_sync(self._prepare)
@@ -293,7 +201,7 @@ class McpHost:
                     sweeper.cancel()
                     self._stop_all()
         finally:
-            await anyio.to_thread.run_sync(self._stop_all_mail)
+            await anyio.to_thread.run_sync(self.mail.stop_all)
             self._task_group = None
             self._loop = None
             self._loop_thread = None
@@ -330,141 +238,9 @@ class McpHost:
                 del self._starting[key]
 
         self._in_loop(stop_now)
-        with self._mail_lock:
-            mail = self._mail.pop(sandbox_id, None)
+        mail = self.mail.pop(sandbox_id)
         if mail is not None:  # its processes end shortly after (not a daemon: even at exit)
             threading.Thread(target=mail.stop, name="mail-stop").start()
-
-    # ------------------------------------------------------------------ mail servers
-
-    def provision(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
-        """Choose the mail server of a just-acquired sandbox that holds a server with one
-        (its ports and account, in the server item's ``auth_data`` before acquire answers);
-        its processes start with the sandbox's servers. Extra arguments are ignored
-        (listener hook)."""
-        record = _live_record(self.state, sandbox_id)
-        if record is not None:
-            self._mail_for(record)
-
-    def _mail_for(self, record: SandboxRecord) -> MailServer | None:
-        """The sandbox's mail server (made if needed, not started), or None when it holds
-        no server with one or Dovecot is missing (the request answers 503 then)."""
-        servers = [name for name in record.server_names if CATALOG[name].mail_server]
-        if not servers:
-            return None
-        with self._mail_lock:
-            if self._mail_closed:
-                return None
-            mail = self._mail.get(record.id)
-            if mail is None:
-                dovecot = self.tools().system.get(DOVECOT.key)
-                lda = find_lda(dovecot) if dovecot is not None else None
-                if dovecot is None or lda is None:
-                    return None
-                mail = MailServer(MailAccount.for_sandbox(record.test_account_email), dovecot, lda)
-                self._mail[record.id] = mail
-                made = True
-            else:
-                made = False
-        if made and _live_record(self.state, record.id) is None:
-            # released after the caller looked: its stop() may have run before this server
-            # was registered, so nothing else would ever stop it
-            self.stop(record.id)
-            return None
-        for server in servers:
-            self.state.set_auth_data(record.id, server, mail.auth_data())
-        return mail
-
-    def _start_mail(self, sandbox_id: str, server: str, account: str) -> dict[str, object]:
-        """Start the sandbox's mail server (blocking); the server's configuration: its
-        ``auth_data``, with the ``account`` a request chose (JSON) if any."""
-        record = _live_record(self.state, sandbox_id)
-        if record is None:
-            raise _Refusal(404, f"Local sandbox {sandbox_id!r} was released.")
-        mail = self._mail_for(record)
-        if mail is None:
-            raise _Refusal(503, f"The mail server of the {server!r} server is not installed.")
-        try:
-            mail.start()
-            self._load_stored(record, mail)
-        except (MailError, MailDocumentError, imaplib.IMAP4.error, OSError) as exc:
-            raise _Refusal(
-                503, f"The mail server of the {server!r} MCP server did not start: {exc}"
-            ) from exc
-        self._mail_for(record)  # the IMAP port may have changed (taken meanwhile)
-        config = mail.auth_data()
-        if account:  # the header's password is checked, never given to Dovecot (see _mail)
-            chosen = MailAccount(**json.loads(account))
-            password = mail.login_password(chosen)
-            config.update(email=chosen.email, password=password, name=chosen.name)
-        return config
-
-    def with_mail(
-        self,
-        sandbox_id: str,
-        server: str,
-        work: Callable[[MailServer], _T],
-        *,
-        load_stored: bool = True,
-    ) -> _T:
-        """Run ``work`` (blocking) on the sandbox's mail server, made if needed (``work``
-        starts it: the data endpoints need it running even before the sandbox's servers
-        started); the server item's ``auth_data`` follows its ports afterwards. First the
-        stored document is loaded into mailboxes that do not hold it yet (``load_stored``,
-        see :meth:`_load_stored`).
-
-        Raises:
-            MailError: Dovecot is missing (the message names its package), the mail server
-                did not start, or the sandbox was released meanwhile.
-        """
-        record = _live_record(self.state, sandbox_id)
-        if record is None:
-            raise MailError(f"Local sandbox {sandbox_id!r} was released.")
-        mail = self._mail_for(record)
-        if mail is None:  # Dovecot missing (or the sandbox released right now)
-            raise MailError(
-                f"The emulator hosts the {server!r} server's mail server with Dovecot, which "
-                f"is not installed: install the distribution's package, e.g. "
-                f"`apt-get install {DOVECOT.apt}`."
-            )
-        try:
-            if load_stored:
-                self._load_stored(record, mail)
-            return work(mail)
-        finally:
-            if _live_record(self.state, sandbox_id) is not None:
-                self._mail_for(record)  # the IMAP port may have changed (taken meanwhile)
-
-    def _load_stored(self, record: SandboxRecord, mail: MailServer) -> None:
-        """Load the sandbox's stored mail document (the last ``initialize``, or its
-        benchmark pack's) into mailboxes that do not hold it yet: made by this emulator
-        process (mail does not outlive it) or emptied by a reset. Starts the server."""
-        with mail.lock:
-            if mail.loaded:
-                return
-            for server in record.server_names:
-                if CATALOG[server].mail_server:
-                    try:
-                        document = self.state.dump_server_data(record.tenant, record.id, server)
-                    except EmulatorError:  # released meanwhile
-                        return
-                    if document is not None:
-                        load_mail(mail, document)
-            mail.loaded = True
-
-    def mail_pids(self, sandbox_id: str) -> tuple[int, ...]:
-        """The process ids of the sandbox's mail server (none when it has none running)."""
-        with self._mail_lock:
-            mail = self._mail.get(sandbox_id)
-        return () if mail is None else mail.pids
-
-    def _stop_all_mail(self) -> None:
-        with self._mail_lock:
-            self._mail_closed = True
-            servers = list(self._mail.values())
-            self._mail.clear()
-        for mail in servers:
-            mail.stop()
 
     def warm(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
         """Start the sandbox's hosted, installed servers in the background; safe from any
@@ -490,7 +266,7 @@ class McpHost:
         self._in_loop(warm_now)
 
     async def _warm(self, sandbox_id: str) -> None:
-        record = await anyio.to_thread.run_sync(_live_record, self.state, sandbox_id)
+        record = await anyio.to_thread.run_sync(live_record, self.state, sandbox_id)
         if record is None:
             return
         tools = self.tools()
@@ -506,7 +282,7 @@ class McpHost:
                 await self._not_resetting(sandbox_id)
                 async with self._starting.setdefault(key, anyio.Lock()):
                     await self._ensure_backend(key)
-            except _Refusal as refusal:  # released meanwhile, or the host is stopping
+            except Refusal as refusal:  # released meanwhile, or the host is stopping
                 logger.debug("MCP %s of sandbox %s not started: %s", server, sandbox_id, refusal)
             except Exception:
                 logger.exception("MCP %s of sandbox %s failed to start", server, sandbox_id)
@@ -554,8 +330,7 @@ class McpHost:
         its held MCP requests go on, and its servers start in the background (as at acquire).
         Blocks like :meth:`halt`. Extra arguments are ignored (listener hook)."""
         try:
-            with self._mail_lock:
-                mail = self._mail.get(sandbox_id)
+            mail = self.mail.get(sandbox_id)
             if mail is not None:  # the service resets its servers' data: the mailboxes too
                 mail.clear()
         finally:  # a mail server that fails to empty must not keep the servers held
@@ -637,7 +412,7 @@ class McpHost:
         with contextlib.suppress(TimeoutError, concurrent.futures.TimeoutError):
             future.result(wait)
 
-    def _stop_all(self) -> list[_Backend]:
+    def _stop_all(self) -> list[Backend]:
         """Tell every backend to stop (in the loop's thread); return them."""
         backends = list(self._alive)
         self._backends.clear()
@@ -648,7 +423,7 @@ class McpHost:
     async def sweep(self) -> None:
         """Stop the servers of sandboxes that are no longer live (expired TTL, released)."""
         for sandbox_id in {key[0] for key in self._backends}:
-            record = await anyio.to_thread.run_sync(_live_record, self.state, sandbox_id)
+            record = await anyio.to_thread.run_sync(live_record, self.state, sandbox_id)
             if record is None:
                 self.stop(sandbox_id)
 
@@ -660,17 +435,17 @@ class McpHost:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
             return
-        server = str(scope.get("path_params", {}).get(_SERVER_PARAM, ""))
+        server = str(scope.get("path_params", {}).get(SERVER_PARAM, ""))
         try:
             backend = await self._backend_for(server, scope)
-        except _Refusal as refusal:
+        except Refusal as refusal:
             await JSONResponse(refusal.body(), status_code=refusal.status)(scope, receive, send)
             return
-        await _forward_once(backend.app, scope, receive, send)
+        await forward_once(backend.app, scope, receive, send)
 
-    async def _backend_for(self, server: str, scope: Scope) -> _Backend:
+    async def _backend_for(self, server: str, scope: Scope) -> Backend:
         if server not in LOCAL_SERVER_NAMES:
-            raise _Refusal(
+            raise Refusal(
                 404,
                 f"There is no MCP server called {server[:80]!r} (known: "
                 f"{', '.join(LOCAL_SERVER_NAMES)}).",
@@ -678,61 +453,61 @@ class McpHost:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         ids = query.get("local_sandbox_id", [])
         if not ids or not ids[0]:
-            raise _Refusal(
+            raise Refusal(
                 400, "The MCP URL needs the query parameter local_sandbox_id=<sandbox id>."
             )
         sandbox_id = ids[0]
-        record = await anyio.to_thread.run_sync(_live_record, self.state, sandbox_id)
+        record = await anyio.to_thread.run_sync(live_record, self.state, sandbox_id)
         if record is None:
             if any(key[0] == sandbox_id for key in self._backends):
                 self.stop(sandbox_id)  # gone without us hearing of it: reap its servers
             shown = sandbox_id if len(sandbox_id) <= 80 else sandbox_id[:80] + "..."
-            raise _Refusal(
+            raise Refusal(
                 404,
                 f"Local sandbox {shown!r} not found: it does not exist or was released, so "
                 "its MCP servers are gone.",
             )
         if server not in record.server_names:
-            raise _Refusal(
+            raise Refusal(
                 404,
                 f"Local sandbox {sandbox_id} does not hold the {server!r} server (it holds: "
                 f"{', '.join(record.server_names)}).",
             )
         install = CATALOG[server].install
         if isinstance(install, NotHosted):
-            raise _Refusal(
+            raise Refusal(
                 501,
                 f"The emulator does not host the {server!r} MCP server: {install.reason}. "
                 f"Only {', '.join(HOSTED_SERVERS)} run for real here; use the Klavis "
                 "service for the others.",
             )
         if self._task_group is None or self._closing:
-            raise _Refusal(503, "The emulator's MCP host is not running (starting or stopping).")
+            raise Refusal(503, "The emulator's MCP host is not running (starting or stopping).")
         key = (sandbox_id, server, _chosen_account(scope) if CATALOG[server].mail_server else "")
         await self._not_resetting(sandbox_id)
         lock = self._starting.setdefault(key, anyio.Lock())
         async with lock:
             return await self._ensure_backend(key)
 
-    async def _ensure_backend(self, key: _Key) -> _Backend:
+    async def _ensure_backend(self, key: Key) -> Backend:
         sandbox_id, server, account = key
         workspace_path = self.state.workspace_path(sandbox_id)
         if not workspace_path.is_dir():
-            raise _Refusal(404, f"Local sandbox {sandbox_id!r} was released.")
+            raise Refusal(404, f"Local sandbox {sandbox_id!r} was released.")
         backend = self._backends.get(key)
         if backend is not None:
             return backend
         tools = self.tools()
         problem = tools.missing(server)
         if problem is not None:
-            raise _Refusal(
+            raise Refusal(
                 503,
                 f"The emulator hosts the {server!r} MCP server, but it is not installed on "
                 f"this machine: {problem}",
             )
         mail = None
         if CATALOG[server].mail_server:
-            mail = await anyio.to_thread.run_sync(self._start_mail, sandbox_id, server, account)
+            mail = await anyio.to_thread.run_sync(self.mail.start, sandbox_id, server, account)
         tmp_dir: Path | None = None  # confined, /tmp is a private tmpfs already
         if not self.confined and CATALOG[server].private_tmp:
             tmp_dir = self._tmp / f"{sandbox_id}-{server}-{uuid.uuid4().hex[:8]}"
@@ -749,10 +524,10 @@ class McpHost:
         self._logs.mkdir(parents=True, exist_ok=True)
         log_file = self._logs / f"{sandbox_id}-{server}-{uuid.uuid4().hex[:8]}.log"
         started = time.monotonic()
-        backend = _Backend(key, spec, log_file, tmp_dir)
+        backend = Backend(key, spec, log_file, tmp_dir)
         group = self._task_group
         if group is None or self._closing:
-            raise _Refusal(503, "The emulator's MCP host is stopping.")
+            raise Refusal(503, "The emulator's MCP host is stopping.")
         self._alive.add(backend)
         backend.stopped_callback = self._alive.discard
         with anyio.fail_after(self._startup_timeout):
@@ -760,10 +535,10 @@ class McpHost:
         # the sandbox may have been released, or the host told to stop, meanwhile
         if self._closing:
             backend.stopping.set()
-            raise _Refusal(503, "The emulator's MCP host is stopping.")
-        if await anyio.to_thread.run_sync(_live_record, self.state, sandbox_id) is None:
+            raise Refusal(503, "The emulator's MCP host is stopping.")
+        if await anyio.to_thread.run_sync(live_record, self.state, sandbox_id) is None:
             backend.stopping.set()
-            raise _Refusal(404, f"Local sandbox {sandbox_id!r} was released.")
+            raise Refusal(404, f"Local sandbox {sandbox_id!r} was released.")
         self._backends[key] = backend
         logger.info(
             "MCP %s proxy for sandbox %s ready in %.0f ms (%s)",
@@ -773,28 +548,6 @@ class McpHost:
             "confined at /data" if spec.confined else "unconfined",
         )
         return backend
-
-
-class _Refusal(Exception):
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-
-    def body(self) -> dict[str, Any]:
-        """The answer: a JSON-RPC error carrying the reason, beside the API's ``detail``.
-
-        MCP clients read a JSON-RPC error in a non-2xx answer and raise it with its message
-        (the official SDK 2.x does); with the API's ``{"detail": ...}`` alone they raised
-        "Server returned an error response", and a harness never learnt why. -32000 is the
-        JSON-RPC range for errors a server defines; ``id`` is null since the request's was
-        not read (clients put their own back)."""
-        return {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {"code": -32000, "message": self.detail},
-            "detail": self.detail,
-        }
 
 
 def _chosen_account(scope: Scope) -> str:
@@ -808,111 +561,6 @@ def _chosen_account(scope: Scope) -> str:
             try:
                 chosen = MailAccount.from_header(value.decode("latin-1"))
             except ValueError as exc:
-                raise _Refusal(400, str(exc)) from None
+                raise Refusal(400, str(exc)) from None
             return json.dumps(dataclasses.asdict(chosen))
     return ""
-
-
-def _live_record(state: EmulatorState, sandbox_id: str) -> SandboxRecord | None:
-    """The live sandbox with this id, whoever owns it (the MCP URL carries only the id).
-
-    Expired sandboxes are released first, as every state operation does.
-    """
-    try:
-        canonical = str(uuid.UUID(sandbox_id))
-    except ValueError:
-        return None
-    if canonical != sandbox_id:
-        return None
-    return state.find_live(sandbox_id)
-
-
-async def _forward_once(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-    """Call ``app``, letting through one complete response.
-
-    When a client gives up mid-request, or a proxy stops under an open stream, the MCP
-    SDK's server may try to answer a second time (a 500 after the stream it already sent)
-    or end without finishing its answer; uvicorn would log an error for each. The second
-    answer is dropped, and an unfinished one is finished.
-    """
-    started = False
-    finished = False
-    spoiled = False
-
-    async def send_once(message: Message) -> None:
-        nonlocal started, finished, spoiled
-        if spoiled or finished:
-            return
-        if message["type"] == "http.response.start":
-            if started:
-                spoiled = True
-                return
-            started = True
-        elif message["type"] == "http.response.body" and not message.get("more_body", False):
-            finished = True
-        await send(message)
-
-    try:
-        await app(scope, receive, send_once)
-    except Exception:
-        if not started:
-            raise
-        logger.debug("an MCP request failed after its answer had started", exc_info=True)
-    if started and not finished:
-        with contextlib.suppress(Exception):  # the client may be gone already
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-class _TrailingSlash:
-    """Serve ``/<server>/mcp`` as ``/<server>/mcp/`` instead of answering a 307 redirect."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            match = _MCP_PATH_RE.match(scope["path"])
-            if match is not None and match[1] in LOCAL_SERVER_NAMES:
-                scope = dict(scope)
-                scope["path"] = scope["path"] + "/"
-                raw = scope.get("raw_path")
-                if isinstance(raw, bytes):
-                    scope["raw_path"] = raw.split(b"?", 1)[0] + b"/"
-        await self.app(scope, receive, send)
-
-
-def install_mcp(
-    app: FastAPI,
-    state: EmulatorState | None = None,
-    **options: Any,
-) -> McpHost:
-    """Serve the real MCP servers on ``app`` at ``/{server}/mcp`` and return the host.
-
-    Call it on the app from ``create_app`` before it starts serving: it mounts the host,
-    adds the ``/x/mcp`` -> ``/x/mcp/`` rewrite, runs the host inside the app's lifespan
-    (the host stops before the state closes), and subscribes the host to the state's
-    listener hook (release, TTL expiry, reset). ``options`` go to :class:`McpHost`. The host is
-    also kept as ``app.state.mcp``.
-    """
-    emulator: EmulatorState = state if state is not None else app.state.emulator
-    host = McpHost(emulator, **options)
-    app.mount(f"/{{{_SERVER_PARAM}}}/mcp", host, name="mcp")
-    app.add_middleware(_TrailingSlash)
-
-    original = app.router.lifespan_context
-
-    @asynccontextmanager
-    async def lifespan(parent: Any) -> AsyncIterator[Any]:
-        async with original(parent) as value, host.serving():
-            yield value
-
-    app.router.lifespan_context = lifespan
-    emulator.add_listener(on_acquired=host.provision)  # before acquire answers: auth_data
-    emulator.add_listener(
-        on_gone=host.stop,
-        on_resetting=host.halt,
-        on_reset=host.restart,
-        on_acquired=host.warm if host.start_at_acquire else None,
-    )
-    app.state.mcp = host
-    return host

@@ -1,8 +1,8 @@
 """The rules of a sandbox's mail: its accounts and their passwords, and its limits.
 
-Used by the mail server (:mod:`._mail`), its SMTP half (:mod:`._mail_smtp`), the data
-endpoints (:mod:`._mail_data`, :mod:`._mail_read`) and the contract's document checks
-(:mod:`._server_data`).
+Used by the mail server (:mod:`.server`), its SMTP half (:mod:`.smtp`), the data
+endpoints (:mod:`.data`, :mod:`.read`) and the contract's document checks
+(:mod:`.._server_data`).
 
 Who can read a sandbox's mail. Its SMTP port takes mail from any loopback process without
 a login (the emails server never logs in), and processes of other sandboxes can reach it

@@ -1,6 +1,6 @@
 """Installing and finding the real MCP servers the emulator hosts (no FastAPI, no fastmcp here).
 
-Generic over :data:`~klavis_emulator._mcp_catalog.CATALOG`, by install kind:
+Generic over :data:`~klavis_emulator._mcp.catalog.CATALOG`, by install kind:
 
 - npm packages (filesystem, localmemory, code-runner, desktop-commander, playwright): pinned by
   ``mcp_servers/package.json`` + ``package-lock.json`` beside this module, all installed by
@@ -56,16 +56,8 @@ from typing import Final
 
 import platformdirs
 
-from ._mcp_catalog import (
-    CATALOG,
-    HOSTED_SERVERS,
-    EmulatorPython,
-    McpServer,
-    NotHosted,
-    NpmPackage,
-    OwnVenv,
-    server_entry,
-)
+from .catalog import CATALOG, HOSTED_SERVERS, server_entry
+from .kinds import EmulatorPython, McpServer, NotHosted, NpmPackage, OwnVenv
 
 __all__ = [
     "TOOLS_DIR_ENV",
@@ -82,7 +74,7 @@ __all__ = [
 
 TOOLS_DIR_ENV: Final = "KLAVIS_EMULATOR_TOOLS_DIR"
 
-PACKAGE_DIR: Final = Path(__file__).resolve().parent / "mcp_servers"
+PACKAGE_DIR: Final = Path(__file__).resolve().parent.parent / "mcp_servers"
 _DONE_MARKER: Final = ".klavis-emulator-ok"
 _SETUP_FIX: Final = "run `klavis-emulator setup` (or `python -m klavis_emulator setup`)"
 
@@ -258,7 +250,7 @@ class McpToolPaths:
     """Server name -> its program: the npm package's entry script (run with ``node``), the
     console script in its own venv, or the emulator's interpreter."""
     system: Mapping[str, Path] = field(default_factory=dict)
-    """:class:`~klavis_emulator._mcp_catalog.SystemProgram` key -> where it was found."""
+    """:class:`~klavis_emulator._mcp.catalog.SystemProgram` key -> where it was found."""
 
     def program(self, server: str) -> Path | None:
         """The program of ``server``, or None when it is not installed here."""
@@ -268,7 +260,7 @@ class McpToolPaths:
         """Why ``server`` cannot start here (a sentence naming the fix), or None if it can.
 
         None as well for servers the emulator does not host (see
-        :attr:`~klavis_emulator._mcp_catalog.NotHosted.reason` for those).
+        :attr:`~klavis_emulator._mcp.catalog.NotHosted.reason` for those).
         """
         outside = self.missing_outside(server)
         if outside is not None:

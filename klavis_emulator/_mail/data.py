@@ -1,7 +1,8 @@
 """The ``poste_email_toolathlon`` data endpoints on a sandbox's real mail server.
 
 ``initialize`` turns the contract's document (``users: {address: {emails: [...]}}``) into
-mailboxes: each user becomes an account of the sandbox's :class:`~klavis_emulator._mail.MailServer`
+mailboxes: each user becomes an account of the sandbox's
+:class:`~klavis_emulator._mail.server.MailServer`
 and each message is appended over IMAP (Python's :mod:`imaplib`) to its folder, with
 ``\\Seen`` for ``is_read`` and ``\\Flagged`` for ``is_important``, built with
 :class:`email.message.EmailMessage`. ``dump`` reads every account's folders back over IMAP
@@ -14,7 +15,7 @@ Choices (the contract leaves them open):
   documents of the other servers are replaced whole); the accounts are then the sandbox's
   own, those an ``x-email-config`` header chose, and the users the document names;
 - an account the document names that did not exist gets a random password (no other
-  tenant can guess it; see :mod:`klavis_emulator._mail`); the sandbox's own account
+  tenant can guess it; see :mod:`klavis_emulator._mail.server`); the sandbox's own account
   (``auth_data``) and chosen accounts keep theirs;
 - the server assigns ``email_id`` (the message's IMAP UID in its folder; a given one is
   ignored); a header the document leaves out (``date``, ``message_id``...) stays out, as
@@ -23,10 +24,10 @@ Choices (the contract leaves them open):
   base64-encoded so they come back byte for byte.
 
 Bounds: a document's messages are built one at a time, twice (once to measure them all
-before anything is written: each at most :data:`~klavis_emulator._mail_rules.MAX_MESSAGE_BYTES`,
-in all at most :data:`~klavis_emulator._mail_rules.MAX_MAIL_BYTES`, else 422; once to append
+before anything is written: each at most :data:`~klavis_emulator._mail.rules.MAX_MESSAGE_BYTES`,
+in all at most :data:`~klavis_emulator._mail.rules.MAX_MAIL_BYTES`, else 422; once to append
 them), so initialize holds one message at a time, never the document's mail. ``dump``
-reads the messages a few bounded pieces at a time (:mod:`klavis_emulator._mail_read`:
+reads the messages a few bounded pieces at a time (:mod:`klavis_emulator._mail.read`:
 Dovecot parses them) and writes the JSON answer to an unlinked temporary file as it goes
 (long strings and bodies in slices), which the route then streams: the emulator holds
 about one message's worth whatever the mailboxes hold (measured with
@@ -56,9 +57,9 @@ from typing import IO, Any, Final
 
 import pydantic_core
 
-from ._mail import LOOPBACK, MailServer
-from ._mail_read import Imap, Text, check, quoted, read_folder
-from ._mail_rules import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES
+from .read import Imap, Text, check, quoted, read_folder
+from .rules import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES
+from .server import LOOPBACK, MailServer
 
 __all__ = [
     "MAX_ATTACHMENT_BYTES",
@@ -71,7 +72,7 @@ __all__ = [
 
 MAX_ATTACHMENT_BYTES: Final = MAX_MESSAGE_BYTES * 3 // 4
 """The largest ``size`` an attachment may have: base64-encoded, it fills the largest
-message (:data:`~klavis_emulator._mail_rules.MAX_MESSAGE_BYTES`)."""
+message (:data:`~klavis_emulator._mail.rules.MAX_MESSAGE_BYTES`)."""
 
 _STRING_SLICE: Final = 256 * 1024
 """``dump`` writes longer strings to JSON in slices of this many characters (bodies: of
@@ -334,7 +335,7 @@ def spool_mail_dump(mail: MailServer) -> IO[bytes]:
 
 
 def _write_json(out: IO[bytes], value: Any) -> None:
-    """Write ``value`` (JSON types, and :class:`~klavis_emulator._mail_read.Text` for a
+    """Write ``value`` (JSON types, and :class:`~klavis_emulator._mail.read.Text` for a
     string) as :func:`pydantic_core.to_json` does, long strings in slices (a body of
     control characters grows sixfold in JSON)."""
     if isinstance(value, Text):

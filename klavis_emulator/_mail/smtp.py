@@ -1,4 +1,4 @@
-"""The SMTP half of a sandbox's mail server: ``python -m klavis_emulator._mail_smtp``.
+"""The SMTP half of a sandbox's mail server: ``python -m klavis_emulator._mail.smtp``.
 
 aiosmtpd (aio-libs) serves SMTP on a listening socket the emulator bound (port 0) and hands
 over as an inherited file descriptor, so no port is ever guessed. It offers AUTH (PLAIN or
@@ -11,7 +11,7 @@ under the mail user and with its indexes, as a real MTA hands mail to Dovecot. A
 address gets a mailbox (what an agent sends to other people stays in the sandbox's store);
 only the accounts of the passwd-file can log in.
 
-Limits (chosen and explained in :mod:`klavis_emulator._mail`): a message of at most
+Limits (chosen and explained in :mod:`klavis_emulator._mail.server`): a message of at most
 ``MAX_MESSAGE_BYTES`` (aiosmtpd's ``data_size_limit``: advertised as ``SIZE``, a larger
 ``MAIL FROM ... SIZE=`` or message answered 552, and the data past the limit not kept), at
 most ``MAX_RECIPIENTS`` recipients (the next RCPT answered 452 4.5.3), and no message whose
@@ -37,7 +37,7 @@ from typing import Any
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
-from ._mail_rules import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MAX_RECIPIENTS, disk_usage
+from .rules import MAX_MAIL_BYTES, MAX_MESSAGE_BYTES, MAX_RECIPIENTS, disk_usage
 
 __all__ = ["main", "read_passwd"]
 
@@ -144,7 +144,7 @@ class _DeliverWithLda:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve SMTP on the inherited socket until SIGTERM."""
-    parser = argparse.ArgumentParser(prog="python -m klavis_emulator._mail_smtp")
+    parser = argparse.ArgumentParser(prog="python -m klavis_emulator._mail.smtp")
     parser.add_argument("--listen-fd", type=int, required=True)
     parser.add_argument("--passwd", type=Path, required=True)
     parser.add_argument("--lda", required=True)

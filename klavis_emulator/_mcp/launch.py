@@ -1,6 +1,6 @@
 """How each hosted MCP server is started: its command line, environment and confinement.
 
-When the emulator confines (decided once at startup, see :mod:`klavis_emulator._bwrap`,
+When the emulator confines (decided once at startup, see :mod:`klavis_emulator._exec.confinement`,
 which also builds the ``bwrap`` command line shared with executions), a server runs in its
 own mount, PID, network (unless its catalog entry says ``network``: playwright, whose
 browser must reach pages on loopback, and poste_email_toolathlon, whose emails server talks
@@ -13,7 +13,7 @@ the emulator. Otherwise the server runs unconfined on the workspace's host path 
 ``setpriv`` exists, still dies with its parent).
 
 What each server runs (program, arguments, environment, extra mounts) comes from its
-entry in :data:`~klavis_emulator._mcp_catalog.CATALOG`; this module adds what all servers
+entry in :data:`~klavis_emulator._mcp.catalog.CATALOG`; this module adds what all servers
 share: the environment, the mounts of its install (node and the npm packages, or its venv
 and the interpreter under it), a private temporary folder for the servers that ask for one,
 and the confinement around it.
@@ -31,17 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ._bwrap import CONFINED_PATH, CONFINED_WORKSPACE, PRIVATE_TMP, bwrap_args
-from ._mcp_catalog import (
-    CATALOG,
-    HOSTED_SERVERS,
-    TERMINAL_ALLOWED_COMMANDS,
-    LaunchContext,
-    NotHosted,
-    NpmPackage,
-    OwnVenv,
-)
-from ._mcp_setup import McpToolPaths
+from .._exec import CONFINED_PATH, CONFINED_WORKSPACE, PRIVATE_TMP, bwrap_args
+from .catalog import CATALOG, HOSTED_SERVERS
+from .kinds import LaunchContext, NotHosted, NpmPackage, OwnVenv
+from .launchers import TERMINAL_ALLOWED_COMMANDS
+from .setup import McpToolPaths
 
 __all__ = [
     "DEFAULT_COMMAND_TIMEOUT",
@@ -127,12 +121,12 @@ def launch_spec(
 
     ``tools`` must have the server installed (see :meth:`McpToolPaths.missing`).
     ``bwrap`` is the bubblewrap that confines the server (the ``bwrap`` of the emulator's
-    :class:`~klavis_emulator._bwrap.Confinement`), or ``None`` to run it unconfined.
+    :class:`~klavis_emulator._exec.confinement.Confinement`), or ``None`` to run it unconfined.
     ``tmp_dir`` is the server's private temporary folder on the host, outside the
     workspace, used unconfined by servers that ask for one (confined, ``/tmp`` is a private
     tmpfs); without it they get a private folder under the system's temporary folder.
     ``mail`` is the sandbox's mail server and account, for a server with a mail server
-    (:attr:`~klavis_emulator._mcp_catalog.McpServer.mail_server`).
+    (:attr:`~klavis_emulator._mcp.catalog.McpServer.mail_server`).
 
     Raises:
         ValueError: the emulator does not host ``server`` (or it is not installed).

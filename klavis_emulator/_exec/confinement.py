@@ -1,92 +1,42 @@
 """Bubblewrap (``bwrap``) confinement: the one command builder, the one probe, the one policy.
 
-Executions (:mod:`klavis_emulator._runner`) and hosted MCP servers
-(:mod:`klavis_emulator._mcp_launch`) are both confined by :func:`bwrap_args`, and whether
+Executions (:mod:`klavis_emulator._exec.runner`) and hosted MCP servers
+(:mod:`klavis_emulator._mcp.launch`) are both confined by :func:`bwrap_args`, and whether
 they are confined at all is decided once per emulator by :func:`decide_confinement`.
 
-**Mount order.** bwrap applies its mount options in the order they are given, and a later
-mount hides whatever an earlier one put beneath it. The builder therefore mounts the
-private ``--tmpfs /tmp`` *first*, then everything else; read-only binds whose path lies under
-``/tmp`` (a virtual environment in a ``mktemp -d`` clone, a CI checkout in ``/tmp``) become
-mount points inside that fresh tmpfs and stay visible. Measured with bubblewrap 0.8.0 and a
-venv at ``/tmp/x/.venv``: ``--ro-bind /tmp/x/.venv /tmp/x/.venv ... --tmpfs /tmp`` ends with
-``bwrap: execvp /tmp/x/.venv/bin/python: No such file or directory`` (exit 1), while
-``--tmpfs /tmp ... --ro-bind /tmp/x/.venv /tmp/x/.venv`` runs the interpreter. Before this
-module, executions used the failing order and MCP servers the working one, each with its
-own probe: in such a checkout the execution probe failed, every execution ran unconfined
-(as the emulator's user, with its network, able to read other tenants' workspaces and the
-emulator's ``signing.key``), and the tests that would have noticed skipped themselves.
+**What a confined process gets.** New namespaces for everything (the network too, unless
+asked), no capabilities, a private ``/tmp``, ``/proc`` and ``/dev`` of its own, the system
+folders read-only, the workspace read-write at ``/data``, the emulator's interpreter and
+the servers' installs read-only, and a folder of commands (:data:`SANDBOX_BIN`:
+``python``, ``node``, ``git``, ``bash``... found on the host, see :func:`sandbox_commands`;
+``klavis-emulator check`` names those the host lacks). Mounts are applied in the order
+given, so the private ``/tmp`` comes first: binds below ``/tmp`` (a venv in a ``mktemp -d``
+checkout) stay visible.
 
-**The probe** (:func:`probe`) runs ``python -c ...`` through the very same builder, with the
-real interpreter roots, so it fails exactly when real runs would. It runs once per process
-and ``bwrap`` binary (about 20 ms measured; cached by the binary's path, so a different
-``bwrap`` on ``PATH`` is probed on its own).
+**As root** (:func:`masked_paths`), a confined process is uid 0 without capabilities, so
+the owner bits of root's files would let it read them: the builder hides from its system
+view every file the host's unprivileged users cannot read (covered by ``/dev/null``) and
+every folder they cannot list or enter (an empty tmpfs of mode 0111). "Others" bits are the
+rule; ACLs and group bits are not consulted; links are not followed. The emulator's own
+installs are not walked.
+
+**Not hidden: the workspace's host path.** ``/proc/self/mountinfo`` shows the root of the
+bind at ``/data`` inside the host file system; bubblewrap has no option to change it. It
+is information, not access: nothing of the host's tree around the workspace is mounted.
+What must not follow a link planted there is the emulator's own walks of the workspace
+(relative to open descriptors), not this builder.
+
+**The probe** (:func:`probe`) runs this interpreter through the very same builder, so it
+fails exactly when real runs would; once per process and ``bwrap`` binary.
 
 **The policy** (:func:`decide_confinement`): ``confine_executions=False``, ``--no-confine``
 or ``KLAVIS_EMULATOR_CONFINE=0`` run unconfined on purpose. Otherwise, where ``bwrap`` is
 installed, confinement that does not work is a :class:`ConfinementError` when the emulator
-starts (never a warning repeated in every execution log); where ``bwrap`` is not installed
-at all, the emulator runs unconfined and says so once (so the library's embedded emulator
-and ``scripts/demo`` work on machines without bubblewrap). ``KLAVIS_EMULATOR_CONFINE=1``
-requires confinement even there. An unconfined execution (and a confined one given the
-network with ``--allow-network``) can do whatever the emulator's user can, including calling
+starts; where it is not installed, the emulator runs unconfined and says so once
+(``KLAVIS_EMULATOR_CONFINE=1`` requires it even there). ``KLAVIS_EMULATOR_MCP_CONFINE``,
+the older name, is read when the new one is not set. An unconfined execution (and a
+confined one given the network) can do whatever the emulator's user can, including calling
 the control routes, which answer loopback clients when no ``--control-token`` is set.
-``KLAVIS_EMULATOR_MCP_CONFINE``, the older name, is read when the new one is not set.
-
-**What a confined process holds.** No capabilities (``--cap-drop ALL``): bubblewrap 0.8.0
-started as root keeps nearly all of them for the sandboxed process (``CapEff
-000001fffeffffff`` measured), and with ``CAP_SYS_ADMIN`` in its mount namespace a process
-could remount a read-only bind writable (measured: after ``mount -o remount,rw,bind`` of
-one, a file it wrote there appeared in the host's folder) or unmount what hides a file.
-Started as an unprivileged user, bubblewrap drops them anyway; the option changes nothing
-there.
-
-**The system view, as root** (:func:`masked_paths`). Without capabilities a process started
-by a root emulator is still uid 0 mapped to host uid 0 (``uid_map`` ``0 0 1``; ``--uid
-1000`` maps 1000 to host 0, the same), so the owner bits of root's files apply: it read
-``/etc/shadow`` and ``/etc/ssl/private``. Running ``bwrap`` itself as another host user
-(``setpriv --reuid``) stops that, but then the workspace the emulator writes as root is not
-the sandbox's. So when the emulator runs as root, the builder hides from the system view
-everything the host's unprivileged users cannot read: under each system folder it binds
-(``/usr``, ``/etc``, and ``/bin``... where they are folders), every file without the
-"others" read bit is covered by ``/dev/null`` (bound read-only and ``nodev``: opening it
-fails with ``EACCES``, as for an unprivileged user), every folder without the "others" read
-or search bit by an empty tmpfs of mode 0111 (listing fails with ``EACCES``; binds made
-later below it stay reachable), read-only. Symbolic links are not followed (their target is
-masked or not by its own entry). ACLs and group bits are not consulted: "others" is the
-rule. The list is computed once per process, at the first command line built (the startup
-probe): measured on a 2-core machine shared with other jobs, 2-9 ms for ``/etc`` (1,268
-entries, 12 files and 3 folders masked) and 0.45-1.0 s for ``/usr`` (141,279 entries, one
-folder masked) with a warm cache, 2.1 s on the first walk after boot; ``find`` takes about
-as long, a thread per subfolder longer. The other read-only binds (the interpreters, the
-servers' installs, the commands' folders) are the emulator's own installs and are not
-walked (none held such a file here).
-
-**Not hidden: the workspace's host path.** ``/proc/self/mountinfo`` shows, for the bind at
-``/data``, its root inside the host file system (``/srv/emulator/workspaces/<id>``): the
-kernel prints the mount's root relative to its file system's root, whatever the mount or
-user namespace and the process's root. bubblewrap 0.8 has no option to change it (its
-overlay options, from 0.9, would print the upper folder in the mount options instead), and
-``/proc`` is mounted fresh per sandbox, so no per-process file can be covered in advance.
-Only a workspace that is the root of a file system of its own (a tmpfs or loop device per
-sandbox, mounted by a privileged emulator) would print ``/``. The path is information, not
-access: nothing of the host's tree around the workspace is mounted. What must not follow a
-link a tenant plants there is the emulator's own walks of the workspace (relative to open
-descriptors: see ``ARCHITECTURE.md``), not this builder.
-
-**Commands** (:func:`sandbox_commands`). The service's image runs ``python``; the system
-folders alone may have no ``python`` (Debian ships ``python3`` only), so the builder adds a
-read-only folder of symbolic links, :data:`SANDBOX_BIN`, to ``PATH`` (before its system
-folders): ``python``/``python3`` (the base interpreter of the emulator's venv: no emulator
-packages; its ``pip`` where it has one), ``node``/``npm``/``npx`` (the ``node`` on the
-emulator's ``PATH``, the one its npm servers run on, and the npm beside it), ``git``,
-``bash`` and ``sh`` from the system folders. A command the host lacks is left out, and
-``klavis-emulator check`` names it (:func:`missing_commands` asks inside the confinement).
-
-Rejected alternatives: keeping a probe per consumer (two probes drifted apart, which is the
-bug above); warning and going on unconfined when bwrap fails (nobody reads a line in every
-log: the failure went unseen); ``--ro-bind-try`` for the interpreter (a missing interpreter
-would only move the failure to the first run).
 """
 
 from __future__ import annotations
@@ -257,7 +207,12 @@ def masked_paths() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """What a confined process must not see of the system folders: ``(files, folders)``
     the host's unprivileged users cannot read, when this process runs as root; nothing
     otherwise (a confined process then runs as this unprivileged user). Computed once per
-    process (see the module docs for the cost)."""
+    process: measured on a 2-core machine shared with other jobs, 2-9 ms for ``/etc``
+    (1,268 entries) and 0.45-1.0 s for ``/usr`` (141,279 entries) with a warm cache, 2.1 s
+    on the first walk after boot (``find`` takes about as long, a thread per subfolder
+    longer)."""
+    # Rejected: running bwrap itself as another host user (setpriv --reuid): the workspace
+    # the emulator writes as root would then not be the sandbox's.
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         return (), ()
     files: list[str] = []
@@ -301,8 +256,14 @@ def _beside(executable: str, names: Sequence[str]) -> str | None:
 
 @functools.cache
 def sandbox_commands() -> Mapping[str, str]:
-    """:data:`SANDBOX_COMMANDS` the host has: name -> the host executable its link names
-    (see the module docs for where each comes from). Computed once per process."""
+    """:data:`SANDBOX_COMMANDS` the host has: name -> the host executable its link names.
+    Computed once per process.
+
+    The service's image runs ``python``, and the system folders alone may have none (Debian
+    ships ``python3`` only): ``python``/``python3`` are the base interpreter of the
+    emulator's venv (no emulator packages; its ``pip`` where it has one), ``node``/``npm``/
+    ``npx`` the ``node`` on the emulator's ``PATH`` (the one its npm servers run on) and the
+    npm beside it, ``git``, ``bash`` and ``sh`` come from the system folders."""
     python = _base_python()
     found: dict[str, str | None] = {
         "python": python,
@@ -420,7 +381,13 @@ def bwrap_args(
     args = [bwrap, "--unshare-all"]
     if network:
         args.append("--share-net")
+    # --cap-drop ALL: bubblewrap 0.8.0 started as root left the process nearly every
+    # capability (CapEff 000001fffeffffff measured), and with CAP_SYS_ADMIN it remounted a
+    # read-only bind writable (a file it wrote appeared in the host's folder).
     args += ["--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL"]
+    # The tmpfs first: a later mount hides what an earlier one put beneath it. Measured with
+    # bubblewrap 0.8.0 and a venv at /tmp/x/.venv: "--ro-bind /tmp/x/.venv ... --tmpfs /tmp"
+    # ends in "execvp /tmp/x/.venv/bin/python: No such file or directory"; this order runs.
     args += ["--tmpfs", PRIVATE_TMP, "--proc", "/proc", "--dev", "/dev"]
     args += _system_args()
     masks, read_only_masks = _mask_args()
@@ -483,7 +450,10 @@ def _trial(bwrap: str, code: str) -> tuple[str, str | None]:
 def probe(bwrap: str) -> str | None:
     """Run this interpreter once through :func:`bwrap_args` with ``bwrap``: ``None`` when
     that works, else a sentence saying what failed. Cached per ``bwrap`` path (once per
-    process)."""
+    process; about 20 ms measured)."""
+    # Rejected: a probe per consumer (two probes drifted apart: executions ran unconfined
+    # where MCP servers were confined); --ro-bind-try for the interpreter (a missing one
+    # would only move the failure to the first run).
     return _trial(bwrap, _PROBE_CODE)[1]
 
 
@@ -588,7 +558,7 @@ def decide_confinement(
         return Confinement(False, "bubblewrap (bwrap) is not installed")
     found = os.path.abspath(found)
     problem = probe(found)
-    if problem is not None:
+    if problem is not None:  # an error, not a warning: a line in every log went unseen
         raise ConfinementError(
             f"bubblewrap is installed but cannot confine executions here: {problem}. "
             "Confinement keeps each execution and MCP server to its own sandbox: make "

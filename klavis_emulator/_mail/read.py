@@ -2,7 +2,7 @@
 
 What ``dump`` reads is whatever the mailboxes hold: mail from any loopback process (SMTP
 takes mail without a login) or stored by the sandbox's own agent, up to the mail server's
-limits (10,240,000 bytes a message, see :mod:`klavis_emulator._mail`). Python's
+limits (10,240,000 bytes a message, see :mod:`klavis_emulator._mail.server`). Python's
 :mod:`email` parser cannot be given such a message: measured on 10 MB messages, it grew by
 76 MiB (one base64 body) to 100 MiB (one 8-bit body), 148 MiB and 45 s (186,000
 attachments), 297 MiB (1.7 million header lines), 342 MiB and 98 s (a million empty
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from typing import Any, Final
 
-from ._mail_rules import MAX_MESSAGE_BYTES
+from .rules import MAX_MESSAGE_BYTES
 
 __all__ = ["HEADER_BYTES", "HEADER_VALUE_CHARS", "Imap", "Text", "check", "quoted", "read_folder"]
 

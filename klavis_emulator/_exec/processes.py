@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,9 +27,9 @@ from typing import Final
 
 import psutil
 
-from ._bwrap import CONFINED_WORKSPACE
+from .confinement import CONFINED_WORKSPACE
 
-__all__ = ["end_processes", "sandbox_processes"]
+__all__ = ["end_processes", "kill_group", "sandbox_processes"]
 
 _POLL: Final = 0.02
 
@@ -91,3 +92,16 @@ def end_processes(processes: Iterable[psutil.Process], timeout: float = 10.0) ->
         if not left or time.monotonic() >= deadline:
             return [process.pid for process in left]
         time.sleep(_POLL)  # the kernel tears a namespace down on its own: poll its end
+
+
+def kill_group(process: subprocess.Popen[bytes], wait: float = 10.0) -> None:
+    """SIGKILL a process started in a new session and its process group, and reap it
+    (waiting up to ``wait`` seconds); the group's other processes are reaped by init."""
+    killpg = getattr(os, "killpg", None)  # POSIX only
+    if killpg is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=wait)
