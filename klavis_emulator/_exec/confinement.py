@@ -347,12 +347,27 @@ def read_only_roots(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     return roots
 
 
-def python_roots() -> list[str]:
-    """Folders of the emulator's Python (its venv and base install) a confined process needs."""
-    executable_prefix = os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))
-    return read_only_roots(
-        [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, executable_prefix]
-    )
+def link_chain(path: str) -> list[str]:
+    """``path`` and each file its symbolic links pass through, up to the real file.
+
+    The kernel follows every link of the chain inside the sandbox, so each one must be
+    visible there: a venv made with another venv's ``python`` links to that ``python`` on
+    Python 3.10 (3.11 and later link to the base interpreter), and where the outer venv sits
+    under ``/tmp``, which the sandbox replaces, ``execvp`` found nothing.
+    """
+    chain = [os.path.abspath(path)]
+    while os.path.islink(chain[-1]) and len(chain) <= 40:  # 40: the kernel's own limit
+        target = os.path.join(os.path.dirname(chain[-1]), os.readlink(chain[-1]))
+        chain.append(os.path.normpath(target))
+    return chain
+
+
+def python_roots(executable: str = sys.executable) -> list[str]:
+    """Folders of the emulator's Python a confined process needs: its venv, its base
+    install, and the install of every link on the way from one to the other."""
+    prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    hops = [*link_chain(executable), os.path.realpath(executable)]
+    return read_only_roots([*prefixes, *(os.path.dirname(os.path.dirname(hop)) for hop in hops)])
 
 
 def bwrap_args(

@@ -52,8 +52,10 @@ class OwnVenv:
     script: str
     why: str
     """Why it does not share the emulator's environment."""
-    min_python: tuple[int, int] = (3, 10)
-    """The oldest Python the server runs on. When the emulator's own interpreter is older,
+    min_python: tuple[int, int] = (3, 11)
+    """The oldest Python the server runs on: by default the one its requirements file was
+    frozen with (3.11; cli-mcp-server's pins include pycparser 3.12, which needs it). When
+    the emulator's own interpreter is older (it runs on 3.10 too),
     setup builds the venv with a ``python3.X`` (X at least this) found on the machine, never
     downloaded (see :func:`klavis_emulator._mcp.setup.find_python`); where there is none,
     the server is reported as not installed, naming the Python it needs."""

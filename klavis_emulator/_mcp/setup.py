@@ -69,6 +69,7 @@ __all__ = [
     "find_tools",
     "installed_version",
     "missing_python",
+    "python_of",
     "setup_mcp_servers",
 ]
 
@@ -193,19 +194,19 @@ def find_python(minimum: tuple[int, int]) -> FoundPython | None:
     return None
 
 
-def newest_python() -> FoundPython | None:
-    """The newest Python 3 on this machine newer than this one (PATH, pyenv's, uv's, as
-    :func:`find_python` looks), or None. ``scripts/test`` runs the archive tests with it.
+def python_of(minor: int) -> FoundPython | None:
+    """The newest patch release of Python ``3.<minor>`` on this machine (PATH, pyenv's,
+    uv's, as :func:`find_python` looks), or None. ``scripts/test`` runs the suite again with
+    the oldest and the newest Python the package claims, where the machine has them.
 
-    >>> found = newest_python()
-    >>> found is None or found.version > sys.version_info[:2]
+    >>> found = python_of(sys.version_info[1])
+    >>> found is None or found.version == sys.version_info[:2]
     True
     """
-    for minor in range(_NEWEST_MINOR, sys.version_info[1], -1):
-        for candidate in reversed(list(_candidates(minor))):  # the newest patch release first
-            found = _probe(candidate, (3, minor))
-            if found is not None:
-                return found
+    for candidate in reversed(list(_candidates(minor))):  # the newest patch release first
+        found = _probe(candidate, (3, minor))
+        if found is not None and found.version == (3, minor):
+            return found
     return None
 
 

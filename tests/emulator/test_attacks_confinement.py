@@ -35,6 +35,7 @@ from klavis_emulator._exec.confinement import (
     LEGACY_CONFINE_ENV,
     ConfinementError,
     decide_confinement,
+    python_roots,
 )
 from klavis_emulator._mcp.setup import find_tools
 from tests.emulator.mcp_servers import ServerSandbox
@@ -635,6 +636,22 @@ def test_an_interpreter_under_tmp_is_confined(
     assert "ws /data\n" in report["logs"]
     assert f"base {sys.base_prefix}\n" in report["logs"]  # the commands' python runs too
     assert "[emulator]" not in report["logs"]
+
+
+def test_every_link_from_a_venv_to_its_interpreter_is_made_visible(tmp_path: Path) -> None:
+    """A venv made with another venv's python links to that python on Python 3.10 (not to
+    the base interpreter): the outer venv must be bound too, or ``execvp`` fails inside."""
+    real = os.path.realpath(sys.executable)
+    outer, inner = tmp_path / "outer", tmp_path / "inner"
+    for venv_dir, target in ((outer, real), (inner, str(outer / "bin" / "python"))):
+        (venv_dir / "bin").mkdir(parents=True)
+        (venv_dir / "bin" / "python").symlink_to(target)
+    roots = python_roots(str(inner / "bin" / "python"))
+    for needed in (inner, outer, Path(real).parent.parent):
+        assert any(needed == Path(root) or Path(root) in needed.parents for root in roots), (
+            needed,
+            roots,
+        )
 
 
 def test_the_cli_demo_answers_a_broken_bwrap_with_one_line(
