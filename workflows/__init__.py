@@ -47,8 +47,7 @@ from ._execution import AsyncExecution, Execution
 from ._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger
 from ._mcp import McpSession, ToolInfo, ToolResult
 from ._models import BENCHMARKS, SERVER_NAMES, SandboxInfo, ServerInfo
-from ._pool import AsyncSandboxPool, SandboxPool
-from ._pool_results import PoolResults, TaskResult
+from ._pool import AsyncSandboxPool, PoolResults, SandboxPool, TaskResult
 from ._reap import async_reap, held_sandboxes, reap
 from ._recipes import (
     AcquireResult,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ._pool_results import TaskResult, failed
+from ._results import TaskResult, failed
 
 __all__ = ["Attempt", "Outcome", "Reset", "Retire", "Step", "Take", "task_flow"]
 

@@ -69,18 +69,18 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ._archive import ArchiveLimits
-from ._async_sandbox import AsyncLocalSandbox
-from ._config import ApiKey, Settings, resolve_settings
-from ._drivers import AsyncDriver
-from ._errors import InvalidInputError, TaskTimeoutError
-from ._ledger import Ledger
-from ._models import check_acquire
-from ._ownership import install_exit_handlers, ledger_of
-from ._pool_results import PoolResults, TaskBar, TaskResult, check_pool_size, check_run
-from ._pool_task import Attempt, Outcome, Reset, Step, Take, task_flow
-from ._recipes import ReleaseResult, async_bulk_release, bulk_release
-from ._sandbox import LocalSandbox
+from .._archive import ArchiveLimits
+from .._async_sandbox import AsyncLocalSandbox
+from .._config import ApiKey, Settings, resolve_settings
+from .._drivers import AsyncDriver
+from .._errors import InvalidInputError, TaskTimeoutError
+from .._ledger import Ledger
+from .._models import check_acquire
+from .._ownership import install_exit_handlers, ledger_of
+from ._results import PoolResults, TaskBar, TaskResult, check_pool_size, check_run
+from ._retry_rules import Attempt, Outcome, Reset, Step, Take, task_flow
+from .._recipes import ReleaseResult, async_bulk_release, bulk_release
+from .._sandbox import LocalSandbox
 
 __all__ = ["AsyncSandboxPool", "SandboxPool"]
 

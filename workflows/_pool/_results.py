@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from ._errors import ConfigurationError, InvalidInputError
-from ._progress import progress_enabled
+from .._errors import ConfigurationError, InvalidInputError
+from .._progress import progress_enabled
 
 if TYPE_CHECKING:
     import pandas as pd

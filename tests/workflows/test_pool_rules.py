@@ -1,4 +1,4 @@
-"""The pools' shared task flow (workflows._pool_task), driven step by step: the rules both
+"""The pools' shared task flow (workflows._pool._retry_rules), driven step by step: the rules both
 pools follow, without a sandbox service (the pools themselves are tested live)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from workflows._pool_task import Attempt, Outcome, Reset, Retire, Take, task_flow
+from workflows._pool._retry_rules import Attempt, Outcome, Reset, Retire, Take, task_flow
 
 
 @dataclass(frozen=True)
