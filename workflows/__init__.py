@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata as _metadata
 
+from ._acquire import AcquireOptions
 from ._archive import ArchiveLimits
 from ._async_sandbox import AsyncLocalSandbox, PendingSandbox, async_list_sandboxes
 from ._config import API_KEY_ENV, BASE_URL_ENV, DEFAULT_BASE_URL, ApiKey, Settings
@@ -72,6 +73,7 @@ from ._transport import install_log_redaction as _install_log_redaction
 
 __all__ = [
     # the sandboxes, and what acquiring one returns
+    "AcquireOptions",
     "AsyncLocalSandbox",
     "LocalSandbox",
     "PendingSandbox",

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ._acquire import AcquireOptions, Unpack, resolve_acquire
 from ._archive import ArchiveLimits
 from ._config import ApiKey, resolve_settings
 from ._drivers import AsyncDriver
@@ -42,8 +43,8 @@ from ._mcp import (
     async_list_tools,
     open_session,
 )
-from ._models import SandboxInfo, check_acquire, check_sandbox_id
-from ._ownership import disown, ledger_of, own, unwind_on_sigterm
+from ._models import SandboxInfo, check_sandbox_id
+from ._ownership import disown, own, unwind_on_sigterm
 from ._sandbox import LocalSandbox
 from ._sandbox_base import SandboxBase
 from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
@@ -140,34 +141,27 @@ class AsyncLocalSandbox(SandboxBase):
         cls,
         server_names: Sequence[str] | str,
         *,
-        benchmark: str | None = None,
-        ttl_seconds: int | None = 7200,
-        test_account_email: str | None = None,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-        progress: bool | None = None,
-        ledger: Ledger | bool = True,
-        limits: ArchiveLimits | None = None,
         _driver: AsyncDriver | None = None,
+        **options: Unpack[AcquireOptions],
     ) -> PendingSandbox:
-        """Acquire a sandbox (await it, or ``async with`` it); arguments checked before sending.
+        """Acquire a sandbox with these MCP servers (a list of names, or ``"ALL"``): await
+        it, or ``async with`` it.
 
+        The keywords are :class:`~workflows.AcquireOptions`' (``benchmark``, ``ttl_seconds``,
+        ``test_account_email``, ``api_key``, ``base_url``, ``timeout``, ``progress``,
+        ``ledger``, ``limits``), checked before anything is sent. The sandbox is released when
+        the ``async with`` block ends, at :meth:`release`, at interpreter exit or on SIGTERM,
+        and after ``ttl_seconds`` (60..86400, None = never) by the service itself.
         (``_driver``, private, lets a batch share one connection pool; the sandbox then does
         not close it.)
+
+        >>> async with AsyncLocalSandbox.acquire(["git"], ttl_seconds=600) as sb:  # doctest: +SKIP
+        ...     print(sb.id, sb.mcp_url("git"))
         """
-        request = check_acquire(
-            server_names,
-            benchmark=benchmark,
-            ttl_seconds=ttl_seconds,
-            test_account_email=test_account_email,
-        )
-        settings = (
-            _driver.settings
-            if _driver is not None
-            else resolve_settings(api_key, base_url, timeout=timeout)
-        )
-        book = ledger_of(ledger)
+        given = None if _driver is None else _driver.settings
+        wanted = resolve_acquire("acquire", server_names, options, settings=given)
+        settings, request, book = wanted.settings, wanted.request, wanted.ledger
+        progress, limits = wanted.progress, wanted.limits
 
         async def make() -> AsyncLocalSandbox:
             driver = _driver or AsyncDriver(settings)

@@ -1,9 +1,9 @@
 """Every multi-step operation, written once, without I/O: flows of typed steps.
 
 A flow is a generator that yields *steps* (a call of a generated operation, a signed-URL
-transfer, a blocking function to run, a pause) and receives each step's result, or has its
-exception thrown in: the pattern of httpx's ``Auth.auth_flow`` generators, which yield requests
-and receive responses. The drivers of :mod:`workflows._drivers` carry the steps out: the sync
+transfer, a blocking function to run, an action of the face running it, a pause) and
+receives each step's result, or has its exception thrown in: the pattern of httpx's
+``Auth.auth_flow`` generators, which yield requests and receive responses. The drivers of :mod:`workflows._drivers` carry the steps out: the sync
 one directly, the async one awaiting them and running blocking work in a thread; both close the
 flow when they stop, so its ``with`` blocks (temporary files, progress bars) end at once, on
 cancellation and Ctrl-C too. So ``LocalSandbox`` and ``AsyncLocalSandbox`` share all of their
@@ -59,6 +59,7 @@ from ._snapshot import Snapshot
 from ._transport import retry_backoff
 
 __all__ = [
+    "Act",
     "ArchiveTarget",
     "Blocking",
     "Call",
@@ -136,7 +137,7 @@ class Download:
     with None there is no deadline for the whole transfer, but a download that receives fewer
     than 64 KiB within any window of the settings' timeout (60 s by default) is ended as too
     slow, and each read waits at most the settings' timeout. Both end with
-    :class:`~workflows.TransferTimeoutError` (see ``workflows._drivers._DownloadGuard``).
+    :class:`~workflows.TransferTimeoutError` (see ``workflows._transfer.DownloadGuard``).
     """
 
     url: str
@@ -156,13 +157,23 @@ class Blocking:
 
 
 @dataclass(frozen=True)
+class Act:
+    """Do ``fn(*args)``, an action of the face that runs the flow (a pool's take, attempt,
+    reset, retire): the sync driver calls it, the async driver awaits the coroutine it
+    returns. Its result is the step's; its exception is thrown into the flow."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
 class Sleep:
     """Wait ``seconds`` (``time.sleep``, or ``asyncio.sleep`` in the async driver)."""
 
     seconds: float
 
 
-Step = Call | Upload | Download | Blocking | Sleep
+Step = Call | Upload | Download | Blocking | Act | Sleep
 Flow = Generator[Step, Any, T]
 
 

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar, cast, overload
 
+from ._acquire import AcquireOptions, Unpack, resolve_acquire
 from ._async_sandbox import AsyncLocalSandbox
 from ._config import ApiKey, Settings, resolve_settings
 from ._drivers import AsyncDriver, sync_driver_for
 from ._errors import InvalidInputError
 from ._flows import list_flow, release_flow
 from ._ledger import Ledger
-from ._models import check_acquire, check_sandbox_id
+from ._models import check_sandbox_id
 from ._ownership import disown, install_exit_handlers, ledger_of
 from ._progress import progress_bar
 from ._sandbox import LocalSandbox
@@ -285,54 +286,33 @@ def bulk_acquire(
     count: int,
     *,
     concurrency: int = 16,
-    benchmark: str | None = None,
-    ttl_seconds: int | None = 7200,
-    test_account_email: str | None = None,
-    api_key: str | ApiKey | None = None,
-    base_url: str | None = None,
-    timeout: float | None = None,
-    progress: bool | None = None,
-    ledger: Ledger | bool = True,
+    **options: Unpack[AcquireOptions],
 ) -> SandboxBatch:
     """Acquire ``count`` sandboxes with the same servers, ``concurrency`` at a time.
 
-    Arguments are checked once, before anything is sent. A failed acquire is reported in its
-    result and does not stop the others::
+    The keywords are :meth:`LocalSandbox.acquire`'s (:class:`~workflows.AcquireOptions`),
+    checked once, before anything is sent. A failed acquire is reported in its result and
+    does not stop the others::
 
         with bulk_acquire(["filesystem"], 20, ttl_seconds=900) as batch:
             for sb in batch.sandboxes:
                 sb.seed({"task.txt": "..."})
         # every acquired sandbox is released here
     """
-    check_acquire(
-        server_names,
-        benchmark=benchmark,
-        ttl_seconds=ttl_seconds,
-        test_account_email=test_account_email,
-    )
+    wanted = resolve_acquire("bulk_acquire", server_names, options)
     _check_count(count, concurrency)
-    settings = resolve_settings(api_key, base_url, timeout=timeout)
-    book = ledger_of(ledger)
+    each = wanted.options()
     install_exit_handlers()  # the acquires run in worker threads, which cannot install SIGTERM's
 
     def one(_: int) -> AcquireResult[LocalSandbox]:
         started = time.perf_counter()
         try:
-            sandbox = LocalSandbox.acquire(
-                server_names,
-                benchmark=benchmark,
-                ttl_seconds=ttl_seconds,
-                test_account_email=test_account_email,
-                api_key=settings.api_key,
-                base_url=settings.base_url,
-                timeout=settings.timeout,
-                progress=progress,
-                ledger=book if book is not None else False,
-            )
+            sandbox = LocalSandbox.acquire(server_names, **each)
         except Exception as exc:  # noqa: BLE001 - reported per item
             return AcquireResult(None, exc, time.perf_counter() - started)
         return AcquireResult(sandbox, None, time.perf_counter() - started)
 
+    progress = wanted.progress
     with progress_bar(total=count, desc="acquiring", unit="sandbox", progress=progress) as update:
         results = []
         with ThreadPoolExecutor(max_workers=min(concurrency, count)) as pool:
@@ -347,47 +327,34 @@ async def async_bulk_acquire(
     count: int,
     *,
     concurrency: int = 16,
-    benchmark: str | None = None,
-    ttl_seconds: int | None = 7200,
-    test_account_email: str | None = None,
-    api_key: str | ApiKey | None = None,
-    base_url: str | None = None,
-    timeout: float | None = None,
-    progress: bool | None = None,
-    ledger: Ledger | bool = True,
+    **options: Unpack[AcquireOptions],
 ) -> AsyncSandboxBatch:
-    """The async twin of :func:`bulk_acquire` (its sandboxes share one connection pool, closed
-    with the batch)."""
-    check_acquire(
-        server_names,
-        benchmark=benchmark,
-        ttl_seconds=ttl_seconds,
-        test_account_email=test_account_email,
-    )
-    _check_count(count, concurrency)
-    settings = resolve_settings(api_key, base_url, timeout=timeout)
-    book = ledger_of(ledger)
-    gate = asyncio.Semaphore(concurrency)
-    driver = AsyncDriver(settings)  # one connection pool for the whole batch
+    """Acquire ``count`` sandboxes with the same servers, ``concurrency`` at a time; their
+    connections are one pool, closed with the batch.
 
+    The keywords are :meth:`AsyncLocalSandbox.acquire`'s (:class:`~workflows.AcquireOptions`),
+    checked once, before anything is sent. A failed acquire is reported in its result and
+    does not stop the others::
+
+        async with await async_bulk_acquire(["filesystem"], 20, ttl_seconds=900) as batch:
+            for sb in batch.sandboxes:
+                await sb.seed({"task.txt": "..."})
+        # every acquired sandbox is released here
+    """
+    wanted = resolve_acquire("async_bulk_acquire", server_names, options)
+    _check_count(count, concurrency)
+    each = wanted.options()
+    gate = asyncio.Semaphore(concurrency)
+    driver = AsyncDriver(wanted.settings)  # one connection pool for the whole batch
+
+    progress = wanted.progress
     with progress_bar(total=count, desc="acquiring", unit="sandbox", progress=progress) as update:
 
         async def one() -> AcquireResult[AsyncLocalSandbox]:
             async with gate:
                 started = time.perf_counter()
                 try:
-                    sandbox = await AsyncLocalSandbox.acquire(
-                        server_names,
-                        benchmark=benchmark,
-                        ttl_seconds=ttl_seconds,
-                        test_account_email=test_account_email,
-                        api_key=settings.api_key,
-                        base_url=settings.base_url,
-                        timeout=settings.timeout,
-                        progress=progress,
-                        ledger=book if book is not None else False,
-                        _driver=driver,
-                    )
+                    sandbox = await AsyncLocalSandbox.acquire(server_names, _driver=driver, **each)
                 except Exception as exc:  # noqa: BLE001 - reported per item
                     result: AcquireResult[AsyncLocalSandbox] = AcquireResult(
                         None, exc, time.perf_counter() - started

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ._acquire import AcquireOptions, Unpack, resolve_acquire
 from ._archive import ArchiveLimits
 from ._config import ApiKey, resolve_settings
 from ._drivers import SyncDriver, sync_driver_for
@@ -38,8 +39,8 @@ from ._mcp import (
     list_tools,
     open_session,
 )
-from ._models import SandboxInfo, check_acquire, check_sandbox_id
-from ._ownership import disown, ledger_of, own, unwind_on_sigterm
+from ._models import SandboxInfo, check_sandbox_id
+from ._ownership import disown, own, unwind_on_sigterm
 from ._sandbox_base import SandboxBase
 from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
@@ -98,43 +99,35 @@ class LocalSandbox(SandboxBase):
     # ----------------------------------------------------------------- construction
     @classmethod
     def acquire(
-        cls,
-        server_names: Sequence[str] | str,
-        *,
-        benchmark: str | None = None,
-        ttl_seconds: int | None = 7200,
-        test_account_email: str | None = None,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-        progress: bool | None = None,
-        ledger: Ledger | bool = True,
-        limits: ArchiveLimits | None = None,
+        cls, server_names: Sequence[str] | str, **options: Unpack[AcquireOptions]
     ) -> LocalSandbox:
         """Acquire a sandbox with these MCP servers (a list of names, or ``"ALL"``).
 
-        Arguments are checked before anything is sent. The sandbox is released when the
-        ``with`` block ends, at :meth:`release`, at interpreter exit or on SIGTERM, and after
-        ``ttl_seconds`` (60..86400, None = never) by the service itself.
+        The keywords are :class:`~workflows.AcquireOptions`' (``benchmark``, ``ttl_seconds``,
+        ``test_account_email``, ``api_key``, ``base_url``, ``timeout``, ``progress``,
+        ``ledger``, ``limits``), checked before anything is sent. The sandbox is released when
+        the ``with`` block ends, at :meth:`release`, at interpreter exit or on SIGTERM, and
+        after ``ttl_seconds`` (60..86400, None = never) by the service itself.
 
         >>> with LocalSandbox.acquire(["git"], ttl_seconds=600) as sb:  # doctest: +SKIP
         ...     print(sb.id, sb.mcp_url("git"))
         """
-        request = check_acquire(
-            server_names,
-            benchmark=benchmark,
-            ttl_seconds=ttl_seconds,
-            test_account_email=test_account_email,
-        )
-        settings = resolve_settings(api_key, base_url, timeout=timeout)
-        book = ledger_of(ledger)
-        driver = sync_driver_for(settings)
+        wanted = resolve_acquire("acquire", server_names, options)
+        driver = sync_driver_for(wanted.settings)
         info, attempt = driver.run_retrying(
-            lambda: acquire_attempt(request, settings, book), on=retry_acquire
+            lambda: acquire_attempt(wanted.request, wanted.settings, wanted.ledger),
+            on=retry_acquire,
         )
-        own(info.id, settings, book, attempt=attempt)
+        own(info.id, wanted.settings, wanted.ledger, attempt=attempt)
         log.info("acquired sandbox %s (%s)", info.id, ", ".join(s.name for s in info.servers))
-        return cls(info, _driver=driver, owned=True, ledger=book, progress=progress, limits=limits)
+        return cls(
+            info,
+            _driver=driver,
+            owned=True,
+            ledger=wanted.ledger,
+            progress=wanted.progress,
+            limits=wanted.limits,
+        )
 
     @classmethod
     def list(

@@ -277,7 +277,7 @@ def _limits() -> httpx.Limits:
 def _timeout(settings: Settings) -> httpx.Timeout:
     """Per operation (connect, each read, each write). Downloads also bound the whole transfer
     when given ``timeout=``, or otherwise end below a minimum speed (see
-    ``workflows._drivers._DownloadGuard``); uploads, whose size the caller chose, do neither."""
+    ``workflows._transfer.DownloadGuard``); uploads, whose size the caller chose, do neither."""
     return httpx.Timeout(settings.timeout, connect=min(settings.timeout, 15.0))
 
 

@@ -1,13 +1,20 @@
-"""The pools' shared task flow (workflows._pool._retry_rules), driven step by step: the rules both
-pools follow, without a sandbox service (the pools themselves are tested live)."""
+"""The pools' retry and reset rules (workflows._pool._retry_rules), step by step: the flow both
+pools run, on the library's own sync driver, with scripted hands and no sandbox service (the
+pools themselves are tested live)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from workflows._pool._retry_rules import Attempt, Outcome, Reset, Retire, Take, task_flow
+import pytest
+
+from workflows._config import ApiKey, Settings
+from workflows._drivers import SyncDriver
+from workflows._flows import Act
+from workflows._pool._retry_rules import Outcome, PoolClosed, task_flow
 
 
 @dataclass(frozen=True)
@@ -15,49 +22,78 @@ class Box:
     id: str
 
 
-def drive(flow: Any, answers: dict[type, list[Any]]) -> tuple[list[Any], Any]:
-    """Send each step the next answer of its kind; the steps seen and the flow's return."""
-    steps: list[Any] = []
-    answer: Any = None
-    while True:
-        try:
-            step = flow.send(answer)
-        except StopIteration as done:
-            return steps, done.value
-        steps.append(step)
-        answer = answers[type(step)].pop(0) if type(step) in answers else None
+class Hands:
+    """Scripted hands: each call answers the next of its kind (an exception is raised)."""
+
+    def __init__(self, **answers: list[Any]) -> None:
+        self.answers = answers
+        self.steps: list[tuple[Any, ...]] = []
+
+    def _answer(self, kind: str, *args: Any) -> Any:
+        self.steps.append((kind, *args))
+        answer = self.answers.get(kind, [None]).pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def take(self) -> Any:
+        return self._answer("take")
+
+    def attempt(self, sandbox: Any) -> Any:
+        return self._answer("attempt", sandbox)
+
+    def reset(self, sandbox: Any) -> Any:
+        return self._answer("reset", sandbox)
+
+    def retire(self, sandbox: Any, why: str, level: int) -> Any:
+        return self._answer("retire", sandbox, why, level)
 
 
-def test_a_passing_task_resets_its_sandbox_and_keeps_it() -> None:
+@pytest.fixture
+def driver() -> Iterator[SyncDriver]:
+    # nothing is sent: every step of these flows is an Act of the scripted hands
+    sync = SyncDriver(Settings(api_key=ApiKey("test-key"), base_url="http://pool.test"))
+    yield sync
+    sync.close()
+
+
+def test_every_step_is_an_act_of_the_pools_hands() -> None:
     a = Box("a")
-    flow = task_flow(0, "t", a, timeout=None, retries=0, stopping=lambda: False)
-    steps, (result, kept) = drive(flow, {Attempt: [Outcome(42, None, False, 1.5)], Reset: [0.25]})
-    assert steps == [Attempt(a), Reset(a)]
+    hands = Hands()
+    flow = task_flow(0, "t", a, hands, timeout=None, retries=0, stopping=lambda: False)
+    assert next(flow) == Act(hands.attempt, (a,))
+    assert flow.send(Outcome(1, None, False, 0.1)) == Act(hands.reset, (a,))
+    flow.close()
+
+
+def test_a_passing_task_resets_its_sandbox_and_keeps_it(driver: SyncDriver) -> None:
+    a = Box("a")
+    hands = Hands(attempt=[Outcome(42, None, False, 1.5)], reset=[0.25])
+    flow = task_flow(0, "t", a, hands, timeout=None, retries=0, stopping=lambda: False)
+    result, kept = driver.run(flow)
+    assert hands.steps == [("attempt", a), ("reset", a)]
     assert (result.ok, result.value, result.sandbox_id, result.attempts) == (True, 42, "a", 1)
     assert (result.seconds, result.reset_seconds, kept) == (1.5, 0.25, a)
 
 
-def test_a_failed_reset_retires_the_sandbox_and_a_retry_takes_a_clean_one() -> None:
+def test_a_failed_reset_retires_the_sandbox_and_a_retry_takes_a_clean_one(
+    driver: SyncDriver,
+) -> None:
     a, b = Box("a"), Box("b")
     boom = RuntimeError("reset failed")
-    flow = task_flow(1, "t", a, timeout=None, retries=1, stopping=lambda: False)
-    steps, (result, kept) = drive(
-        flow,
-        {
-            Attempt: [
-                Outcome(None, ValueError("bad"), False, 0.1),
-                Outcome("ok", None, False, 0.2),
-            ],
-            Reset: [boom, 0.1],
-            Take: [b],
-        },
+    hands = Hands(
+        attempt=[Outcome(None, ValueError("bad"), False, 0.1), Outcome("ok", None, False, 0.2)],
+        reset=[boom, 0.1],
+        take=[b],
     )
-    assert steps[:3] == [
-        Attempt(a),
-        Reset(a),
-        Retire(a, "its reset failed (RuntimeError: reset failed)"),
+    flow = task_flow(1, "t", a, hands, timeout=None, retries=1, stopping=lambda: False)
+    result, kept = driver.run(flow)
+    assert hands.steps[:3] == [
+        ("attempt", a),
+        ("reset", a),
+        ("retire", a, "its reset failed (RuntimeError: reset failed)", logging.WARNING),
     ]
-    assert steps[3:] == [Take(), Attempt(b), Reset(b)]
+    assert hands.steps[3:] == [("take",), ("attempt", b), ("reset", b)]
     assert (result.ok, result.value, result.attempts, result.sandbox_id, kept) == (
         True,
         "ok",
@@ -67,21 +103,27 @@ def test_a_failed_reset_retires_the_sandbox_and_a_retry_takes_a_clean_one() -> N
     )
 
 
-def test_a_timed_out_attempt_retires_without_a_reset_and_no_retry_once_stopping() -> None:
+def test_a_timed_out_attempt_retires_without_a_reset_and_no_retry_once_stopping(
+    driver: SyncDriver,
+) -> None:
     a = Box("a")
-    flow = task_flow(2, "t", a, timeout=5.0, retries=3, stopping=lambda: True)
     error = TimeoutError("past")
-    steps, (result, kept) = drive(flow, {Attempt: [Outcome(None, error, True, 5.0)]})
-    assert steps == [Attempt(a), Retire(a, "task 2 ran past its timeout of 5.0 s", logging.INFO)]
+    hands = Hands(attempt=[Outcome(None, error, True, 5.0)])
+    flow = task_flow(2, "t", a, hands, timeout=5.0, retries=3, stopping=lambda: True)
+    result, kept = driver.run(flow)
+    assert hands.steps == [
+        ("attempt", a),
+        ("retire", a, "task 2 ran past its timeout of 5.0 s", logging.INFO),
+    ]
     assert (result.ok, result.timed_out, result.attempts, kept) == (False, True, 1, None)
 
 
-def test_failing_to_get_a_sandbox_is_the_attempts_failure() -> None:
-    none: Box | None = None
-    flow = task_flow(3, "t", none, timeout=None, retries=1, stopping=lambda: False)
+def test_failing_to_get_a_sandbox_is_the_attempts_failure(driver: SyncDriver) -> None:
     full = RuntimeError("no capacity")
-    steps, (result, kept) = drive(flow, {Take: [full, full]})
-    assert steps == [Take(), Take()]
+    hands = Hands(take=[full, full])
+    flow = task_flow(3, "t", None, hands, timeout=None, retries=1, stopping=lambda: False)
+    result, kept = driver.run(flow)
+    assert hands.steps == [("take",), ("take",)]
     assert (result.ok, result.error_type, result.attempts, result.sandbox_id, kept) == (
         False,
         "RuntimeError",
@@ -89,3 +131,11 @@ def test_failing_to_get_a_sandbox_is_the_attempts_failure() -> None:
         None,
         None,
     )
+
+
+def test_a_closed_pool_ends_the_flow_instead_of_failing_the_attempt(driver: SyncDriver) -> None:
+    hands = Hands(take=[PoolClosed()])
+    flow = task_flow(4, "t", None, hands, timeout=None, retries=5, stopping=lambda: False)
+    with pytest.raises(PoolClosed):
+        driver.run(flow)
+    assert hands.steps == [("take",)]

@@ -1,46 +1,39 @@
-"""One task of a sandbox pool, written once for both pools: its attempts, retries and resets.
+"""The pool's retry and reset rules, written once for both pools, as a flow.
 
-:func:`task_flow` decides; the pools only perform. Like the library's other flows (see
-:mod:`workflows._flows`), it is a generator that yields what it needs done and receives the
-outcome: :class:`Take` (a clean sandbox, or the exception acquiring one raised),
-:class:`Attempt` (the task on that sandbox: an :class:`Outcome`), :class:`Reset` (the seconds
-it took, or the exception it raised) and :class:`Retire` (release and forget a sandbox; no
-answer). :class:`~workflows.SandboxPool` performs them with blocking calls and threads,
-:class:`~workflows.AsyncSandboxPool` with awaits, so the rules below hold alike in both:
+:func:`task_flow` decides; the pools only act. Like every flow of the library (see
+:mod:`workflows._flows`), it is a generator run by the drivers of :mod:`workflows._drivers`:
+each step is an :class:`~workflows._flows.Act` of the pool's :class:`Hands` (``take``,
+``attempt``, ``reset``, ``retire``), whose result is sent back and whose exception is thrown
+in. :class:`~workflows.SandboxPool` has blocking hands, :class:`~workflows.AsyncSandboxPool`
+coroutine ones, so the rules below hold alike in both:
 
 * a task runs on a clean sandbox; after it the sandbox is reset, or retired if its reset fails
   or the task ran past its timeout (an abandoned attempt may still be using it);
 * a failed or timed-out attempt is retried on a clean sandbox up to ``retries`` times, unless
   the pool is stopping; the result keeps the last attempt and counts them;
-* a failure to get a sandbox is that attempt's failure, retried the same way.
+* a failure to get a sandbox is that attempt's failure, retried the same way;
+* :class:`PoolClosed` (the pool was closed, or the run stopped) ends the flow at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from .._flows import Act, Flow
 from ._results import TaskResult, failed
 
-__all__ = ["Attempt", "Outcome", "Reset", "Retire", "Step", "Take", "task_flow"]
+__all__ = ["Hands", "Outcome", "PoolClosed", "task_flow"]
 
 S = TypeVar("S")
 """The pool's sandbox type (LocalSandbox or AsyncLocalSandbox)."""
 
 
-@dataclass(frozen=True)
-class Take:
-    """Get a clean sandbox; answer it, or the ``Exception`` getting one raised."""
-
-
-@dataclass(frozen=True)
-class Attempt(Generic[S]):
-    """Run the task on ``sandbox`` (within the timeout); answer an :class:`Outcome`."""
-
-    sandbox: S
+class PoolClosed(Exception):
+    """The pool was closed, or the run was stopped: the worker ends (and says so)."""
 
 
 @dataclass(frozen=True)
@@ -53,60 +46,62 @@ class Outcome:
     seconds: float
 
 
-@dataclass(frozen=True)
-class Reset(Generic[S]):
-    """Reset ``sandbox``; answer the seconds it took, or the ``Exception`` it raised."""
+class Hands(Protocol):
+    """What a pool does for :func:`task_flow`: each method returns its answer (the sync
+    pool's) or a coroutine of it (the async pool's), or raises."""
 
-    sandbox: S
+    def take(self) -> Any:
+        """A clean sandbox (:class:`PoolClosed` once the pool closed)."""
 
+    def attempt(self, sandbox: Any) -> Any:
+        """Run the task on ``sandbox`` within the timeout: an :class:`Outcome`."""
 
-@dataclass(frozen=True)
-class Retire(Generic[S]):
-    """Release ``sandbox`` and stop lending it, logging ``why`` at ``level``."""
+    def reset(self, sandbox: Any) -> Any:
+        """Reset ``sandbox``: the seconds it took."""
 
-    sandbox: S
-    why: str
-    level: int = logging.WARNING
-
-
-Step = Take | Attempt[S] | Reset[S] | Retire[S]
+    def retire(self, sandbox: Any, why: str, level: int) -> Any:
+        """Release ``sandbox`` and stop lending it, logging ``why`` at ``level``."""
 
 
 def task_flow(
     index: int,
     task: Any,
     sandbox: S | None,
+    hands: Hands,
     *,
     timeout: float | None,
     retries: int,
     stopping: Callable[[], bool],
-) -> Generator[Step[S], Any, tuple[TaskResult[Any], S | None]]:
+) -> Flow[tuple[TaskResult[Any], S | None]]:
     """Run task ``index`` on ``sandbox`` (or on one it takes); return its result and the
     sandbox the worker keeps (None when it was retired)."""
     attempts = 0
     while True:
         attempts += 1
         if sandbox is None:
-            taken = yield Take()
-            if isinstance(taken, Exception):
-                result = failed(index, task, taken, sandbox_id=None, seconds=0.0, attempts=attempts)
+            try:
+                sandbox = yield Act(hands.take)
+            except PoolClosed:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the attempt fails with it
+                result = failed(index, task, exc, sandbox_id=None, seconds=0.0, attempts=attempts)
                 if attempts > retries or stopping():
                     return result, None
                 continue
-            sandbox = taken
-        outcome: Outcome = yield Attempt(sandbox)
+        outcome: Outcome = yield Act(hands.attempt, (sandbox,))
         sandbox_id: str = getattr(sandbox, "id")  # noqa: B009 - S is either sandbox class
         reset_seconds = 0.0
         if outcome.timed_out:
-            yield Retire(sandbox, f"task {index} ran past its timeout of {timeout} s", logging.INFO)
+            why = f"task {index} ran past its timeout of {timeout} s"
+            yield Act(hands.retire, (sandbox, why, logging.INFO))
             sandbox = None
         else:
-            reset = yield Reset(sandbox)
-            if isinstance(reset, Exception):
-                yield Retire(sandbox, f"its reset failed ({type(reset).__name__}: {reset})")
+            try:
+                reset_seconds = yield Act(hands.reset, (sandbox,))
+            except Exception as exc:  # noqa: BLE001 - the sandbox is retired
+                why = f"its reset failed ({type(exc).__name__}: {exc})"
+                yield Act(hands.retire, (sandbox, why, logging.WARNING))
                 sandbox = None
-            else:
-                reset_seconds = reset
         if outcome.error is None:
             result = TaskResult(
                 index,
