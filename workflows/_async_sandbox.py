@@ -45,12 +45,10 @@ from ._mcp import (
 )
 from ._models import SandboxInfo, check_sandbox_id
 from ._ownership import disown, own, unwind_on_sigterm
-from ._sandbox import LocalSandbox
 from ._sandbox_base import SandboxBase
 from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
-from ._twin_docs import share_docstrings
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -66,8 +64,11 @@ async def async_list_sandboxes(
     base_url: str | None = None,
     timeout: float | None = None,
 ) -> list[SandboxInfo]:
-    """Every active sandbox of this API key (async); the same as
-    :meth:`AsyncLocalSandbox.list`."""
+    """Every active sandbox of this API key; the same as :meth:`AsyncLocalSandbox.list`.
+
+    >>> for info in await async_list_sandboxes():  # doctest: +SKIP
+    ...     print(info.id, info.status, [s.name for s in info.servers])
+    """
     driver = AsyncDriver(resolve_settings(api_key, base_url, timeout=timeout))
     try:
         return await driver.run(list_flow())
@@ -105,7 +106,9 @@ class PendingSandbox:
 
 
 class AsyncLocalSandbox(SandboxBase):
-    """The asyncio twin of :class:`~workflows.LocalSandbox`::
+    """A Klavis local sandbox for asyncio code: :class:`~workflows.LocalSandbox`, awaited.
+
+    Acquire one in an ``async with`` block so it is released whatever happens::
 
         async with AsyncLocalSandbox.acquire(["filesystem"], ttl_seconds=600) as sb:
             await sb.seed({"hello.txt": "hi"})
@@ -113,9 +116,6 @@ class AsyncLocalSandbox(SandboxBase):
 
     ``sb = await AsyncLocalSandbox.acquire(...)`` works too; then ``await sb.release()``.
     """
-
-    # Methods without a docstring here get LocalSandbox's, adapted (``await`` in the examples),
-    # when the module is imported: see the share_docstrings call below the class.
 
     def __init__(
         self,
@@ -195,6 +195,11 @@ class AsyncLocalSandbox(SandboxBase):
         base_url: str | None = None,
         timeout: float | None = None,
     ) -> builtins.list[SandboxInfo]:
+        """Every active sandbox of this API key.
+
+        >>> for info in await AsyncLocalSandbox.list():  # doctest: +SKIP
+        ...     print(info.id, info.status, [s.name for s in info.servers])
+        """
         return await async_list_sandboxes(api_key=api_key, base_url=base_url, timeout=timeout)
 
     @classmethod
@@ -238,11 +243,21 @@ class AsyncLocalSandbox(SandboxBase):
         return PendingSandbox(make)
 
     async def refresh(self) -> SandboxInfo:
+        """Fetch the sandbox's current details."""
         self._info = await self._driver.run(get_flow(self.id))
         return self._info
 
     # ----------------------------------------------------------------- workspace
     async def seed(self, files: Mapping[str, str | bytes], *, progress: bool | None = None) -> int:
+        """Add files to the workspace from a mapping of relative path to text or bytes.
+
+        Keys are checked first (no absolute paths, ``..``, NUL or collisions) and nothing is
+        sent if one is bad. Existing files of the same name are overwritten; others stay.
+        Returns the number of files seeded.
+
+        >>> await sb.seed({"hello.txt": "hi", "data/x.bin": b"\\x00"})  # doctest: +SKIP
+        2
+        """
         entries = plan_mapping(files)
         await self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
@@ -257,6 +272,21 @@ class AsyncLocalSandbox(SandboxBase):
         preserve_mtime: bool = False,
         progress: bool | None = None,
     ) -> int:
+        """Add a local folder's files to the workspace, streamed from disk.
+
+        Follows ``.gitignore`` (when ``gitignore``) and ``.sandboxignore`` files with full
+        gitignore syntax, plus ``ignore=`` patterns; never follows a symlink out of the folder;
+        a file over ``max_file_size`` raises FileTooLargeError naming it. Returns the file count.
+
+        Files arrive with one fixed modification time (2000-01-01) by default, so the same
+        folder always packs to the same bytes (a reproducible archive, cacheable and comparable).
+        ``preserve_mtime=True`` sends each file's time from disk instead, for build tools in
+        the sandbox (make, ninja, pytest's caches) that compare modification times.
+        :meth:`Snapshot.from_directory` reads a folder with the same rules, to compare with a
+        dump.
+
+        >>> await sb.seed_directory("./project", ignore=["*.log"])  # doctest: +SKIP
+        """
         entries = await asyncio.to_thread(
             plan_directory,
             path,
@@ -274,6 +304,23 @@ class AsyncLocalSandbox(SandboxBase):
         await self._driver.run(seed_flow(self.id, entries, show))
 
     async def dump(self, *, progress: bool | None = None, timeout: float | None = None) -> Snapshot:
+        """Download the workspace as a read-only :class:`Snapshot` (path -> bytes).
+
+        The archive is streamed to disk and checked member by member (no absolute paths,
+        ``..``, devices, sparse files; caps from ``limits``); memory stays flat. Links into the
+        sandbox's ``/data`` are kept in ``snapshot.links``; links leading outside the workspace
+        are left out with a warning and listed in ``snapshot.skipped_links``.
+
+        ``timeout`` (seconds), when given, bounds the whole download, retries included: past
+        it, :class:`~workflows.TransferTimeoutError`. Without it, a big workspace may take as
+        long as it needs, but a download that receives fewer than 64 KiB within any window of
+        the sandbox's timeout (60 s by default) is ended as too slow (the same error), and each
+        read waits at most that timeout.
+
+        >>> snap = await sb.dump()  # doctest: +SKIP
+        >>> snap["hello.txt"]  # doctest: +SKIP
+        b'hi'
+        """
         seconds = check_timeout(timeout)
         self._check_live()
         show = self._show(progress)
@@ -286,6 +333,23 @@ class AsyncLocalSandbox(SandboxBase):
         progress: bool | None = None,
         timeout: float | None = None,
     ) -> Path:
+        """Save the workspace: extracted into a folder, or as is when ``path`` ends in .tar.gz/.tgz.
+
+        The destination is checked (by making its parent folders) before anything is
+        downloaded; a folder is filled only once the whole archive passed the safety checks, a
+        ``.tar.gz`` file appears atomically, and a failure leaves the disk as it was (a full
+        disk or quota, or a file size limit, raises :class:`~workflows.LocalWriteError`), as
+        do Ctrl-C and SIGTERM (from the main thread, SIGTERM then raises ``SystemExit``, unless
+        the process has a handler of its own). Links into ``/data`` are written as relative
+        links; links leading outside are left out with a warning.
+
+        Symlinks on the way to ``path`` are followed; ``path`` itself never is: a ``.tar.gz``
+        replaces a symlink of that name (its target is never written), and a folder ``path``
+        that is a symlink is refused with :class:`~workflows.InvalidInputError` (extracting
+        would write outside the path named: name the folder itself). ``timeout`` is
+        :meth:`dump`'s: without it there is no deadline for the whole download, only the
+        low-speed guard. Returns the path written.
+        """
         target = dump_to_target(path)
         seconds = check_timeout(timeout)
         self._check_live()
@@ -294,6 +358,7 @@ class AsyncLocalSandbox(SandboxBase):
         return await self._driver.run(dump_to_flow(self.id, target, self.limits, show, seconds))
 
     async def reset(self) -> None:
+        """Reset the sandbox and its servers to their initial state (the workspace is emptied)."""
         self._check_live()
         await self._driver.run(reset_flow(self.id))
 
@@ -311,6 +376,11 @@ class AsyncLocalSandbox(SandboxBase):
     async def list_tools(
         self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT
     ) -> builtins.list[ToolInfo]:
+        """The tools one of the sandbox's MCP servers offers (name, description, schema).
+
+        >>> [t.name for t in await sb.list_tools("git")][:2]  # doctest: +SKIP
+        ['git_status', 'git_diff_unstaged']
+        """
         return await async_list_tools(self.mcp_url(server), timeout=timeout)
 
     async def call_tool(
@@ -321,6 +391,13 @@ class AsyncLocalSandbox(SandboxBase):
         *,
         timeout: float = DEFAULT_MCP_TIMEOUT,
     ) -> ToolResult:
+        """Call a tool of one of the sandbox's MCP servers; ``.text`` holds its text output.
+
+        A tool's own failure comes back with ``is_error`` set (``raise_for_error()`` raises).
+
+        >>> (await sb.call_tool("terminal", "run_command", {"command": "ls"})).text
+        'hello.txt'
+        """
         return await async_call_tool(self.mcp_url(server), tool, arguments, timeout=timeout)
 
     # ----------------------------------------------------------------- executions, data
@@ -354,10 +431,14 @@ class AsyncLocalSandbox(SandboxBase):
     async def initialize_server_data(
         self, server: str, data: Mapping[str, Any] | None = None, *, default: bool = False
     ) -> str:
+        """Load a data document into ``google_cloud``, ``poste_email_toolathlon`` or ``canvas``
+        (``default=True`` loads the service's built-in document). Returns the service's message.
+        """
         body = self._data_request(server, data)
         return await self._driver.run(initialize_data_flow(self.id, server, body, default=default))
 
     async def dump_server_data(self, server: str) -> ServerData:
+        """The current data document of google_cloud, poste_email_toolathlon or canvas."""
         self._data_request(server, None)
         return await self._driver.run(dump_data_flow(self.id, server))
 
@@ -409,22 +490,3 @@ class AsyncLocalSandbox(SandboxBase):
                 self.id,
                 release_error,
             )
-
-
-share_docstrings(
-    LocalSandbox,
-    AsyncLocalSandbox,
-    [
-        "list",
-        "refresh",
-        "seed",
-        "seed_directory",
-        "dump",
-        "dump_to",
-        "reset",
-        "list_tools",
-        "call_tool",
-        "initialize_server_data",
-        "dump_server_data",
-    ],
-)

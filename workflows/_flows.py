@@ -3,11 +3,12 @@
 A flow is a generator that yields *steps* (a call of a generated operation, a signed-URL
 transfer, a blocking function to run, an action of the face running it, a pause) and
 receives each step's result, or has its exception thrown in: the pattern of httpx's
-``Auth.auth_flow`` generators, which yield requests and receive responses. The drivers of :mod:`workflows._drivers` carry the steps out: the sync
-one directly, the async one awaiting them and running blocking work in a thread; both close the
-flow when they stop, so its ``with`` blocks (temporary files, progress bars) end at once, on
-cancellation and Ctrl-C too. So ``LocalSandbox`` and ``AsyncLocalSandbox`` share all of their
-logic and differ only in ``await``.
+``Auth.auth_flow`` generators, which yield requests and receive responses. The drivers of
+:mod:`workflows._drivers` carry the steps out: the sync one directly, the async one awaiting
+them and running blocking work in a thread; both close the flow when they stop, so its
+``with`` blocks (temporary files, progress bars) end at once, on cancellation and Ctrl-C too.
+So ``LocalSandbox`` and ``AsyncLocalSandbox`` share all of their logic and differ only in
+``await``, and the pools' retry rules run on the same drivers (:mod:`workflows._pool`).
 
 A :class:`Call` carries the generated operation itself (its module, imported inside the flow so
 ``import workflows`` stays fast): go-to-definition from a flow reaches the generated code.

@@ -1,6 +1,7 @@
 """Recipes on top of the sandboxes: seed from a dict, round-trip dumps, bulk acquire and release.
 
-Each has an async twin named ``async_<name>``. Bulk operations run with bounded concurrency,
+Each has an async twin named ``async_<name>``, documented in its own words with ``await`` in
+its examples. Bulk operations run with bounded concurrency,
 return one result per sandbox, and never let one failure abort the batch.
 """
 
@@ -137,7 +138,11 @@ def seed_from_dict(sandbox: LocalSandbox, files: Mapping[str, str | bytes]) -> i
 
 
 async def async_seed_from_dict(sandbox: AsyncLocalSandbox, files: Mapping[str, str | bytes]) -> int:
-    """The async twin of :func:`seed_from_dict`."""
+    """Seed a sandbox's workspace from ``{relative path: text or bytes}``; returns the file count.
+
+    >>> await async_seed_from_dict(sb, {"README.md": "# hi"})  # doctest: +SKIP
+    1
+    """
     return await sandbox.seed(files)
 
 
@@ -160,7 +165,12 @@ def round_trip_dump(sandbox: LocalSandbox, files: Mapping[str, str | bytes]) -> 
 async def async_round_trip_dump(
     sandbox: AsyncLocalSandbox, files: Mapping[str, str | bytes]
 ) -> RoundTripReport:
-    """The async twin of :func:`round_trip_dump`."""
+    """Seed ``files``, dump the workspace, and report what did not come back intact.
+
+    >>> report = await async_round_trip_dump(sb, {"a.txt": "A"})  # doctest: +SKIP
+    >>> report.ok, report.missing, report.changed, report.extra  # doctest: +SKIP
+    (True, (), (), ())
+    """
     entries = plan_mapping(files)
     await sandbox._upload(entries, None)
     return compare_round_trip(_contents(entries), await sandbox.dump())
@@ -255,10 +265,8 @@ class AsyncSandboxBatch(_Batch[AsyncLocalSandbox]):
     async def release(
         self, *, concurrency: int | None = None, progress: bool | None = None
     ) -> list[ReleaseResult]:
-        """Release every acquired sandbox (bounded concurrency); one result each.
-
-        Also closes the connection pool the batch's sandboxes share.
-        """
+        """Release every acquired sandbox (bounded concurrency) and close the connection pool
+        the batch's sandboxes share; one result each."""
         try:
             return await async_bulk_release(
                 self.sandboxes,
@@ -472,7 +480,13 @@ async def async_bulk_release(
     progress: bool | None = None,
     ledger: Ledger | bool = True,
 ) -> list[ReleaseResult]:
-    """The async twin of :func:`bulk_release`."""
+    """Release many sandboxes, ``concurrency`` at a time; ``None`` releases every sandbox the
+    key lists. Returns one :class:`ReleaseResult` per sandbox, in the order given.
+
+    >>> results = await async_bulk_release()  # doctest: +SKIP
+    >>> [r.sandbox_id for r in results if not r.ok]  # doctest: +SKIP
+    []
+    """
     _check_count(1, concurrency)
     targets = None if sandbox_ids is None else _target_ids(sandbox_ids, AsyncLocalSandbox)
     settings = _release_settings(targets, api_key, base_url, timeout)

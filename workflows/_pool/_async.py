@@ -38,7 +38,8 @@ async def _arelease_quietly(sandbox: AsyncLocalSandbox) -> None:
 
 
 class AsyncSandboxPool(PoolBase):
-    """The asyncio twin of :class:`SandboxPool`: ``fn`` is a coroutine function::
+    """Run many tasks over at most ``size`` sandboxes, each task on a clean one (asyncio):
+    ``fn(sandbox, task)`` is a coroutine function, given an :class:`~workflows.AsyncLocalSandbox`::
 
         async def run_task(sb, task):
             await sb.seed(task["files"])
@@ -48,8 +49,12 @@ class AsyncSandboxPool(PoolBase):
         async with AsyncSandboxPool(["filesystem"], size=8) as pool:
             results = await pool.map(run_task, tasks, timeout=300)
 
-    Its sandboxes share one connection pool, closed with the pool. A timed-out task's
-    coroutine is cancelled (and its sandbox replaced).
+    The acquire keywords are :meth:`AsyncLocalSandbox.acquire`'s
+    (:class:`~workflows.AcquireOptions`), checked before anything is sent;
+    ``health_check_after``: seconds a sandbox may sit idle before it is checked again. Its
+    sandboxes share one connection pool, closed with the pool. A timed-out task's coroutine
+    is cancelled (and its sandbox replaced). How the pool behaves is described in
+    :mod:`workflows._pool`.
     """
 
     def _start(self) -> None:
@@ -153,7 +158,12 @@ class AsyncSandboxPool(PoolBase):
         retries: int = 0,
     ) -> PoolResults[R]:
         """Run ``await fn(sandbox, task)`` for every task, ``size`` at a time; one result per
-        task, in the order of ``tasks``. A task's failure is recorded, never raised."""
+        task, in the order of ``tasks``. A task's failure is recorded in its result, never raised.
+
+        >>> results = await pool.map(run_task, tasks, timeout=120)  # doctest: +SKIP
+        >>> [r.index for r in results.failures]  # doctest: +SKIP
+        [7]
+        """
         started = time.perf_counter()
         before = self._book.replaced
         done: list[TaskResult[R]] = []

@@ -44,7 +44,8 @@ class SandboxPool(PoolBase):
         print(results.summary())
         df = results.to_pandas()
 
-    The acquire arguments are :meth:`LocalSandbox.acquire`'s, checked before anything is sent.
+    The acquire keywords are :meth:`LocalSandbox.acquire`'s (:class:`~workflows.AcquireOptions`),
+    checked before anything is sent.
     ``health_check_after``: seconds a sandbox may sit idle before it is checked again. How the
     pool behaves (lazy acquire, health checks, timeouts, retries) is described in
     :mod:`workflows._pool`.
