@@ -13,7 +13,6 @@ import os
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ._acquire import AcquireOptions, Unpack, resolve_acquire
@@ -95,14 +94,9 @@ class PendingSandbox:
         self._sandbox = await self._make()
         return self._sandbox
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: Any) -> None:
         if self._sandbox is not None:
-            await self._sandbox.__aexit__(exc_type, exc, tb)
+            await self._sandbox.__aexit__(*exc_info)
 
 
 class AsyncLocalSandbox(SandboxBase):
@@ -470,23 +464,9 @@ class AsyncLocalSandbox(SandboxBase):
     async def __aenter__(self) -> AsyncLocalSandbox:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         if not self._owned or self._released:
             await self.aclose()
             return
-        if exc is None:
+        with self._releasing_on_exit(failed=exc_type is not None):
             await self.release()
-            return
-        try:
-            await self.release()
-        except Exception as release_error:  # noqa: BLE001 - never hide the original error
-            log.warning(
-                "could not release sandbox %s after an error (%s); it stays in the ledger",
-                self.id,
-                release_error,
-            )

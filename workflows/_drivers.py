@@ -87,12 +87,52 @@ def gave_up(exc: Exception, attempts: int, seconds: float) -> Exception:
     return exc
 
 
-def _advance(flow: Flow[Any], value: Any, error: Exception | None) -> tuple[bool, Any]:
-    """Feed a flow the last step's result (or exception): (False, next step) or (True, result)."""
-    try:
-        return False, (flow.throw(error) if error is not None else flow.send(value))
-    except StopIteration as stop:
-        return True, stop.value
+class _Driving:
+    """A flow being driven: :meth:`next` gives the step to perform, after the last one's
+    ``value`` (or ``error``, thrown in) was fed back; None once the flow returned ``result``.
+    Leaving ``with`` closes the flow however the driving ended."""
+
+    def __init__(self, flow: Flow[Any]) -> None:
+        self.flow = flow
+        self.value: Any = None
+        self.error: Exception | None = None
+        self.result: Any = None
+
+    def next(self) -> Step | None:
+        value, error, self.value, self.error = self.value, self.error, None, None
+        try:
+            return self.flow.throw(error) if error is not None else self.flow.send(value)
+        except StopIteration as stop:
+            self.result = stop.value
+            return None
+
+    def __enter__(self) -> _Driving:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.flow.close()
+
+
+class _Tries:
+    """The account of one retried operation: when it started, the attempt under way, and a
+    first failure (made before the retry context) to replay so stamina backs off from it."""
+
+    def __init__(self, first: Exception | None = None) -> None:
+        self.started = time.monotonic()
+        self.first = first
+        self.num = 1
+
+    def begin(self, attempt: Any) -> None:
+        """An attempt of the retry context begins: replay the first failure, if any."""
+        self.num = attempt.num
+        if self.first is not None:
+            failure, self.first = self.first, None
+            raise failure
+
+    def gave_up(self, exc: Exception) -> Exception:
+        """The error to raise when retries ran out on ``exc``: a connection failure says what
+        was tried (:func:`after_retries`), any other error is itself."""
+        return gave_up(exc, self.num, time.monotonic() - self.started)
 
 
 class SyncDriver(_DriverBase):
@@ -127,24 +167,19 @@ class SyncDriver(_DriverBase):
         self, fn: Callable[..., Response[Any]], *, retry: bool, **kwargs: Any
     ) -> Response[Any]:
         """Run a generated ``*_detailed`` function; retry it only when ``retry`` says it is safe."""
-        started = time.monotonic()
         try:  # the common case, without the cost of a retry context
             return self._once(fn, kwargs)
         except Exception as exc:
             if not retry or retry_backoff(exc) is False:
                 raise
-            first: Exception | None = exc
-        tries = 1
+            tries = _Tries(exc)
         try:
             for attempt in self._retrying(retry_backoff):
                 with attempt:
-                    tries = attempt.num
-                    if first is not None:  # replay the first failure so stamina backs off from it
-                        failure, first = first, None
-                        raise failure
+                    tries.begin(attempt)
                     return self._once(fn, kwargs)
         except ApiConnectionError as exc:
-            raise after_retries(exc, tries, time.monotonic() - started) from exc.__cause__
+            raise tries.gave_up(exc) from exc.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
     def perform(self, step: Step) -> Any:
@@ -172,20 +207,13 @@ class SyncDriver(_DriverBase):
         gets ``GeneratorExit`` at that step, so its temporary files and progress bars end now,
         not when the garbage collector finds it.
         """
-        value: Any = None
-        error: Exception | None = None
-        try:
-            while True:
-                done, item = _advance(flow, value, error)
-                if done:
-                    return item  # type: ignore[no-any-return]
-                value, error = None, None
+        with _Driving(flow) as driving:
+            while (step := driving.next()) is not None:
                 try:
-                    value = self.perform(item)
+                    driving.value = self.perform(step)
                 except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
-                    error = exc
-        finally:
-            flow.close()
+                    driving.error = exc
+            return driving.result  # type: ignore[no-any-return]
 
     def run_retrying(
         self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
@@ -195,14 +223,14 @@ class SyncDriver(_DriverBase):
         A flow raises :class:`~workflows._reconcile.AcquireDidNotHappen` to be run again; when
         the attempts run out, its cause is raised, saying how many attempts were made.
         """
-        started, tries = time.monotonic(), 1
+        tries = _Tries()
         try:
             for attempt in self._retrying(on):
                 with attempt:
-                    tries = attempt.num
+                    tries.begin(attempt)
                     return self.run(make_flow())
         except AcquireDidNotHappen as exc:
-            raise gave_up(exc.cause, tries, time.monotonic() - started) from exc.cause.__cause__
+            raise tries.gave_up(exc.cause) from exc.cause.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
     def upload(self, url: str, fileobj: IO[bytes], size: int, progress: Progress) -> None:
@@ -316,24 +344,19 @@ class AsyncDriver(_DriverBase):
         self, fn: Callable[..., Awaitable[Response[Any]]], *, retry: bool, **kwargs: Any
     ) -> Response[Any]:
         """Await a generated ``asyncio_detailed`` function; retried only when ``retry`` is safe."""
-        started = time.monotonic()
         try:  # the common case, without the cost of a retry context
             return await self._once(fn, kwargs)
         except Exception as exc:
             if not retry or retry_backoff(exc) is False:
                 raise
-            first: Exception | None = exc
-        tries = 1
+            tries = _Tries(exc)
         try:
             async for attempt in self._retrying(retry_backoff):
                 with attempt:
-                    tries = attempt.num
-                    if first is not None:  # replay the first failure so stamina backs off from it
-                        failure, first = first, None
-                        raise failure
+                    tries.begin(attempt)
                     return await self._once(fn, kwargs)
         except ApiConnectionError as exc:
-            raise after_retries(exc, tries, time.monotonic() - started) from exc.__cause__
+            raise tries.gave_up(exc) from exc.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def perform(self, step: Step) -> Any:
@@ -356,20 +379,13 @@ class AsyncDriver(_DriverBase):
     async def run(self, flow: Flow[T]) -> T:
         """Drive a flow to its end, feeding each step's result or exception back into it; the
         flow is closed however this ends (cancellation included: see :meth:`SyncDriver.run`)."""
-        value: Any = None
-        error: Exception | None = None
-        try:
-            while True:
-                done, item = _advance(flow, value, error)
-                if done:
-                    return item  # type: ignore[no-any-return]
-                value, error = None, None
+        with _Driving(flow) as driving:
+            while (step := driving.next()) is not None:
                 try:
-                    value = await self.perform(item)
+                    driving.value = await self.perform(step)
                 except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
-                    error = exc
-        finally:
-            flow.close()
+                    driving.error = exc
+            return driving.result  # type: ignore[no-any-return]
 
     async def run_retrying(
         self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
@@ -379,14 +395,14 @@ class AsyncDriver(_DriverBase):
         A flow raises :class:`~workflows._reconcile.AcquireDidNotHappen` to be run again; when
         the attempts run out, its cause is raised, saying how many attempts were made.
         """
-        started, tries = time.monotonic(), 1
+        tries = _Tries()
         try:
             async for attempt in self._retrying(on):
                 with attempt:
-                    tries = attempt.num
+                    tries.begin(attempt)
                     return await self.run(make_flow())
         except AcquireDidNotHappen as exc:
-            raise gave_up(exc.cause, tries, time.monotonic() - started) from exc.cause.__cause__
+            raise tries.gave_up(exc.cause) from exc.cause.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def upload(self, url: str, fileobj: IO[bytes], size: int, progress: Progress) -> None:

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, Generic, TypeVar, cast
 
 from ._acquire import AcquireOptions, Unpack, resolve_acquire
 from ._async_sandbox import AsyncLocalSandbox
 from ._config import ApiKey, Settings, resolve_settings
 from ._drivers import AsyncDriver, sync_driver_for
 from ._errors import InvalidInputError
-from ._flows import list_flow, release_flow
+from ._flows import Act, Blocking, Flow, list_flow, release_flow
 from ._ledger import Ledger
-from ._models import check_sandbox_id
+from ._models import ResultList, check_sandbox_id
 from ._ownership import disown, install_exit_handlers, ledger_of
 from ._progress import progress_bar
 from ._sandbox import LocalSandbox
@@ -183,7 +182,7 @@ def _check_count(count: int, concurrency: int) -> None:
         raise InvalidInputError(f"concurrency must be a positive whole number, got {concurrency!r}")
 
 
-class _Batch(Sequence[AcquireResult[S]]):
+class _Batch(ResultList[AcquireResult[S]]):
     def __init__(
         self,
         results: Sequence[AcquireResult[S]],
@@ -194,19 +193,6 @@ class _Batch(Sequence[AcquireResult[S]]):
         self._results: list[AcquireResult[S]] = list(results)
         self.concurrency = concurrency
         self.progress = progress
-
-    @overload
-    def __getitem__(self, index: int) -> AcquireResult[S]: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[AcquireResult[S]]: ...
-    def __getitem__(self, index: int | slice) -> AcquireResult[S] | Sequence[AcquireResult[S]]:
-        return self._results[index]
-
-    def __len__(self) -> int:
-        return len(self._results)
-
-    def __iter__(self) -> Iterator[AcquireResult[S]]:
-        return iter(self._results)
 
     @property
     def sandboxes(self) -> list[S]:
@@ -237,12 +223,7 @@ class SandboxBatch(_Batch[LocalSandbox]):
     def __enter__(self) -> SandboxBatch:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
 
@@ -280,12 +261,7 @@ class AsyncSandboxBatch(_Batch[AsyncLocalSandbox]):
     async def __aenter__(self) -> AsyncSandboxBatch:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.release()
 
 
@@ -411,6 +387,29 @@ def _release_settings(
     return resolve_settings(api_key, base_url, timeout=timeout)
 
 
+def _release_one(
+    target: Any,
+    settings: Settings | None,
+    ledger: Ledger | None,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Flow[ReleaseResult]:
+    """Release one sandbox of a bulk release, a sandbox object (its own ``release()``) or an id
+    (released, then forgotten by this user's ledger); its failure is its result's."""
+    started = clock()
+    sandbox_id = target if isinstance(target, str) else target.id
+    try:
+        if isinstance(target, str):
+            assert settings is not None
+            gone = not (yield from release_flow(sandbox_id))
+            yield Blocking(disown, (sandbox_id, settings, ledger))
+        else:
+            gone = not (yield Act(target.release))
+    except Exception as exc:  # noqa: BLE001 - reported per item
+        return ReleaseResult(sandbox_id, False, exc, seconds=clock() - started)
+    return ReleaseResult(sandbox_id, True, None, already_released=gone, seconds=clock() - started)
+
+
 def bulk_release(
     sandbox_ids: Iterable[str | LocalSandbox] | None = None,
     *,
@@ -442,22 +441,9 @@ def bulk_release(
         return []
 
     def one(target: Any) -> ReleaseResult:
-        started = time.perf_counter()
-        sandbox_id = target if isinstance(target, str) else target.id
-        try:
-            if isinstance(target, LocalSandbox):
-                released = target.release()
-                gone = not released
-            else:
-                assert driver is not None
-                assert settings is not None
-                gone = not driver.run(release_flow(sandbox_id))
-                disown(sandbox_id, settings, book)
-        except Exception as exc:  # noqa: BLE001 - reported per item
-            return ReleaseResult(sandbox_id, False, exc, seconds=time.perf_counter() - started)
-        return ReleaseResult(
-            sandbox_id, True, None, already_released=gone, seconds=time.perf_counter() - started
-        )
+        runner = target._driver if isinstance(target, LocalSandbox) else driver
+        assert runner is not None  # ids come with settings, hence a driver
+        return runner.run(_release_one(target, settings, book))
 
     with progress_bar(
         total=len(targets), desc="releasing", unit="sandbox", progress=progress
@@ -502,29 +488,10 @@ async def async_bulk_release(
         ) as update:
 
             async def one(target: Any) -> ReleaseResult:
-                sandbox_id = target if isinstance(target, str) else target.id
+                runner = target._driver if isinstance(target, AsyncLocalSandbox) else driver
+                assert runner is not None  # ids come with settings, hence a driver
                 async with gate:
-                    started = time.perf_counter()
-                    try:
-                        if isinstance(target, AsyncLocalSandbox):
-                            gone = not await target.release()
-                        else:
-                            assert driver is not None
-                            assert settings is not None
-                            gone = not await driver.run(release_flow(sandbox_id))
-                            disown(sandbox_id, settings, book)
-                    except Exception as exc:  # noqa: BLE001 - reported per item
-                        result = ReleaseResult(
-                            sandbox_id, False, exc, seconds=time.perf_counter() - started
-                        )
-                    else:
-                        result = ReleaseResult(
-                            sandbox_id,
-                            True,
-                            None,
-                            already_released=gone,
-                            seconds=time.perf_counter() - started,
-                        )
+                    result: ReleaseResult = await runner.run(_release_one(target, settings, book))
                     update(1)
                     return result
 

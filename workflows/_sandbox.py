@@ -8,7 +8,6 @@ import os
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ._acquire import AcquireOptions, Unpack, resolve_acquire
@@ -393,23 +392,7 @@ class LocalSandbox(SandboxBase):
     def __enter__(self) -> LocalSandbox:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if not self._owned or self._released:
-            return
-        if exc is None:
-            self.release()
-            return
-        try:
-            self.release()
-        except Exception as release_error:  # noqa: BLE001 - never hide the original error
-            log.warning(
-                "could not release sandbox %s after an error (%s); it stays in the ledger "
-                "for `klavis-sandbox reap`",
-                self.id,
-                release_error,
-            )
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        if self._owned and not self._released:
+            with self._releasing_on_exit(failed=exc_type is not None):
+                self.release()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ._archive import ArchiveLimits
@@ -13,6 +15,8 @@ from ._models import SandboxInfo, ServerInfo
 from ._server_data import server_data_body
 
 __all__ = ["SandboxBase"]
+
+log = logging.getLogger("workflows")
 
 
 class SandboxBase:
@@ -97,6 +101,23 @@ class SandboxBase:
     def _check_live(self) -> None:
         if self._released:
             raise InvalidInputError(f"sandbox {self.id} was released; acquire a new one")
+
+    @contextlib.contextmanager
+    def _releasing_on_exit(self, *, failed: bool) -> Iterator[None]:
+        """Around the release made on leaving ``with``: after an error (``failed``), a release
+        that fails too is logged, never raised in place of that error."""
+        if not failed:
+            yield
+            return
+        try:
+            yield
+        except Exception as release_error:  # noqa: BLE001 - never hide the original error
+            log.warning(
+                "could not release sandbox %s after an error (%s); it stays in the ledger "
+                "for `klavis-sandbox reap`",
+                self.id,
+                release_error,
+            )
 
     def _data_request(self, server: str, data: Mapping[str, Any] | None) -> Any:
         body = server_data_body(server, data)
