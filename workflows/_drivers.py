@@ -17,7 +17,7 @@ import atexit
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Generic, TypeVar
 
 import httpx
 import stamina
@@ -49,6 +49,7 @@ from ._transport import (
 __all__ = ["AsyncDriver", "SyncDriver", "sync_driver_for"]
 
 T = TypeVar("T")
+C = TypeVar("C", httpx.Client, httpx.AsyncClient)
 _PLACEHOLDER_TOKEN = "unused: workflows adds the Authorization header itself"  # noqa: S105
 
 
@@ -59,15 +60,26 @@ def _request_of(exc: httpx.TransportError) -> httpx.Request | None:
         return None
 
 
-class _DriverBase:
-    """What the sync and async connections share: settings, the generated client, retries."""
+class _DriverBase(Generic[C]):
+    """What the sync and async connections share: settings, the generated client, the API's
+    httpx client and the transfer client (``C``: sync or async), retries."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, make_client: Callable[..., C]) -> None:
         self.settings = settings
         self.client = AuthenticatedClient(base_url=settings.base_url, token=_PLACEHOLDER_TOKEN)
+        self._make_client: Callable[..., C] = make_client
+        self._http: C = make_client(settings)
+        self._transfer_client: C | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self.settings.base_url!r})"
+
+    @property
+    def _transfer(self) -> C:
+        """The unauthenticated client for signed URLs, made on first use."""
+        if self._transfer_client is None:
+            self._transfer_client = self._make_client(self.settings, authenticated=False)
+        return self._transfer_client
 
     def _retrying(self, on: Callable[[Exception], bool | float]) -> Any:
         """A stamina retry context (sync or async iterable) bounded by the settings' attempts
@@ -135,13 +147,11 @@ class _Tries:
         return gave_up(exc, self.num, time.monotonic() - self.started)
 
 
-class SyncDriver(_DriverBase):
+class SyncDriver(_DriverBase[httpx.Client]):
     """A pooled sync connection: the generated client, an API httpx client, a transfer client."""
 
     def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self._http = make_sync_client(settings)
-        self._transfer_client: httpx.Client | None = None
+        super().__init__(settings, make_sync_client)
         self.client.set_httpx_client(self._http)
 
     def close(self) -> None:
@@ -149,13 +159,6 @@ class SyncDriver(_DriverBase):
         self._http.close()
         if self._transfer_client is not None:
             self._transfer_client.close()
-
-    @property
-    def _transfer(self) -> httpx.Client:
-        """The unauthenticated client for signed URLs, made on first use."""
-        if self._transfer_client is None:
-            self._transfer_client = make_sync_client(self.settings, authenticated=False)
-        return self._transfer_client
 
     def _once(self, fn: Callable[..., Response[Any]], kwargs: dict[str, Any]) -> Response[Any]:
         try:
@@ -187,11 +190,9 @@ class SyncDriver(_DriverBase):
         if isinstance(step, Call):
             return self.call(step.op.sync_detailed, retry=step.retry, **step.kwargs)
         if isinstance(step, Upload):
-            return self.upload(step.url, step.fileobj, step.size, step.progress)
+            return self.upload(step)
         if isinstance(step, Download):
-            return self.download(
-                step.url, step.sink, step.progress, max_bytes=step.max_bytes, timeout=step.timeout
-            )
+            return self.download(step)
         if isinstance(step, Sleep):
             time.sleep(step.seconds)
             return None
@@ -233,8 +234,9 @@ class SyncDriver(_DriverBase):
             raise tries.gave_up(exc.cause) from exc.cause.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def upload(self, url: str, fileobj: IO[bytes], size: int, progress: Progress) -> None:
+    def upload(self, step: Upload) -> None:
         """PUT a file to a signed URL, streamed from disk with a Content-Length; retried."""
+        url, fileobj, size, progress = step.url, step.fileobj, step.size, step.progress
         for attempt in self._retrying(retry_backoff):
             with attempt:
                 fileobj.seek(0)
@@ -248,15 +250,7 @@ class SyncDriver(_DriverBase):
                 if response.status_code >= 400:
                     raise transfer_error("upload to", url, response)
 
-    def download(
-        self,
-        url: str,
-        sink: IO[bytes],
-        progress: Progress,
-        *,
-        max_bytes: int | None = None,
-        timeout: float | None = None,
-    ) -> int:
+    def download(self, step: Download) -> int:
         """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start.
 
         ``timeout``, when given, bounds the whole transfer, retries included. Without it there
@@ -267,7 +261,8 @@ class SyncDriver(_DriverBase):
         and the deadline is checked after every read, so one read may end a little past it.
         Both end with :class:`TransferTimeoutError`.
         """
-        guard = DownloadGuard(url, timeout, max_bytes, window=self.settings.timeout)
+        url, sink, progress = step.url, step.sink, step.progress
+        guard = DownloadGuard(url, step.timeout, step.max_bytes, window=self.settings.timeout)
         for attempt in self._retrying(retry_backoff):
             with attempt:
                 sink.seek(0)
@@ -310,13 +305,12 @@ async def _in_thread(step: Blocking) -> Any:
         raise
 
 
-class AsyncDriver(_DriverBase):
-    """The async twin of :class:`SyncDriver`; owned by one sandbox or one batch, closed with it."""
+class AsyncDriver(_DriverBase[httpx.AsyncClient]):
+    """An asyncio connection (generated client, API and transfer httpx clients), owned by one
+    sandbox, batch or pool, and closed with it."""
 
     def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self._http = make_async_client(settings)
-        self._transfer_client: httpx.AsyncClient | None = None
+        super().__init__(settings, make_async_client)
         self.client.set_async_httpx_client(self._http)
 
     async def aclose(self) -> None:
@@ -324,13 +318,6 @@ class AsyncDriver(_DriverBase):
         await self._http.aclose()
         if self._transfer_client is not None:
             await self._transfer_client.aclose()
-
-    @property
-    def _transfer(self) -> httpx.AsyncClient:
-        """The unauthenticated client for signed URLs, made on first use."""
-        if self._transfer_client is None:
-            self._transfer_client = make_async_client(self.settings, authenticated=False)
-        return self._transfer_client
 
     async def _once(
         self, fn: Callable[..., Awaitable[Response[Any]]], kwargs: dict[str, Any]
@@ -364,11 +351,9 @@ class AsyncDriver(_DriverBase):
         if isinstance(step, Call):
             return await self.call(step.op.asyncio_detailed, retry=step.retry, **step.kwargs)
         if isinstance(step, Upload):
-            return await self.upload(step.url, step.fileobj, step.size, step.progress)
+            return await self.upload(step)
         if isinstance(step, Download):
-            return await self.download(
-                step.url, step.sink, step.progress, max_bytes=step.max_bytes, timeout=step.timeout
-            )
+            return await self.download(step)
         if isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
             return None
@@ -390,11 +375,8 @@ class AsyncDriver(_DriverBase):
     async def run_retrying(
         self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
     ) -> T:
-        """Run a fresh flow until it succeeds or ``on`` says the failure is final.
-
-        A flow raises :class:`~workflows._reconcile.AcquireDidNotHappen` to be run again; when
-        the attempts run out, its cause is raised, saying how many attempts were made.
-        """
+        """:meth:`SyncDriver.run_retrying`, awaited: a fresh flow each time, until it succeeds
+        or ``on`` says the failure is final."""
         tries = _Tries()
         try:
             async for attempt in self._retrying(on):
@@ -405,8 +387,9 @@ class AsyncDriver(_DriverBase):
             raise tries.gave_up(exc.cause) from exc.cause.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def upload(self, url: str, fileobj: IO[bytes], size: int, progress: Progress) -> None:
+    async def upload(self, step: Upload) -> None:
         """PUT a file to a signed URL, streamed from disk with a Content-Length; retried."""
+        url, fileobj, size, progress = step.url, step.fileobj, step.size, step.progress
 
         async def chunks() -> AsyncIterator[bytes]:
             for chunk in read_chunks(fileobj, progress):
@@ -423,22 +406,15 @@ class AsyncDriver(_DriverBase):
                 if response.status_code >= 400:
                     raise transfer_error("upload to", url, response)
 
-    async def download(
-        self,
-        url: str,
-        sink: IO[bytes],
-        progress: Progress,
-        *,
-        max_bytes: int | None = None,
-        timeout: float | None = None,
-    ) -> int:
+    async def download(self, step: Download) -> int:
         """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start.
 
         ``timeout``, when given, bounds the whole transfer, retries included: each attempt is
         cancelled when the deadline comes. Without it, the low-speed guard of
         :class:`DownloadGuard` applies, and each read waits at most the settings' timeout.
         """
-        guard = DownloadGuard(url, timeout, max_bytes, window=self.settings.timeout)
+        url, sink, progress = step.url, step.sink, step.progress
+        guard = DownloadGuard(url, step.timeout, step.max_bytes, window=self.settings.timeout)
         async for attempt in self._retrying(retry_backoff):
             with attempt:
                 sink.seek(0)

@@ -14,6 +14,7 @@ import secrets
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -241,27 +242,23 @@ def next_delay(idle_polls: int) -> float:
     return float(min(_POLL_MAX, _POLL_MIN * (1.5**idle_polls)))
 
 
+@dataclass(eq=False, repr=False)
 class _ExecutionBase:
-    def __init__(
-        self,
-        driver: Any,
-        sandbox_id: str,
-        name: str,
-        *,
-        limits: ArchiveLimits,
-        progress: bool | None,
-    ) -> None:
-        self._driver = driver
-        self.sandbox_id = sandbox_id
-        self.name = name
-        self._limits = limits
-        self._progress = progress
+    """What both handles hold: the connection, the execution's sandbox and name, and how its
+    artifacts are downloaded (the sandbox's limits, progress bars or not)."""
+
+    _driver: Any
+    sandbox_id: str
+    name: str
+    _: KW_ONLY
+    limits: ArchiveLimits
+    progress: bool | None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, sandbox_id={self.sandbox_id!r})"
 
     def _artifacts(self) -> Flow[Snapshot]:
-        return artifacts_flow(self.sandbox_id, self.name, self._limits, self._progress)
+        return artifacts_flow(self.sandbox_id, self.name, self.limits, self.progress)
 
 
 class Execution(_ExecutionBase):

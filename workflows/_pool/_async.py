@@ -212,13 +212,7 @@ class AsyncSandboxPool(PoolBase):
         bar = TaskBar(len(items), self.progress)
         try:
             for _ in items:
-                got = await done.get()
-                if isinstance(got, PoolClosed):
-                    raise InvalidInputError("the pool was closed while map ran") from None
-                if isinstance(got, BaseException):
-                    raise got
-                bar.update(got, len(self._book.live))
-                yield got
+                yield self._delivered(await done.get(), bar)
         finally:
             bar.close()
             for worker in workers:

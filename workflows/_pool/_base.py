@@ -11,9 +11,10 @@ from typing import Any, Generic, TypeVar
 
 from .._acquire import AcquireOptions, Unpack, resolve_acquire
 from .._config import Settings
+from .._errors import InvalidInputError
 from .._ownership import install_exit_handlers
 from .._recipes import ReleaseResult
-from ._results import PoolResults, TaskResult, check_pool_size
+from ._results import PoolResults, TaskBar, TaskResult, check_pool_size
 from ._retry_rules import PoolClosed
 
 __all__ = ["HEALTHY_STATUS", "Book", "Idle", "PoolBase", "log", "report_release"]
@@ -100,6 +101,16 @@ class PoolBase:
 
     def _stale(self, idle: Idle[Any]) -> bool:
         return time.monotonic() - idle.since > self.health_check_after
+
+    def _delivered(self, got: TaskResult[R] | BaseException, bar: TaskBar) -> TaskResult[R]:
+        """What a worker handed over: a task's result (counted on ``bar``), or what it raised
+        (a closed pool says so)."""
+        if isinstance(got, PoolClosed):
+            raise InvalidInputError("the pool was closed while map ran") from None
+        if isinstance(got, BaseException):
+            raise got
+        bar.update(got, len(self._book.live))
+        return got
 
     def _summary(
         self, done: list[TaskResult[R]], started: float, replaced_before: int

@@ -193,13 +193,8 @@ class SandboxPool(PoolBase):
             for worker in workers:
                 worker.start()
             for _ in items:
-                got = done.get()  # interruptible: Ctrl-C and SIGTERM land here
-                if isinstance(got, PoolClosed):
-                    raise InvalidInputError("the pool was closed while map ran") from None
-                if isinstance(got, BaseException):
-                    raise got
-                bar.update(got, len(self._book.live))
-                yield got
+                # done.get() is interruptible: Ctrl-C and SIGTERM land here
+                yield self._delivered(done.get(), bar)
         finally:
             stop.set()
             bar.close()
