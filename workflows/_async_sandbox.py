@@ -19,19 +19,13 @@ from ._acquire import AcquireOptions, Unpack, resolve_acquire
 from ._archive import ArchiveLimits
 from ._config import ApiKey, resolve_settings
 from ._drivers import AsyncDriver
-from ._execution import AsyncExecution, check_execution_name, execution_files, start_flow
+from ._execution import AsyncExecution
 from ._flows import (
     acquire_attempt,
-    check_timeout,
-    dump_flow,
-    dump_to_flow,
-    dump_to_target,
     get_flow,
     list_flow,
     release_flow,
-    reset_flow,
     retry_acquire,
-    seed_flow,
 )
 from ._ledger import Ledger
 from ._mcp import (
@@ -43,7 +37,7 @@ from ._mcp import (
     open_session,
 )
 from ._models import SandboxInfo, check_sandbox_id
-from ._ownership import disown, own, unwind_on_sigterm
+from ._ownership import disown, own
 from ._sandbox_base import SandboxBase
 from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
@@ -293,9 +287,7 @@ class AsyncLocalSandbox(SandboxBase):
         return sum(1 for e in entries if not e.is_dir)
 
     async def _upload(self, entries: Sequence[SourceFile], progress: bool | None) -> None:
-        self._check_live()
-        show = self._show(progress)
-        await self._driver.run(seed_flow(self.id, entries, show))
+        await self._driver.run(self._seed(entries, progress))
 
     async def dump(self, *, progress: bool | None = None, timeout: float | None = None) -> Snapshot:
         """Download the workspace as a read-only :class:`Snapshot` (path -> bytes).
@@ -315,10 +307,7 @@ class AsyncLocalSandbox(SandboxBase):
         >>> snap["hello.txt"]  # doctest: +SKIP
         b'hi'
         """
-        seconds = check_timeout(timeout)
-        self._check_live()
-        show = self._show(progress)
-        return await self._driver.run(dump_flow(self.id, self.limits, show, seconds))
+        return await self._driver.run(self._dump(progress, timeout))
 
     async def dump_to(
         self,
@@ -344,17 +333,11 @@ class AsyncLocalSandbox(SandboxBase):
         :meth:`dump`'s: without it there is no deadline for the whole download, only the
         low-speed guard. Returns the path written.
         """
-        target = dump_to_target(path)
-        seconds = check_timeout(timeout)
-        self._check_live()
-        show = self._show(progress)
-        unwind_on_sigterm()  # its temporary entry is removed on SIGTERM too, as on Ctrl-C
-        return await self._driver.run(dump_to_flow(self.id, target, self.limits, show, seconds))
+        return await self._driver.run(self._dump_to(path, progress, timeout))
 
     async def reset(self) -> None:
         """Reset the sandbox and its servers to their initial state (the workspace is emptied)."""
-        self._check_live()
-        await self._driver.run(reset_flow(self.id))
+        await self._driver.run(self._reset())
 
     # ----------------------------------------------------------------- MCP servers
     def mcp(
@@ -415,11 +398,8 @@ class AsyncLocalSandbox(SandboxBase):
         >>> async for text in run.logs():  # doctest: +SKIP
         ...     print(text, end="")
         """
-        entries = execution_files(main, requirements=requirements, files=files)
-        run_name = check_execution_name(name)
-        self._check_live()
-        show = self._show(progress)
-        await self._driver.run(start_flow(self.id, run_name, entries, show))
+        start, run_name, show = self._start(main, requirements, files, name, progress)
+        await self._driver.run(start)
         return AsyncExecution(self._driver, self.id, run_name, limits=self.limits, progress=show)
 
     async def initialize_server_data(

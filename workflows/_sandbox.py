@@ -14,19 +14,13 @@ from ._acquire import AcquireOptions, Unpack, resolve_acquire
 from ._archive import ArchiveLimits
 from ._config import ApiKey, resolve_settings
 from ._drivers import SyncDriver, sync_driver_for
-from ._execution import Execution, check_execution_name, execution_files, start_flow
+from ._execution import Execution
 from ._flows import (
     acquire_attempt,
-    check_timeout,
-    dump_flow,
-    dump_to_flow,
-    dump_to_target,
     get_flow,
     list_flow,
     release_flow,
-    reset_flow,
     retry_acquire,
-    seed_flow,
 )
 from ._ledger import Ledger
 from ._mcp import (
@@ -39,7 +33,7 @@ from ._mcp import (
     open_session,
 )
 from ._models import SandboxInfo, check_sandbox_id
-from ._ownership import disown, own, unwind_on_sigterm
+from ._ownership import disown, own
 from ._sandbox_base import SandboxBase
 from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
@@ -219,9 +213,7 @@ class LocalSandbox(SandboxBase):
         return sum(1 for e in entries if not e.is_dir)
 
     def _upload(self, entries: Sequence[SourceFile], progress: bool | None) -> None:
-        self._check_live()
-        show = self._show(progress)
-        self._driver.run(seed_flow(self.id, entries, show))
+        self._driver.run(self._seed(entries, progress))
 
     def dump(self, *, progress: bool | None = None, timeout: float | None = None) -> Snapshot:
         """Download the workspace as a read-only :class:`Snapshot` (path -> bytes).
@@ -241,10 +233,7 @@ class LocalSandbox(SandboxBase):
         >>> snap["hello.txt"]  # doctest: +SKIP
         b'hi'
         """
-        seconds = check_timeout(timeout)
-        self._check_live()
-        show = self._show(progress)
-        return self._driver.run(dump_flow(self.id, self.limits, show, seconds))
+        return self._driver.run(self._dump(progress, timeout))
 
     def dump_to(
         self,
@@ -270,17 +259,11 @@ class LocalSandbox(SandboxBase):
         :meth:`dump`'s: without it there is no deadline for the whole download, only the
         low-speed guard. Returns the path written.
         """
-        target = dump_to_target(path)
-        seconds = check_timeout(timeout)
-        self._check_live()
-        show = self._show(progress)
-        unwind_on_sigterm()  # its temporary entry is removed on SIGTERM too, as on Ctrl-C
-        return self._driver.run(dump_to_flow(self.id, target, self.limits, show, seconds))
+        return self._driver.run(self._dump_to(path, progress, timeout))
 
     def reset(self) -> None:
         """Reset the sandbox and its servers to their initial state (the workspace is emptied)."""
-        self._check_live()
-        self._driver.run(reset_flow(self.id))
+        self._driver.run(self._reset())
 
     # ----------------------------------------------------------------- MCP servers
     def mcp(
@@ -356,11 +339,8 @@ class LocalSandbox(SandboxBase):
         >>> "".join(run.logs()), run.wait()  # doctest: +SKIP
         ('hello\\n', 'completed')
         """
-        entries = execution_files(main, requirements=requirements, files=files)
-        run_name = check_execution_name(name)
-        self._check_live()
-        show = self._show(progress)
-        self._driver.run(start_flow(self.id, run_name, entries, show))
+        start, run_name, show = self._start(main, requirements, files, name, progress)
+        self._driver.run(start)
         return Execution(self._driver, self.id, run_name, limits=self.limits, progress=show)
 
     def initialize_server_data(
