@@ -1,9 +1,11 @@
-"""The acquire keywords, written once: :class:`AcquireOptions` and what they resolve to.
+"""The keywords of acquire, attach, list and bulk release, each list written once.
 
 ``LocalSandbox.acquire``, ``AsyncLocalSandbox.acquire``, both pools, ``bulk_acquire`` and
-``async_bulk_acquire`` take the same keywords. Each signature says
-``**options: Unpack[AcquireOptions]``, so mypy and editors see every keyword and its type
-(PEP 692), and :func:`resolve_acquire` checks them all, before anything is sent, in one place.
+``async_bulk_acquire`` take the same keywords; ``attach``, ``list`` and the bulk releases take
+parts of them. Each signature says ``**options: Unpack[AcquireOptions]`` (or
+:class:`ConnectionOptions`, :class:`AttachOptions`, :class:`ReleaseOptions`), so mypy and
+editors see every keyword and its type (PEP 692); :func:`resolve_acquire` and
+:func:`resolve_connection` check them, before anything is sent, in one place.
 """
 
 from __future__ import annotations
@@ -27,10 +29,38 @@ if TYPE_CHECKING:
     from ._config import ApiKey
     from ._ledger import Ledger
 
-__all__ = ["Acquire", "AcquireOptions", "Unpack", "resolve_acquire"]
+__all__ = [
+    "Acquire",
+    "AcquireOptions",
+    "AttachOptions",
+    "ConnectionOptions",
+    "ReleaseOptions",
+    "Unpack",
+    "resolve_acquire",
+    "resolve_connection",
+]
 
 
-class AcquireOptions(TypedDict, total=False):
+class ConnectionOptions(TypedDict, total=False):
+    """The keywords of every call that connects (each optional, default None): ``api_key``,
+    ``base_url`` and ``timeout``, resolved as :func:`~workflows.resolve_settings` does
+    (argument, then environment, then default)."""
+
+    api_key: str | ApiKey | None
+    base_url: str | None
+    timeout: float | None
+
+
+class AttachOptions(ConnectionOptions, total=False):
+    """The keywords of ``attach``: the connection's, and for the sandbox's work, ``progress``
+    (None: bars when a terminal or notebook shows them) and ``limits`` (None: the default
+    :class:`~workflows.ArchiveLimits` of its dumps)."""
+
+    progress: bool | None
+    limits: ArchiveLimits | None
+
+
+class AcquireOptions(AttachOptions, total=False):
     """The keywords of every acquire (each optional; the default follows its name).
 
     * ``benchmark`` (None): a benchmark whose data the sandbox is configured with.
@@ -48,15 +78,15 @@ class AcquireOptions(TypedDict, total=False):
     benchmark: str | None
     ttl_seconds: int | None
     test_account_email: str | None
-    api_key: str | ApiKey | None
-    base_url: str | None
-    timeout: float | None
+    ledger: Ledger | bool
+
+
+class ReleaseOptions(ConnectionOptions, total=False):
+    """The keywords of a bulk release: the connection's (for ids; a sandbox object is released
+    with its own), ``progress`` (None: bars when shown) and ``ledger`` (True: the default one)."""
+
     progress: bool | None
     ledger: Ledger | bool
-    limits: ArchiveLimits | None
-
-
-_KEYWORDS = frozenset(AcquireOptions.__annotations__)
 
 
 @dataclass(frozen=True)
@@ -86,12 +116,21 @@ class Acquire:
         )
 
 
-def check_keywords(where: str, options: Mapping[str, Any]) -> None:
-    """A ``TypeError`` naming the first keyword ``options`` holds that acquire does not take,
-    as Python says it of a signature."""
+def check_keywords(where: str, options: Mapping[str, Any], kind: Any) -> None:
+    """A ``TypeError`` naming the first keyword ``options`` holds that the TypedDict ``kind``
+    has not, as Python says it of a signature."""
+    known = kind.__required_keys__ | kind.__optional_keys__
     for name in options:
-        if name not in _KEYWORDS:
+        if name not in known:
             raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+
+
+def resolve_connection(where: str, options: ConnectionOptions, kind: Any) -> Settings:
+    """The settings ``options`` (the keywords of ``where``, of the TypedDict ``kind``) name."""
+    check_keywords(where, options, kind)
+    return resolve_settings(
+        options.get("api_key"), options.get("base_url"), timeout=options.get("timeout")
+    )
 
 
 def resolve_acquire(
@@ -103,7 +142,7 @@ def resolve_acquire(
 ) -> Acquire:
     """Check ``options`` (the keywords of ``where``, e.g. ``"acquire"``) and resolve them;
     ``settings``, when given, is the connection already resolved."""
-    check_keywords(where, options)
+    check_keywords(where, options, AcquireOptions)
     request = check_acquire(
         server_names,
         benchmark=options.get("benchmark"),

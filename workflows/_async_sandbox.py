@@ -15,9 +15,16 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._acquire import AcquireOptions, Unpack, resolve_acquire
+from ._acquire import (
+    AcquireOptions,
+    AttachOptions,
+    ConnectionOptions,
+    Unpack,
+    check_keywords,
+    resolve_acquire,
+    resolve_connection,
+)
 from ._archive import ArchiveLimits
-from ._config import ApiKey, resolve_settings
 from ._drivers import AsyncDriver
 from ._execution import AsyncExecution
 from ._flows import (
@@ -51,18 +58,13 @@ __all__ = ["AsyncLocalSandbox", "PendingSandbox", "async_list_sandboxes"]
 log = logging.getLogger("workflows")
 
 
-async def async_list_sandboxes(
-    *,
-    api_key: str | ApiKey | None = None,
-    base_url: str | None = None,
-    timeout: float | None = None,
-) -> list[SandboxInfo]:
+async def async_list_sandboxes(**options: Unpack[ConnectionOptions]) -> list[SandboxInfo]:
     """Every active sandbox of this API key; the same as :meth:`AsyncLocalSandbox.list`.
 
     >>> for info in await async_list_sandboxes():  # doctest: +SKIP
     ...     print(info.id, info.status, [s.name for s in info.servers])
     """
-    driver = AsyncDriver(resolve_settings(api_key, base_url, timeout=timeout))
+    driver = AsyncDriver(resolve_connection("async_list_sandboxes", options, ConnectionOptions))
     try:
         return await driver.run(list_flow())
     finally:
@@ -176,31 +178,16 @@ class AsyncLocalSandbox(SandboxBase):
         return PendingSandbox(make)
 
     @classmethod
-    async def list(
-        cls,
-        *,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-    ) -> builtins.list[SandboxInfo]:
+    async def list(cls, **options: Unpack[ConnectionOptions]) -> builtins.list[SandboxInfo]:
         """Every active sandbox of this API key.
 
         >>> for info in await AsyncLocalSandbox.list():  # doctest: +SKIP
         ...     print(info.id, info.status, [s.name for s in info.servers])
         """
-        return await async_list_sandboxes(api_key=api_key, base_url=base_url, timeout=timeout)
+        return await async_list_sandboxes(**options)
 
     @classmethod
-    def attach(
-        cls,
-        local_sandbox_id: str,
-        *,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-        progress: bool | None = None,
-        limits: ArchiveLimits | None = None,
-    ) -> PendingSandbox:
+    def attach(cls, local_sandbox_id: str, **options: Unpack[AttachOptions]) -> PendingSandbox:
         """Wrap an existing sandbox without owning it; NotFoundError if it is not there.
 
         Await it, or use it in ``async with`` (which closes the connections but does not
@@ -209,8 +196,10 @@ class AsyncLocalSandbox(SandboxBase):
             async with AsyncLocalSandbox.attach(sandbox_id) as sb:
                 snap = await sb.dump()
         """
+        check_keywords("attach", options, AttachOptions)
         check_sandbox_id(local_sandbox_id)
-        settings = resolve_settings(api_key, base_url, timeout=timeout)
+        settings = resolve_connection("attach", options, AttachOptions)
+        progress, limits = options.get("progress"), options.get("limits")
 
         async def make() -> AsyncLocalSandbox:
             driver = AsyncDriver(settings)

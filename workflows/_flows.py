@@ -255,8 +255,7 @@ def _written_here(flow: Flow[T], failure: str, path: str, sink: IO[bytes]) -> Fl
 @contextlib.contextmanager
 def _closed_after(sink: IO[bytes]) -> Iterator[IO[bytes]]:
     """``sink``, closed on the way out. When something failed already, a failing close (its
-    buffer's last write meeting the same full disk) must not replace that error: it was a
-    bare ``OSError`` in place of the ``LocalWriteError``, now and then."""
+    buffer's last write meeting the same full disk) must not replace that error."""
     try:
         yield sink
     except BaseException:

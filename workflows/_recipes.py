@@ -14,9 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
-from ._acquire import AcquireOptions, Unpack, resolve_acquire
+from ._acquire import (
+    AcquireOptions,
+    ReleaseOptions,
+    Unpack,
+    check_keywords,
+    resolve_acquire,
+    resolve_connection,
+)
 from ._async_sandbox import AsyncLocalSandbox
-from ._config import ApiKey, Settings, resolve_settings
+from ._config import Settings
 from ._drivers import AsyncDriver, sync_driver_for
 from ._errors import InvalidInputError
 from ._flows import Act, Blocking, Flow, list_flow, release_flow
@@ -365,12 +372,7 @@ def _target_ids(targets: Iterable[Any], face: type[LocalSandbox | AsyncLocalSand
     return items
 
 
-def _release_settings(
-    targets: list[Any] | None,
-    api_key: str | ApiKey | None,
-    base_url: str | None,
-    timeout: float | None,
-) -> Settings | None:
+def _release_settings(targets: list[Any] | None, options: ReleaseOptions) -> Settings | None:
     """The settings for releasing ids (or listing), None when every target is a sandbox.
 
     A sandbox is released with its own settings, the key it was acquired with: resolving them
@@ -380,11 +382,26 @@ def _release_settings(
     """
     if targets is not None and all(not isinstance(t, str) for t in targets):
         return None
-    if api_key is None and base_url is None:
+    if options.get("api_key") is None and options.get("base_url") is None:
         first = next((t for t in targets or () if not isinstance(t, str)), None)
         if first is not None:
             return cast("Settings", first.settings)
-    return resolve_settings(api_key, base_url, timeout=timeout)
+    return resolve_connection("bulk_release", options, ReleaseOptions)
+
+
+def _release_plan(
+    where: str,
+    sandbox_ids: Iterable[Any] | None,
+    face: type[LocalSandbox | AsyncLocalSandbox],
+    concurrency: int,
+    options: ReleaseOptions,
+) -> tuple[list[Any] | None, Settings | None, Ledger | None]:
+    """A bulk release's arguments, checked: its targets (None: every sandbox listed), the
+    settings for ids (None when every target is a sandbox) and the ledger."""
+    check_keywords(where, options, ReleaseOptions)
+    _check_count(1, concurrency)
+    targets = None if sandbox_ids is None else _target_ids(sandbox_ids, face)
+    return targets, _release_settings(targets, options), ledger_of(options.get("ledger", True))
 
 
 def _release_one(
@@ -414,11 +431,7 @@ def bulk_release(
     sandbox_ids: Iterable[str | LocalSandbox] | None = None,
     *,
     concurrency: int = 16,
-    api_key: str | ApiKey | None = None,
-    base_url: str | None = None,
-    timeout: float | None = None,
-    progress: bool | None = None,
-    ledger: Ledger | bool = True,
+    **options: Unpack[ReleaseOptions],
 ) -> list[ReleaseResult]:
     """Release many sandboxes, ``concurrency`` at a time; ``None`` releases every sandbox the
     key lists. Returns one :class:`ReleaseResult` per sandbox, in the order given.
@@ -427,11 +440,11 @@ def bulk_release(
     >>> [r.sandbox_id for r in results if not r.ok]  # doctest: +SKIP
     []
     """
-    _check_count(1, concurrency)
-    given = None if sandbox_ids is None else _target_ids(sandbox_ids, LocalSandbox)
-    settings = _release_settings(given, api_key, base_url, timeout)
+    given, settings, book = _release_plan(
+        "bulk_release", sandbox_ids, LocalSandbox, concurrency, options
+    )
     driver = sync_driver_for(settings) if settings is not None else None
-    book = ledger_of(ledger)
+    progress = options.get("progress")
     if given is None:
         assert driver is not None
         targets: list[Any] = [s.id for s in driver.run(list_flow())]
@@ -460,11 +473,7 @@ async def async_bulk_release(
     sandbox_ids: Iterable[str | AsyncLocalSandbox] | None = None,
     *,
     concurrency: int = 16,
-    api_key: str | ApiKey | None = None,
-    base_url: str | None = None,
-    timeout: float | None = None,
-    progress: bool | None = None,
-    ledger: Ledger | bool = True,
+    **options: Unpack[ReleaseOptions],
 ) -> list[ReleaseResult]:
     """Release many sandboxes, ``concurrency`` at a time; ``None`` releases every sandbox the
     key lists. Returns one :class:`ReleaseResult` per sandbox, in the order given.
@@ -473,10 +482,10 @@ async def async_bulk_release(
     >>> [r.sandbox_id for r in results if not r.ok]  # doctest: +SKIP
     []
     """
-    _check_count(1, concurrency)
-    targets = None if sandbox_ids is None else _target_ids(sandbox_ids, AsyncLocalSandbox)
-    settings = _release_settings(targets, api_key, base_url, timeout)
-    book = ledger_of(ledger)
+    targets, settings, book = _release_plan(
+        "async_bulk_release", sandbox_ids, AsyncLocalSandbox, concurrency, options
+    )
+    progress = options.get("progress")
     driver = AsyncDriver(settings) if settings is not None else None
     gate = asyncio.Semaphore(concurrency)
     try:

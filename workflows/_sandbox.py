@@ -10,9 +10,16 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._acquire import AcquireOptions, Unpack, resolve_acquire
+from ._acquire import (
+    AcquireOptions,
+    AttachOptions,
+    ConnectionOptions,
+    Unpack,
+    check_keywords,
+    resolve_acquire,
+    resolve_connection,
+)
 from ._archive import ArchiveLimits
-from ._config import ApiKey, resolve_settings
 from ._drivers import SyncDriver, sync_driver_for
 from ._execution import Execution
 from ._flows import (
@@ -47,18 +54,14 @@ __all__ = ["LocalSandbox", "list_sandboxes"]
 log = logging.getLogger("workflows")
 
 
-def list_sandboxes(
-    *,
-    api_key: str | ApiKey | None = None,
-    base_url: str | None = None,
-    timeout: float | None = None,
-) -> list[SandboxInfo]:
+def list_sandboxes(**options: Unpack[ConnectionOptions]) -> list[SandboxInfo]:
     """Every active sandbox of this API key; the same as :meth:`LocalSandbox.list`.
 
     >>> for info in list_sandboxes():  # doctest: +SKIP
     ...     print(info.id, info.status, [s.name for s in info.servers])
     """
-    return sync_driver_for(resolve_settings(api_key, base_url, timeout=timeout)).run(list_flow())
+    settings = resolve_connection("list_sandboxes", options, ConnectionOptions)
+    return sync_driver_for(settings).run(list_flow())
 
 
 class LocalSandbox(SandboxBase):
@@ -123,38 +126,25 @@ class LocalSandbox(SandboxBase):
         )
 
     @classmethod
-    def list(
-        cls,
-        *,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-    ) -> builtins.list[SandboxInfo]:
+    def list(cls, **options: Unpack[ConnectionOptions]) -> builtins.list[SandboxInfo]:
         """Every active sandbox of this API key.
 
         >>> for info in LocalSandbox.list():  # doctest: +SKIP
         ...     print(info.id, info.status, [s.name for s in info.servers])
         """
-        return list_sandboxes(api_key=api_key, base_url=base_url, timeout=timeout)
+        return list_sandboxes(**options)
 
     @classmethod
-    def attach(
-        cls,
-        local_sandbox_id: str,
-        *,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-        progress: bool | None = None,
-        limits: ArchiveLimits | None = None,
-    ) -> LocalSandbox:
+    def attach(cls, local_sandbox_id: str, **options: Unpack[AttachOptions]) -> LocalSandbox:
         """Wrap an existing sandbox without owning it: leaving ``with`` does not release it.
 
         Raises NotFoundError if it does not exist, was released, or belongs to another key.
         """
+        check_keywords("attach", options, AttachOptions)
         check_sandbox_id(local_sandbox_id)
-        driver = sync_driver_for(resolve_settings(api_key, base_url, timeout=timeout))
+        driver = sync_driver_for(resolve_connection("attach", options, AttachOptions))
         info = driver.run(get_flow(local_sandbox_id))
+        progress, limits = options.get("progress"), options.get("limits")
         return cls(info, _driver=driver, owned=False, ledger=None, progress=progress, limits=limits)
 
     def refresh(self) -> SandboxInfo:
