@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata as _metadata
 
-from ._acquire import AcquireOptions
+from ._acquire import AcquireOptions, AttachOptions, ConnectionOptions, ReleaseOptions
 from ._archive import ArchiveLimits
 from ._async_sandbox import AsyncLocalSandbox, PendingSandbox, async_list_sandboxes
 from ._config import API_KEY_ENV, BASE_URL_ENV, DEFAULT_BASE_URL, ApiKey, Settings
@@ -74,6 +74,7 @@ from ._transport import install_log_redaction as _install_log_redaction
 __all__ = [
     # the sandboxes, and what acquiring one returns
     "AcquireOptions",
+    "AttachOptions",
     "AsyncLocalSandbox",
     "LocalSandbox",
     "PendingSandbox",
@@ -86,6 +87,7 @@ __all__ = [
     "BASE_URL_ENV",
     "DEFAULT_BASE_URL",
     "ApiKey",
+    "ConnectionOptions",
     "Settings",
     # workspaces: seeding, dumping, their limits
     "DEFAULT_MAX_FILE_SIZE",
@@ -106,6 +108,7 @@ __all__ = [
     # recipes: bulk operations, round trips
     "AcquireResult",
     "AsyncSandboxBatch",
+    "ReleaseOptions",
     "ReleaseResult",
     "RoundTripReport",
     "SandboxBatch",
