@@ -13,15 +13,17 @@ from typing import Any, TypeVar
 
 from .._async_sandbox import AsyncLocalSandbox
 from .._drivers import AsyncDriver
-from .._errors import InvalidInputError, TaskTimeoutError
+from .._errors import TaskTimeoutError
 from .._recipes import ReleaseResult, async_bulk_release
-from ._base import HEALTHY_STATUS, Book, Idle, PoolBase, log, report_release
-from ._results import PoolResults, TaskBar, TaskResult, check_run
+from ._base import HEALTHY_STATUS, Book, Idle, PoolBase, Run, log, report_release
+from ._results import PoolResults, TaskBar, TaskResult
 from ._retry_rules import Outcome, PoolClosed, task_flow
 
 __all__ = ["AsyncSandboxPool"]
 
 R = TypeVar("R")
+Task = Callable[[AsyncLocalSandbox, Any], Awaitable[R]]
+"""What the async pool runs: ``await fn(sandbox, task)``."""
 
 
 async def _release_when_acquired(job: asyncio.Future[AsyncLocalSandbox]) -> None:
@@ -150,12 +152,7 @@ class AsyncSandboxPool(PoolBase):
 
     # ----------------------------------------------------------------- running tasks
     async def map(
-        self,
-        fn: Callable[[AsyncLocalSandbox, Any], Awaitable[R]],
-        tasks: Iterable[Any],
-        *,
-        timeout: float | None = None,
-        retries: int = 0,
+        self, fn: Task[R], tasks: Iterable[Any], *, timeout: float | None = None, retries: int = 0
     ) -> PoolResults[R]:
         """Run ``await fn(sandbox, task)`` for every task, ``size`` at a time; one result per
         task, in the order of ``tasks``. A task's failure is recorded in its result, never raised.
@@ -175,29 +172,17 @@ class AsyncSandboxPool(PoolBase):
         return self._summary(done, started, before)
 
     def imap_unordered(
-        self,
-        fn: Callable[[AsyncLocalSandbox, Any], Awaitable[R]],
-        tasks: Iterable[Any],
-        *,
-        timeout: float | None = None,
-        retries: int = 0,
+        self, fn: Task[R], tasks: Iterable[Any], *, timeout: float | None = None, retries: int = 0
     ) -> AsyncGenerator[TaskResult[R], None]:
         """Like :meth:`map`, but yield each :class:`TaskResult` as soon as its task ends.
         Leaving the loop early: close the iterator (``contextlib.aclosing``) to cancel the
         workers at once; each cancelled task's sandbox is replaced."""
-        check_run(fn, timeout, retries)
-        items = list(enumerate(tasks))
-        if self._book.closed:
-            raise InvalidInputError("this pool is closed; make a new one")
-        return self._results(fn, items, timeout, retries)
+        run = self._run(fn, tasks, timeout, retries)
+        self._check_open()
+        return self._results(run)
 
-    async def _results(
-        self,
-        fn: Callable[[AsyncLocalSandbox, Any], Awaitable[R]],
-        items: list[tuple[int, Any]],
-        timeout: float | None,
-        retries: int,
-    ) -> AsyncGenerator[TaskResult[R], None]:
+    async def _results(self, run: Run[Task[R]]) -> AsyncGenerator[TaskResult[R], None]:
+        items = run.items
         if not items:
             return
         todo: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
@@ -205,7 +190,7 @@ class AsyncSandboxPool(PoolBase):
             todo.put_nowait(item)
         done: asyncio.Queue[TaskResult[R] | BaseException] = asyncio.Queue()
         workers = [
-            asyncio.ensure_future(self._worker(fn, todo, done, timeout, retries))
+            asyncio.ensure_future(self._worker(run, todo, done))
             for _ in range(min(self.size, len(items)))
         ]
         self._workers.update(workers)
@@ -222,50 +207,40 @@ class AsyncSandboxPool(PoolBase):
 
     async def _worker(
         self,
-        fn: Callable[[AsyncLocalSandbox, Any], Awaitable[R]],
+        run: Run[Task[R]],
         todo: asyncio.Queue[tuple[int, Any]],
         done: asyncio.Queue[TaskResult[R] | BaseException],
-        timeout: float | None,
-        retries: int,
     ) -> None:
         holder: list[AsyncLocalSandbox] = []  # the sandbox held between tasks, if any
         try:
             while not todo.empty():
                 index, task = todo.get_nowait()
-                done.put_nowait(await self._task(fn, index, task, holder, timeout, retries))
-        except PoolClosed as exc:
-            done.put_nowait(exc)
+                done.put_nowait(await self._task(run, index, task, holder))
         except asyncio.CancelledError:
             done.put_nowait(PoolClosed())  # a map still waiting learns that the pool closed
             if holder:  # cancelled mid-task or mid-reset: it is not known to be clean
                 await self._retire(holder.pop(), "its task was cancelled")
             raise
-        except BaseException as exc:  # noqa: BLE001 - a bug of ours: let map raise it
+        except BaseException as exc:  # noqa: BLE001 - PoolClosed, or a bug of ours: map raises it
             done.put_nowait(exc)
         finally:
             if holder:
                 await self._give_back(holder.pop())
 
     async def _task(
-        self,
-        fn: Callable[[AsyncLocalSandbox, Any], Awaitable[R]],
-        index: int,
-        task: Any,
-        holder: list[AsyncLocalSandbox],
-        timeout: float | None,
-        retries: int,
+        self, run: Run[Task[R]], index: int, task: Any, holder: list[AsyncLocalSandbox]
     ) -> TaskResult[R]:
         """Run :func:`~workflows._pool._retry_rules.task_flow` with coroutine hands;
         ``holder`` holds the worker's sandbox (emptied before one is retired, so a cancelled
         worker never hands back a sandbox being released)."""
-        hands = _Hands(self, fn, index, task, timeout, holder)
+        hands = _Hands(self, run, index, task, holder)
         flow = task_flow(
             index,
             task,
             holder[0] if holder else None,
             hands,
-            timeout=timeout,
-            retries=retries,
+            timeout=run.timeout,
+            retries=run.retries,
             stopping=lambda: False,  # a stopping async pool cancels its workers instead
         )
         if self._driver is None:
@@ -310,14 +285,12 @@ class _Hands:
     def __init__(
         self,
         pool: AsyncSandboxPool,
-        fn: Callable[[AsyncLocalSandbox, Any], Awaitable[Any]],
+        run: Run[Task[Any]],
         index: int,
         task: Any,
-        timeout: float | None,
         holder: list[AsyncLocalSandbox],
     ) -> None:
-        self.pool, self.fn, self.index, self.task = pool, fn, index, task
-        self.timeout, self.holder = timeout, holder
+        self.pool, self.run, self.index, self.task, self.holder = pool, run, index, task, holder
 
     async def take(self) -> AsyncLocalSandbox:
         sandbox = await self.pool._take()
@@ -326,9 +299,8 @@ class _Hands:
 
     async def attempt(self, sandbox: AsyncLocalSandbox) -> Outcome:
         started = time.perf_counter()
-        value, error, timed_out = await _acall(
-            self.fn, sandbox, self.task, self.timeout, self.index
-        )
+        run = self.run
+        value, error, timed_out = await _acall(run.fn, sandbox, self.task, run.timeout, self.index)
         return Outcome(value, error, timed_out, time.perf_counter() - started)
 
     async def reset(self, sandbox: AsyncLocalSandbox) -> float:

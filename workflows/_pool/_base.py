@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -14,15 +14,16 @@ from .._config import Settings
 from .._errors import InvalidInputError
 from .._ownership import install_exit_handlers
 from .._recipes import ReleaseResult
-from ._results import PoolResults, TaskBar, TaskResult, check_pool_size
+from ._results import PoolResults, TaskBar, TaskResult, check_pool_size, check_run
 from ._retry_rules import PoolClosed
 
-__all__ = ["HEALTHY_STATUS", "Book", "Idle", "PoolBase", "log", "report_release"]
+__all__ = ["HEALTHY_STATUS", "Book", "Idle", "PoolBase", "Run", "log", "report_release"]
 
 log = logging.getLogger("workflows")
 
 R = TypeVar("R")
 S = TypeVar("S")
+F = TypeVar("F", bound=Callable[..., Any])
 
 HEALTHY_STATUS = "occupied"
 """The status of a sandbox that is held and working."""
@@ -65,6 +66,17 @@ class Book(Generic[S]):
         return sandboxes
 
 
+@dataclass(frozen=True)
+class Run(Generic[F]):
+    """One run's work: the function, the tasks with their positions, each attempt's timeout
+    and the retries of a failed task."""
+
+    fn: F
+    items: list[tuple[int, Any]]
+    timeout: float | None
+    retries: int
+
+
 class PoolBase:
     """What both pools share: the checked acquire keywords, the settings, the health-check
     rule. Each pool sets up its own bookkeeping in :meth:`_start`."""
@@ -98,6 +110,15 @@ class PoolBase:
     def settings(self) -> Settings:
         """The connection settings (the key inside never shows in a repr)."""
         return self._settings
+
+    def _run(self, fn: F, tasks: Iterable[Any], timeout: float | None, retries: int) -> Run[F]:
+        """A run's arguments, checked (the tasks are read now, once)."""
+        check_run(fn, timeout, retries)
+        return Run(fn, list(enumerate(tasks)), timeout, retries)
+
+    def _check_open(self) -> None:
+        if self._book.closed:
+            raise InvalidInputError("this pool is closed; make a new one")
 
     def _stale(self, idle: Idle[Any]) -> bool:
         return time.monotonic() - idle.since > self.health_check_after

@@ -15,16 +15,18 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from .._drivers import sync_driver_for
-from .._errors import InvalidInputError, TaskTimeoutError
+from .._errors import TaskTimeoutError
 from .._recipes import ReleaseResult, bulk_release
 from .._sandbox import LocalSandbox
-from ._base import HEALTHY_STATUS, Book, Idle, PoolBase, log, report_release
-from ._results import PoolResults, TaskBar, TaskResult, check_run
+from ._base import HEALTHY_STATUS, Book, Idle, PoolBase, Run, log, report_release
+from ._results import PoolResults, TaskBar, TaskResult
 from ._retry_rules import Outcome, PoolClosed, task_flow
 
 __all__ = ["SandboxPool"]
 
 R = TypeVar("R")
+Task = Callable[[LocalSandbox, Any], R]
+"""What the sync pool runs: ``fn(sandbox, task)``."""
 
 
 class SandboxPool(PoolBase):
@@ -125,12 +127,7 @@ class SandboxPool(PoolBase):
 
     # ----------------------------------------------------------------- running tasks
     def map(
-        self,
-        fn: Callable[[LocalSandbox, Any], R],
-        tasks: Iterable[Any],
-        *,
-        timeout: float | None = None,
-        retries: int = 0,
+        self, fn: Task[R], tasks: Iterable[Any], *, timeout: float | None = None, retries: int = 0
     ) -> PoolResults[R]:
         """Run ``fn(sandbox, task)`` for every task, ``size`` at a time; one result per task,
         in the order of ``tasks``. A task's failure is recorded in its result, never raised.
@@ -145,31 +142,19 @@ class SandboxPool(PoolBase):
         return self._summary(done, started, before)
 
     def imap_unordered(
-        self,
-        fn: Callable[[LocalSandbox, Any], R],
-        tasks: Iterable[Any],
-        *,
-        timeout: float | None = None,
-        retries: int = 0,
+        self, fn: Task[R], tasks: Iterable[Any], *, timeout: float | None = None, retries: int = 0
     ) -> Iterator[TaskResult[R]]:
         """Like :meth:`map`, but yield each :class:`TaskResult` as soon as its task ends
         (``result.index`` is the task's position). Closing the iterator early stops the
         workers after their current task.
         """
-        check_run(fn, timeout, retries)
-        items = list(enumerate(tasks))
+        run = self._run(fn, tasks, timeout, retries)
         with self._cond:
-            if self._book.closed:
-                raise InvalidInputError("this pool is closed; make a new one")
-        return self._results(fn, items, timeout, retries)
+            self._check_open()
+        return self._results(run)
 
-    def _results(
-        self,
-        fn: Callable[[LocalSandbox, Any], R],
-        items: list[tuple[int, Any]],
-        timeout: float | None,
-        retries: int,
-    ) -> Iterator[TaskResult[R]]:
+    def _results(self, run: Run[Task[R]]) -> Iterator[TaskResult[R]]:
+        items = run.items
         if not items:
             return
         todo: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
@@ -182,7 +167,7 @@ class SandboxPool(PoolBase):
         workers = [
             threading.Thread(
                 target=self._worker,
-                args=(fn, todo, done, stop, timeout, retries),
+                args=(run, todo, done, stop),
                 name=f"sandbox-pool-{n}",
                 daemon=True,
             )
@@ -203,12 +188,10 @@ class SandboxPool(PoolBase):
 
     def _worker(
         self,
-        fn: Callable[[LocalSandbox, Any], R],
+        run: Run[Task[R]],
         todo: queue.SimpleQueue[tuple[int, Any]],
         done: queue.Queue[TaskResult[R] | BaseException],
         stop: threading.Event,
-        timeout: float | None,
-        retries: int,
     ) -> None:
         sandbox: LocalSandbox | None = None
         try:
@@ -219,11 +202,9 @@ class SandboxPool(PoolBase):
                     index, task = todo.get_nowait()
                 except queue.Empty:
                     return
-                result, sandbox = self._task(fn, index, task, sandbox, stop, timeout, retries)
+                result, sandbox = self._task(run, index, task, sandbox, stop)
                 done.put(result)
-        except PoolClosed as exc:
-            done.put(exc)
-        except BaseException as exc:  # noqa: BLE001 - a bug of ours: let map raise it
+        except BaseException as exc:  # noqa: BLE001 - PoolClosed, or a bug of ours: map raises it
             done.put(exc)
         finally:
             if sandbox is not None:
@@ -231,18 +212,22 @@ class SandboxPool(PoolBase):
 
     def _task(
         self,
-        fn: Callable[[LocalSandbox, Any], R],
+        run: Run[Task[R]],
         index: int,
         task: Any,
         sandbox: LocalSandbox | None,
         stop: threading.Event,
-        timeout: float | None,
-        retries: int,
     ) -> tuple[TaskResult[R], LocalSandbox | None]:
         """Run :func:`~workflows._pool._retry_rules.task_flow` with blocking hands."""
-        hands = _Hands(self, fn, index, task, timeout)
+        hands = _Hands(self, run, index, task)
         flow = task_flow(
-            index, task, sandbox, hands, timeout=timeout, retries=retries, stopping=stop.is_set
+            index,
+            task,
+            sandbox,
+            hands,
+            timeout=run.timeout,
+            retries=run.retries,
+            stopping=stop.is_set,
         )
         return sync_driver_for(self._settings).run(flow)
 
@@ -269,22 +254,17 @@ class SandboxPool(PoolBase):
 class _Hands:
     """The sync pool's hands for one task (see :class:`~workflows._pool._retry_rules.Hands`)."""
 
-    def __init__(
-        self,
-        pool: SandboxPool,
-        fn: Callable[[LocalSandbox, Any], Any],
-        index: int,
-        task: Any,
-        timeout: float | None,
-    ) -> None:
-        self.pool, self.fn, self.index, self.task, self.timeout = pool, fn, index, task, timeout
+    def __init__(self, pool: SandboxPool, run: Run[Task[Any]], index: int, task: Any) -> None:
+        self.pool, self.run, self.index, self.task = pool, run, index, task
 
     def take(self) -> LocalSandbox:
         return self.pool._take()
 
     def attempt(self, sandbox: LocalSandbox) -> Outcome:
         started = time.perf_counter()
-        value, error, timed_out = _call(self.fn, sandbox, self.task, self.timeout, self.index)
+        value, error, timed_out = _call(
+            self.run.fn, sandbox, self.task, self.run.timeout, self.index
+        )
         return Outcome(value, error, timed_out, time.perf_counter() - started)
 
     def reset(self, sandbox: LocalSandbox) -> float:
