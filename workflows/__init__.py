@@ -105,19 +105,20 @@ __all__ = [
     "ServerData",
     "ToolInfo",
     "ToolResult",
-    # recipes: bulk operations, round trips
+    # recipes: many sandboxes at once
     "AcquireResult",
     "AsyncSandboxBatch",
     "ReleaseOptions",
     "ReleaseResult",
-    "RoundTripReport",
     "SandboxBatch",
     "async_bulk_acquire",
     "async_bulk_release",
-    "async_round_trip_dump",
-    "async_seed_from_dict",
     "bulk_acquire",
     "bulk_release",
+    # recipes: seed and compare
+    "RoundTripReport",
+    "async_round_trip_dump",
+    "async_seed_from_dict",
     "round_trip_dump",
     "seed_from_dict",
     # the pool: many tasks over a few sandboxes
