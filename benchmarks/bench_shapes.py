@@ -64,7 +64,7 @@ from workflows import LocalSandbox
 from workflows._drivers import sync_driver_for
 from workflows._flows import Blocking, Call, Download, Flow, Upload, dump_to_flow, dump_to_target
 from workflows._flows import seed_flow as library_seed_flow
-from workflows._seed_plan import plan_directory
+from workflows._seed import plan_directory
 
 __all__ = ["run"]
 

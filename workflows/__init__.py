@@ -45,11 +45,11 @@ from ._errors import (
     UnsafeArchiveError,
 )
 from ._execution import AsyncExecution, Execution
-from ._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger
 from ._mcp import McpSession, ToolInfo, ToolResult
 from ._models import BENCHMARKS, SERVER_NAMES, SandboxInfo, ServerInfo
+from ._ownership import AcquireAttempt, Ledger, LedgerEntry, default_ledger
+from ._ownership._reap import async_reap, held_sandboxes, reap
 from ._pool import AsyncSandboxPool, PoolResults, SandboxPool, TaskResult
-from ._reap import async_reap, held_sandboxes, reap
 from ._recipes import (
     AcquireResult,
     AsyncSandboxBatch,
@@ -66,7 +66,7 @@ from ._recipes import (
     seed_from_dict,
 )
 from ._sandbox import LocalSandbox, list_sandboxes
-from ._seed_plan import DEFAULT_MAX_FILE_SIZE
+from ._seed import DEFAULT_MAX_FILE_SIZE
 from ._server_data import DATA_SERVERS, ServerData
 from ._snapshot import ManifestEntry, Snapshot, SnapshotDiff
 from ._transport import install_log_redaction as _install_log_redaction

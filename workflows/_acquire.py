@@ -27,7 +27,7 @@ else:  # pragma: no cover - Python 3.10
 if TYPE_CHECKING:
     from ._archive import ArchiveLimits
     from ._config import ApiKey
-    from ._ledger import Ledger
+    from ._ownership import Ledger
 
 __all__ = [
     "Acquire",

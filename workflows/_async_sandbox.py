@@ -34,7 +34,6 @@ from ._flows import (
     release_flow,
     retry_acquire,
 )
-from ._ledger import Ledger
 from ._mcp import (
     DEFAULT_MCP_TIMEOUT,
     ToolInfo,
@@ -44,9 +43,9 @@ from ._mcp import (
     open_session,
 )
 from ._models import SandboxInfo, check_sandbox_id
-from ._ownership import disown, own
+from ._ownership import Ledger, disown, own
 from ._sandbox_base import SandboxBase
-from ._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
+from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
 

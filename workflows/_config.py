@@ -138,9 +138,9 @@ def _find_dotenv(folder: Path) -> Path | None:
 def _check_key(value: str, source: str) -> None:
     """Refuse a key that cannot be sent as a header, naming the problem but never the key.
 
-    Keys are printable ASCII without spaces. A newline (a key pasted with its line end, or read
-    from a file) used to reach the HTTP layer, which echoed the header line in its error, and
-    the call was retried for seconds although it could never succeed.
+    Keys are printable ASCII without spaces. Anything else (a line break pasted with the key,
+    or read from a file with it) would reach the HTTP layer, whose error echoes the header line,
+    and the call would be retried although it can never succeed.
     """
     for index, char in enumerate(value):
         if not "!" <= char <= "~":

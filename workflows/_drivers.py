@@ -27,8 +27,8 @@ from klavis_sandbox_client.types import Response
 from ._config import Settings
 from ._errors import ApiConnectionError
 from ._flows import Act, Blocking, Call, Download, Flow, Sleep, Step, Upload
+from ._ownership import AcquireDidNotHappen
 from ._progress import Progress
-from ._reconcile import AcquireDidNotHappen
 from ._retry_log import routed
 from ._transfer import (
     IDENTITY,

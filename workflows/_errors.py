@@ -27,7 +27,8 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
     ├── ExecutionTimeoutError (TimeoutError)   ``Execution.wait(timeout=...)`` ran out
     └── TaskTimeoutError (TimeoutError)        a pool's task ran past ``map(timeout=...)``
 
-Messages never contain the API key or a signed URL's query string.
+Messages never contain the API key or a signed URL's query string. The public ones are listed
+once, in ``workflows.__all__``; this module has no ``__all__`` to repeat them.
 """
 
 from __future__ import annotations
@@ -38,34 +39,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._mcp import ToolResult
-
-__all__ = [
-    "AcquireAmbiguousError",
-    "ApiConnectionError",
-    "ApiError",
-    "ApiTimeoutError",
-    "AuthenticationError",
-    "BadRequestError",
-    "ConfigurationError",
-    "ConflictError",
-    "ExecutionTimeoutError",
-    "FileTooLargeError",
-    "InvalidInputError",
-    "InvalidSeedPathError",
-    "KlavisError",
-    "LocalWriteError",
-    "McpError",
-    "MissingExtraError",
-    "NotFoundError",
-    "RateLimitError",
-    "RequestValidationError",
-    "ServerError",
-    "TaskTimeoutError",
-    "TransferError",
-    "TransferTimeoutError",
-    "UnsafeArchiveError",
-    "error_from_status",
-]
 
 
 class KlavisError(Exception):
@@ -123,8 +96,9 @@ class UnsafeArchiveError(KlavisError, ValueError):
         self.member = member
 
 
-class ApiConnectionError(KlavisError):
-    """The API could not be reached."""
+class _RequestFailed(KlavisError):
+    """A request to the API that failed, reached or not: ``method`` and ``path`` (without query
+    string) say which. Not drawn in the tree above: only its two kinds are raised."""
 
     def __init__(self, message: str, *, method: str | None = None, path: str | None = None) -> None:
         super().__init__(message)
@@ -132,11 +106,15 @@ class ApiConnectionError(KlavisError):
         self.path = path
 
 
+class ApiConnectionError(_RequestFailed):
+    """The API could not be reached."""
+
+
 class ApiTimeoutError(ApiConnectionError):
     """The API did not answer within the timeout."""
 
 
-class ApiError(KlavisError):
+class ApiError(_RequestFailed):
     """The API answered with an error status.
 
     Attributes:
@@ -156,14 +134,12 @@ class ApiError(KlavisError):
         path: str | None = None,
         body: Any = None,
     ) -> None:
+        where = f" ({method} {path})" if method and path else ""
+        super().__init__(f"{status_code}{where}: {message}", method=method, path=path)
         self.message = message
         self.status_code = status_code
         self.sandbox_id = sandbox_id
-        self.method = method
-        self.path = path
         self.body = body
-        where = f" ({method} {path})" if method and path else ""
-        super().__init__(f"{status_code}{where}: {message}")
 
 
 class BadRequestError(ApiError):

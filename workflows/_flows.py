@@ -29,7 +29,7 @@ from typing import IO, Any, Protocol, TypeVar
 
 from klavis_sandbox_client.types import Response
 
-from . import _ownership, _reconcile
+from . import _ownership
 from ._archive import ArchiveLimits, read_snapshot
 from ._config import Settings
 from ._errors import (
@@ -43,7 +43,6 @@ from ._errors import (
     TransferError,
 )
 from ._extract import Destination, prepare_destination
-from ._ledger import Ledger, LedgerEntry
 from ._models import (
     AcquireRequest,
     SandboxInfo,
@@ -52,10 +51,11 @@ from ._models import (
     sandbox_info_from_dict,
     signed_url_from,
 )
+from ._ownership import Ledger, LedgerEntry, _reconcile
 from ._pack import pack_to_tempfile
 from ._paths import check_destination
 from ._progress import Progress, progress_bar
-from ._seed_plan import SourceFile
+from ._seed import SourceFile
 from ._snapshot import Snapshot
 from ._transport import retry_backoff
 

@@ -25,7 +25,7 @@ from workflows._archive import (
     igzip_file,
 )
 from workflows._errors import InvalidInputError
-from workflows._seed_plan import SourceFile
+from workflows._seed import SourceFile
 from workflows._tar_header import FastTarInfo
 
 __all__ = ["pack_to_tempfile", "write_archive"]

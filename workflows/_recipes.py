@@ -27,12 +27,11 @@ from ._config import Settings
 from ._drivers import AsyncDriver, sync_driver_for
 from ._errors import InvalidInputError
 from ._flows import Act, Blocking, Flow, list_flow, release_flow
-from ._ledger import Ledger
 from ._models import ResultList, check_sandbox_id
-from ._ownership import disown, install_exit_handlers, ledger_of
+from ._ownership import Ledger, disown, install_exit_handlers, ledger_of
 from ._progress import progress_bar
 from ._sandbox import LocalSandbox
-from ._seed_plan import SourceFile, plan_mapping
+from ._seed import SourceFile, plan_mapping
 from ._snapshot import Snapshot
 
 __all__ = [

@@ -22,10 +22,9 @@ from ._flows import (
     reset_flow,
     seed_flow,
 )
-from ._ledger import Ledger
 from ._models import SandboxInfo, ServerInfo
-from ._ownership import unwind_on_sigterm
-from ._seed_plan import SourceFile
+from ._ownership import Ledger, unwind_on_sigterm
+from ._seed import SourceFile
 from ._server_data import server_data_body
 from ._snapshot import Snapshot
 

@@ -15,7 +15,7 @@ from typing import IO, NamedTuple
 
 from workflows._errors import InvalidInputError
 from workflows._paths import link_target_in_tree
-from workflows._seed_plan import DEFAULT_MAX_FILE_SIZE, SeedContent, plan_directory, plan_mapping
+from workflows._seed import DEFAULT_MAX_FILE_SIZE, SeedContent, plan_directory, plan_mapping
 
 __all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
 

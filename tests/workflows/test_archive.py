@@ -30,7 +30,7 @@ from workflows._errors import InvalidInputError, UnsafeArchiveError
 from workflows._extract import extract_archive, prepare_destination
 from workflows._pack import pack_to_tempfile, write_archive
 from workflows._paths import normalize_member_name
-from workflows._seed_plan import SourceFile, plan_directory, plan_mapping
+from workflows._seed import SourceFile, plan_directory, plan_mapping
 
 # --- helpers -----------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from workflows._config import ApiKey, Settings
 from workflows._drivers import AsyncDriver, SyncDriver
 from workflows._execution import LogFollower, artifacts_flow, start_flow, wait_flow
 from workflows._flows import Blocking, Call, Download, Flow, Sleep, Upload, dump_flow
-from workflows._seed_plan import plan_mapping
+from workflows._seed import plan_mapping
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from workflows import (
 from workflows._config import ApiKey, Settings
 from workflows._flows import Call, acquire_attempt
 from workflows._models import check_acquire
-from workflows._reconcile import AcquireDidNotHappen, is_ambiguous
+from workflows._ownership import AcquireDidNotHappen, is_ambiguous
 
 
 def _sandbox(sid: str, *names: str) -> dict[str, Any]:
@@ -220,7 +220,7 @@ def test_a_refused_signed_url_is_requested_again() -> None:
 
     from workflows import TransferError
     from workflows._flows import Blocking, Upload, seed_flow
-    from workflows._seed_plan import plan_mapping
+    from workflows._seed import plan_mapping
 
     def url_response(n: int) -> Response[Any]:
         body = UploadUrlResponse(upload_url=f"http://storage.test/o?sig={n}", expires_in_minutes=30)
@@ -256,7 +256,7 @@ def test_a_second_refusal_is_final() -> None:
 
     from workflows import TransferError
     from workflows._flows import Blocking, seed_flow
-    from workflows._seed_plan import plan_mapping
+    from workflows._seed import plan_mapping
 
     body = UploadUrlResponse(upload_url="http://storage.test/o?sig=x", expires_in_minutes=30)
     flow = seed_flow("sb-1", plan_mapping({"a.txt": "A"}), False)
@@ -297,7 +297,7 @@ def test_sandboxes_other_processes_hold_are_never_adopted(tmp_path: Path) -> Non
 
 
 def _attempt(name: str, time: str, *servers: str, known: frozenset[str] = frozenset()) -> Any:
-    from workflows._ledger import AcquireAttempt
+    from workflows._ownership import AcquireAttempt
 
     return AcquireAttempt(name, "u", "k", servers, None, known, 1, time)
 
@@ -310,7 +310,7 @@ def _info(sid: str, created: str | None, *names: str) -> Any:
 
 
 def test_an_orphan_is_created_after_its_attempt_give_or_take_the_clocks() -> None:
-    from workflows._reconcile import orphans
+    from workflows._ownership import orphans
 
     attempt = _attempt("a", "2026-01-01T00:10:00+00:00", "git")
     listed = [
@@ -327,7 +327,7 @@ def test_an_orphan_is_created_after_its_attempt_give_or_take_the_clocks() -> Non
 
 
 def test_a_running_acquire_keeps_the_sandbox_it_may_be_about_to_record() -> None:
-    from workflows._reconcile import orphans
+    from workflows._ownership import orphans
 
     dead = _attempt("dead", "2026-01-01T00:00:00+00:00", "git")
     running = _attempt("running", "2026-01-01T00:02:00+00:00", "git")

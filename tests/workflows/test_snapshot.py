@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from workflows._archive import read_snapshot
 from workflows._errors import InvalidInputError, InvalidSeedPathError
 from workflows._pack import pack_to_tempfile
-from workflows._seed_plan import plan_directory, plan_mapping
+from workflows._seed import plan_directory, plan_mapping
 from workflows._snapshot import ManifestEntry, Snapshot, SnapshotDiff
 
 FILES: dict[str, str | bytes] = {"a.txt": "alpha", "d/b.bin": b"\x00\x01\x02", "d/e/c.md": "# c"}

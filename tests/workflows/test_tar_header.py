@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import tree_of_every_header
 from workflows import _pack, _tar_header
-from workflows._seed_plan import plan_directory
+from workflows._seed import plan_directory
 from workflows._tar_header import common_header
 
 _NAMES = (

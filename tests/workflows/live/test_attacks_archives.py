@@ -714,7 +714,7 @@ def test_a_file_that_vanishes_before_packing_is_named(
     project.mkdir()
     (project / "a.txt").write_text("a")
     (project / "gone.txt").write_text("soon gone")
-    import workflows._seed_plan as seed_plan
+    import workflows._seed as seed_plan
 
     planned = seed_plan.plan_directory
 

@@ -154,7 +154,7 @@ def test_dump_force_puts_the_users_folder_back_when_the_last_rename_fails(
             raise OSError(errno.EXDEV, "simulated failure of the last rename")
         real_replace(src, dst)
 
-    monkeypatch.setattr("workflows._cli.os.replace", failing_last_rename)
+    monkeypatch.setattr("workflows._cli._workspace.os.replace", failing_last_rename)
     failed = cli("dump", sandbox_id, "-o", str(mine), "--force")
     monkeypatch.undo()
     assert failed.code == 1

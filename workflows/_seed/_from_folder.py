@@ -1,45 +1,22 @@
-"""Decide what goes into a seed archive (no network; reads only directory listings).
+"""Seed from a folder: ``sb.seed_directory("./project")`` planned entry by entry, with git's
+ignore rules (:mod:`._gitignore`), links kept inside the tree, and a size limit per file.
 
-Two planners turn user input into a sorted list of :class:`SourceFile`, which
-:func:`workflows._pack.write_archive` packs:
-
-* :func:`plan_mapping` for ``sb.seed({"path": "text" | b"bytes"})``;
-* :func:`plan_directory` for ``sb.seed_directory("./project")``.
-
-Both check everything that can be checked before a byte is packed, so a mistake is reported
-before any request is sent. The ignore rules :func:`plan_directory` applies (git's own) are in
-:mod:`workflows._gitignore`.
+Everything is checked before a byte is packed (no network; it reads only directory listings
+and file metadata), so a mistake is reported before any request is sent.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
-from workflows._errors import FileTooLargeError, InvalidInputError, InvalidSeedPathError
-from workflows._gitignore import IgnoreRules, is_ignored, parse_patterns, read_rules
-from workflows._paths import (
-    PATH_MAX,
-    SANDBOX_WORKSPACE,
-    check_name_length,
-    link_escapes,
-    link_target_in_tree,
-    normalize_seed_key,
-    shown_path,
-)
+from workflows._errors import FileTooLargeError, InvalidInputError
+from workflows._paths import check_name_length, shown_path
 
-__all__ = [
-    "DEFAULT_MAX_FILE_SIZE",
-    "SeedContent",
-    "IGNORE_FILE_NAMES",
-    "SourceFile",
-    "plan_directory",
-    "plan_links",
-    "plan_mapping",
-]
+from ._entries import DIR_MODE, EXEC_MODE, FILE_MODE, LINK_MODE, SourceFile
+from ._gitignore import IgnoreRules, is_ignored, parse_patterns, read_rules
 
 #: The largest single file :func:`plan_directory` accepts unless told otherwise: 256 MiB.
 #: It is a guard against seeding a data set, a video or model weights by accident (an upload of
@@ -50,171 +27,6 @@ DEFAULT_MAX_FILE_SIZE: int = 256 * 1024 * 1024
 #: Ignore files read in every folder of a seeded tree. ``.gitignore`` only with
 #: ``gitignore=True``; ``.sandboxignore`` always (it exists only to steer seeding).
 IGNORE_FILE_NAMES: tuple[str, ...] = (".gitignore", ".sandboxignore")
-
-#: What a seed mapping's values may be: text (written as UTF-8) or bytes-like.
-SeedContent = str | bytes | bytearray | memoryview
-
-_FILE_MODE = 0o644
-_EXEC_MODE = 0o755
-_DIR_MODE = 0o755
-_LINK_MODE = 0o777
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    """One entry of a seed archive.
-
-    Exactly one kind of content is set:
-
-    * a regular file from disk (``path``; read in chunks when packing; ``size`` is its size when
-      planned, and exactly that many bytes are packed), or
-    * a regular file in memory (``data``), or
-    * a symbolic link (``link_target``: a relative POSIX path that stays inside the tree, or an
-      absolute one inside the sandbox's workspace, ``/data`` or below), or
-    * an empty folder (``is_dir=True``), kept so that the workspace's shape survives.
-
-    ``name`` is the normalised POSIX relative path inside the archive (``"a/b.txt"``); ``mode`` is
-    ``0o644`` or ``0o755`` for files (from the owner's exec bit), ``0o755`` for folders and
-    ``0o777`` for links. ``mtime`` is the modification time to pack (seconds since the epoch,
-    from disk with ``preserve_mtime=True``); None packs the fixed
-    :data:`~workflows._archive.ARCHIVE_MTIME`.
-    """
-
-    name: str
-    size: int
-    mode: int
-    path: Path | None = None
-    data: bytes | None = None
-    link_target: str | None = None
-    is_dir: bool = False
-    mtime: float | None = None
-
-
-def _as_bytes(key: str, value: object) -> bytes:
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise InvalidInputError(
-        f"seed value for {key!r} is a {type(value).__name__}; "
-        "values must be str (written as UTF-8) or bytes"
-    )
-
-
-def plan_mapping(
-    files: Mapping[str, SeedContent], links: Mapping[str, str] | None = None
-) -> list[SourceFile]:
-    """Plan the archive for a ``{path: content}`` mapping, sorted by name.
-
-    Keys are checked and normalised with :func:`~workflows._paths.normalize_seed_key`; values
-    must be ``str`` (encoded as UTF-8) or bytes-like. Raises :class:`InvalidSeedPathError` for a
-    bad key, two keys that normalise to the same path, or a key that is also the folder of another
-    (``"a"`` and ``"a/b"``), and :class:`InvalidInputError` for a value of another type. Every
-    file gets mode ``0o644``.
-
-    ``links`` (name -> target) adds symbolic links, checked by :func:`plan_links`; when
-    ``files`` is a :class:`~workflows.Snapshot`, its own ``links`` are used unless ``links`` is
-    given, so seeding a dump sends its links back.
-
-    >>> [(f.name, f.data) for f in plan_mapping({"./b.txt": "hi", "a/x.bin": b"\\x00"})]
-    [('a/x.bin', b'\\x00'), ('b.txt', b'hi')]
-    """
-    if not isinstance(files, Mapping):
-        raise InvalidInputError(
-            f"files must be a mapping of path to content, not a {type(files).__name__}"
-        )
-    if links is None:
-        from workflows._snapshot import Snapshot  # a Snapshot is built with this very function
-
-        if isinstance(files, Snapshot):
-            links = files.links
-    by_name: dict[str, str] = {}
-    planned: list[SourceFile] = []
-    for key, value in files.items():
-        name = normalize_seed_key(key)
-        if name in by_name:
-            raise InvalidSeedPathError(
-                f"seed keys {by_name[name]!r} and {key!r} both name the file {name!r}", path=key
-            )
-        by_name[name] = key
-        data = _as_bytes(key, value)
-        planned.append(SourceFile(name=name, size=len(data), mode=_FILE_MODE, data=data))
-    link_names: set[str] = set()
-    if links:
-        planned_links = plan_links(links, by_name)
-        link_names = {entry.name for entry in planned_links}
-        planned.extend(planned_links)
-    for name, key in by_name.items():
-        parent = name
-        while "/" in parent:
-            parent = parent.rsplit("/", 1)[0]
-            if parent in by_name:
-                kind = "a link" if parent in link_names else "a file"
-                raise InvalidSeedPathError(
-                    f"seed key {by_name[parent]!r} is {kind}, but {key!r} needs it to be a folder",
-                    path=by_name[parent],
-                )
-    planned.sort(key=lambda f: f.name)
-    return planned
-
-
-def plan_links(links: Mapping[str, str], taken: dict[str, str]) -> list[SourceFile]:
-    """Plan symbolic links ``{name: target}``; ``taken`` (name -> key) holds the files' names
-    and receives the links'.
-
-    Names are checked like seed keys. A target must be a non-empty ``str`` without NUL, at most
-    :data:`~workflows._paths.PATH_MAX` bytes, and stay inside the workspace: relative and
-    resolving inside the tree (following the other links), or absolute inside the sandbox's
-    workspace (``/data`` or below, as ``ln -s /data/a.txt link`` makes). Anything else raises
-    :class:`InvalidSeedPathError` naming the link. Targets are kept as given.
-
-    >>> [(f.name, f.link_target) for f in plan_links({"l": "/data/a.txt", "m": "l"}, {})]
-    [('l', '/data/a.txt'), ('m', 'l')]
-    """
-    if not isinstance(links, Mapping):
-        raise InvalidInputError(f"links must be a mapping of name to target, not {type(links)}")
-    planned: list[SourceFile] = []
-    in_tree: dict[str, str] = {}
-    for key, target in links.items():
-        name = normalize_seed_key(key)
-        if name in taken:
-            raise InvalidSeedPathError(
-                f"seed keys {taken[name]!r} and {key!r} (a link) both name {name!r}", path=key
-            )
-        taken[name] = key
-        if not isinstance(target, str):
-            raise InvalidSeedPathError(
-                f"the link {key!r} has a target of type {type(target).__name__}, not str",
-                path=key,
-            )
-        if not target or "\x00" in target:
-            raise InvalidSeedPathError(
-                f"the link {key!r} has an empty target or one with a NUL character", path=key
-            )
-        if len(target.encode("utf-8", "surrogateescape")) > PATH_MAX:
-            raise InvalidSeedPathError(
-                f"the link {key!r} has a target over {PATH_MAX:,} bytes (PATH_MAX)", path=key
-            )
-        relative = link_target_in_tree(name, target)
-        if relative is None:
-            raise InvalidSeedPathError(
-                f"the link {key!r} -> {shown_path(target)} leads outside the workspace (absolute "
-                f"targets must be {SANDBOX_WORKSPACE} or below it)",
-                path=key,
-            )
-        in_tree[name] = relative
-        planned.append(SourceFile(name=name, size=0, mode=_LINK_MODE, link_target=target))
-    for entry in planned:
-        if link_escapes(entry.name, in_tree[entry.name], in_tree):
-            raise InvalidSeedPathError(
-                f"the link {entry.name!r} -> {shown_path(entry.link_target or '')} leads outside "
-                "the workspace",
-                path=entry.name,
-            )
-    return planned
-
-
-# --- directories -------------------------------------------------------------------------------
 
 
 def _has_entries(path: str) -> bool:
@@ -318,7 +130,7 @@ def plan_directory(
             SourceFile(
                 name=rel,
                 size=0,
-                mode=_LINK_MODE,
+                mode=LINK_MODE,
                 link_target=rel_target,
                 mtime=mtime_of(os.lstat(entry_path)),
             )
@@ -394,7 +206,7 @@ def plan_directory(
                     SourceFile(
                         name=rel,
                         size=0,
-                        mode=_DIR_MODE,
+                        mode=DIR_MODE,
                         is_dir=True,
                         mtime=mtime_of(entry.stat(follow_symlinks=False)),
                     )
@@ -403,7 +215,7 @@ def plan_directory(
             st = entry.stat(follow_symlinks=False)
             if max_file_size is not None and st.st_size > max_file_size:
                 raise FileTooLargeError(shown(rel), size=st.st_size, limit=max_file_size)
-            mode = _EXEC_MODE if st.st_mode & stat.S_IXUSR else _FILE_MODE
+            mode = EXEC_MODE if st.st_mode & stat.S_IXUSR else FILE_MODE
             planned.append(
                 SourceFile(
                     name=rel, size=st.st_size, mode=mode, path=Path(entry.path), mtime=mtime_of(st)

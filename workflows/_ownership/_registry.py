@@ -8,7 +8,7 @@
   as on Ctrl-C (:func:`unwind_on_sigterm`; ``dump_to`` installs it too, so that its temporary
   files are removed on SIGTERM as on Ctrl-C).
 * **Claims**: an acquire that takes a sandbox (answered, or adopted by reconciling, see
-  :mod:`workflows._reconcile`) claims it, so two acquires of this process never share one.
+  :mod:`._reconcile`) claims it, so two acquires of this process never share one.
 * **Attempts in flight**: the ledger's ``attempt`` records of acquires still running here, or
   whose sandbox is not yet recorded, which ``reap`` must not take for orphans.
 """
@@ -25,28 +25,10 @@ from types import FrameType
 
 import httpx
 
-from ._config import Settings
-from ._ledger import Ledger, default_ledger
-from ._transport import BearerAuth
+from workflows._config import Settings
+from workflows._transport import BearerAuth
 
-__all__ = [
-    "Owned",
-    "Terminated",
-    "attempt_ended",
-    "claim",
-    "clear",
-    "disown",
-    "forget",
-    "in_flight",
-    "install_exit_handlers",
-    "ledger_of",
-    "new_attempt",
-    "own",
-    "owned",
-    "release_all_owned",
-    "release_claim",
-    "unwind_on_sigterm",
-]
+from ._ledger import Ledger, default_ledger
 
 log = logging.getLogger("workflows")
 _lock = threading.Lock()

@@ -3,21 +3,23 @@
 Two kinds of leftovers are found: sandboxes recorded as acquired and never released, and
 sandboxes that an acquire created without the ledger ever learning their id (it ended
 ambiguously, or its process died mid-request). The second kind is found by listing: see
-:func:`workflows._reconcile.orphans` for how an open attempt is matched to a sandbox.
+:func:`workflows._ownership._reconcile.orphans` for how an open attempt is matched to a sandbox.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TypedDict
 
-from . import _ownership, _reconcile
-from ._config import ApiKey, Settings, resolve_settings
-from ._drivers import AsyncDriver, sync_driver_for
-from ._flows import list_flow
+from workflows._config import ApiKey, Settings, resolve_settings
+from workflows._drivers import AsyncDriver, sync_driver_for
+from workflows._flows import list_flow
+from workflows._models import SandboxInfo
+from workflows._recipes import ReleaseResult, async_bulk_release, bulk_release
+
+from . import _reconcile, _registry
 from ._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger, process_running
-from ._models import SandboxInfo
-from ._recipes import ReleaseResult, async_bulk_release, bulk_release
 
 log = logging.getLogger("workflows")
 
@@ -45,6 +47,14 @@ def held_sandboxes(
     return [e for e in held if include_live or not process_running(e.pid)]
 
 
+class _Where(TypedDict):
+    """Where a reap releases: the keywords both bulk releases take for it."""
+
+    api_key: ApiKey
+    base_url: str
+    ledger: Ledger
+
+
 @dataclass(frozen=True)
 class _Plan:
     settings: Settings
@@ -52,6 +62,13 @@ class _Plan:
     held: list[LedgerEntry]
     attempts: list[AcquireAttempt]  # ended: their orphans are released
     running: list[AcquireAttempt]  # still waited on: their sandboxes are withheld
+
+    def where(self) -> _Where:
+        return {
+            "api_key": self.settings.api_key,
+            "base_url": self.settings.base_url,
+            "ledger": self.book,
+        }
 
 
 def _plan(
@@ -68,19 +85,21 @@ def _plan(
         # an attempt whose acquire ended is over, though its process may live on: nothing will
         # record its sandbox; one still waited on (here, or in a running process) is not
         waited_on = not attempt.ended and not include_live and process_running(attempt.pid)
-        if _ownership.in_flight(attempt.attempt) or waited_on:
+        if _registry.in_flight(attempt.attempt) or waited_on:
             running.append(attempt)
         else:
             attempts.append(attempt)
     return _Plan(settings, book, held, attempts, running)
 
 
-def _match_orphans(plan: _Plan, listed: list[SandboxInfo], dry_run: bool) -> list[str]:
-    """The ids of the sandboxes ended attempts left behind; settles those attempts (unless
-    ``dry_run``)."""
+def _to_release(plan: _Plan, listed: list[SandboxInfo], dry_run: bool) -> list[str]:
+    """The ids to release: those the ledger holds, then the sandboxes ended attempts left behind
+    (found in ``listed``); settles those attempts (unless ``dry_run``)."""
+    found = [e.sandbox_id for e in plan.held]
+    if not plan.attempts:
+        return found
     book, settings = plan.book, plan.settings
     known = book.known_ids(base_url=settings.base_url) | {e.sandbox_id for e in plan.held}
-    found: list[str] = []
     key = settings.api_key.fingerprint
     pairs = _reconcile.orphans(plan.attempts, listed, known, reserve=plan.running)
     for attempt, orphan in pairs:
@@ -100,6 +119,11 @@ def _match_orphans(plan: _Plan, listed: list[SandboxInfo], dry_run: bool) -> lis
         else:
             book.settle_attempt(attempt.attempt, base_url=settings.base_url, key=key)
     return found
+
+
+def _would_release(ids: list[str]) -> list[ReleaseResult]:
+    """What ``dry_run`` reports: each id, released by nobody."""
+    return [ReleaseResult(sid, False) for sid in ids]
 
 
 def reap(
@@ -124,20 +148,11 @@ def reap(
     []
     """
     plan = _plan(api_key, base_url, ledger, include_live)
-    settings, book, held = plan.settings, plan.book, plan.held
-    orphans: list[str] = []
-    if plan.attempts:
-        orphans = _match_orphans(plan, sync_driver_for(settings).run(list_flow()), dry_run)
+    listed = sync_driver_for(plan.settings).run(list_flow()) if plan.attempts else []
+    ids = _to_release(plan, listed, dry_run)
     if dry_run:
-        return [ReleaseResult(sid, False) for sid in [e.sandbox_id for e in held] + orphans]
-    return bulk_release(
-        [entry.sandbox_id for entry in held] + orphans,
-        concurrency=concurrency,
-        api_key=settings.api_key,
-        base_url=settings.base_url,
-        progress=progress,
-        ledger=book,
-    )
+        return _would_release(ids)
+    return bulk_release(ids, concurrency=concurrency, progress=progress, **plan.where())
 
 
 async def async_reap(
@@ -152,22 +167,14 @@ async def async_reap(
 ) -> list[ReleaseResult]:
     """The async twin of :func:`reap`."""
     plan = _plan(api_key, base_url, ledger, include_live)
-    settings, book, held = plan.settings, plan.book, plan.held
-    orphans: list[str] = []
+    listed: list[SandboxInfo] = []
     if plan.attempts:
-        driver = AsyncDriver(settings)
+        driver = AsyncDriver(plan.settings)
         try:
             listed = await driver.run(list_flow())
         finally:
             await driver.aclose()
-        orphans = _match_orphans(plan, listed, dry_run)
+    ids = _to_release(plan, listed, dry_run)
     if dry_run:
-        return [ReleaseResult(sid, False) for sid in [e.sandbox_id for e in held] + orphans]
-    return await async_bulk_release(
-        [entry.sandbox_id for entry in held] + orphans,
-        concurrency=concurrency,
-        api_key=settings.api_key,
-        base_url=settings.base_url,
-        progress=progress,
-        ledger=book,
-    )
+        return _would_release(ids)
+    return await async_bulk_release(ids, concurrency=concurrency, progress=progress, **plan.where())

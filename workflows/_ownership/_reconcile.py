@@ -15,16 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
-from ._errors import ApiConnectionError, ApiError, ApiTimeoutError, ServerError
-from ._ledger import AcquireAttempt
-from ._models import AcquireRequest, SandboxInfo
+from workflows._errors import ApiConnectionError, ApiError, ApiTimeoutError, ServerError
+from workflows._models import AcquireRequest, SandboxInfo
 
-__all__ = [
-    "AcquireDidNotHappen",
-    "adoptable",
-    "is_ambiguous",
-    "orphans",
-]
+from ._ledger import AcquireAttempt
 
 # When a sandbox must have been created, relative to the time its attempt was recorded (this
 # machine's clock), to be taken for the attempt's orphan: not before it, give or take the

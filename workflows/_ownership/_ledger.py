@@ -18,7 +18,7 @@ An attempt is settled by an ``acquired`` event carrying its ``attempt`` id, or b
 ``attempt-settled`` event when it is known to have created nothing. One that stays open ended
 ambiguously (a timeout or a 5xx, then a failed listing; or the process died mid-request): the
 sandbox it may have created never reached the ledger by id, so ``reap`` finds it by listing
-(see :func:`workflows._reap.reap`).
+(see :func:`workflows._ownership._reap.reap`).
 
 When such an acquire has returned or raised (``AcquireAmbiguousError``, Ctrl-C, a cancelled
 task) while its process lives on (a notebook kernel, a harness still working), it says so::
@@ -34,7 +34,6 @@ released the orphan; under ``ended`` they ignore it and wait for the process, as
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -44,15 +43,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
-
-__all__ = [
-    "STATE_DIR_ENV",
-    "AcquireAttempt",
-    "Ledger",
-    "LedgerEntry",
-    "default_ledger",
-    "process_running",
-]
 
 STATE_DIR_ENV = "KLAVIS_SANDBOX_STATE_DIR"
 _log = logging.getLogger("workflows")
@@ -86,18 +76,14 @@ class AcquireAttempt:
     """Its acquire raised or was interrupted: no process will record its sandbox any more."""
 
 
-@contextlib.contextmanager
-def _locked(handle: IO[str]) -> Iterator[None]:
+def _lock_until_closed(handle: IO[str]) -> None:
+    """Lock ``handle``'s file against the other processes of this user until it is closed,
+    so its buffered line is written (at close) under the lock."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows: the thread lock is all we have
-        yield
         return
     fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-    try:
-        yield
-    finally:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 class Ledger:
@@ -113,7 +99,8 @@ class Ledger:
         line = json.dumps(record, sort_keys=True) + "\n"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with _lock, open(self.path, "a", encoding="utf-8") as handle, _locked(handle):
+            with _lock, open(self.path, "a", encoding="utf-8") as handle:
+                _lock_until_closed(handle)
                 handle.write(line)
         except OSError as exc:  # the ledger must never break the work it records
             _log.warning("could not write the sandbox ledger %s: %s", self.path, exc)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from workflows._errors import FileTooLargeError, InvalidInputError, InvalidSeedPathError
 from workflows._paths import normalize_seed_key
-from workflows._seed_plan import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
+from workflows._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 
 
 def make_tree(root: Path, files: dict[str, str | bytes]) -> Path:

@@ -1,5 +1,5 @@
 """Git's ignore rules (``.gitignore``, ``.sandboxignore``, ``ignore=``), as
-:func:`workflows._seed_plan.plan_directory` applies them folder by folder.
+:func:`workflows._seed.plan_directory` applies them folder by folder.
 
 :func:`parse_patterns` turns the lines of an ignore file into patterns, :func:`read_rules` reads
 one file into :class:`IgnoreRules`, and :func:`is_ignored` decides for one path.
@@ -21,7 +21,7 @@ __all__ = ["IgnoreRules", "is_ignored", "parse_patterns", "read_rules"]
 # (pathspec's GitIgnoreSpec was tried first: its regexes match a path *or anything below it*
 # and rank file patterns over folder patterns, which is right for checking whole file paths but
 # wrong for checking folders one level at a time: `*` + `!*.txt` + `!*/` lost nested .txt files,
-# and `!logs/` re-included `logs/a.log`. tests/workflows/test_seed_plan.py compares with git
+# and `!logs/` re-included `logs/a.log`. tests/workflows/test_seed.py compares with git
 # itself.)
 
 _POSIX_CLASSES = {

@@ -1,0 +1,83 @@
+"""``demo``: the whole lifecycle in seven steps, against the service when a key is set, else
+against an embedded emulator (the one place the library imports the emulator, lazily)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+from workflows._config import API_KEY_ENV, BASE_URL_ENV
+from workflows._errors import ConfigurationError, MissingExtraError
+from workflows._recipes import bulk_acquire, bulk_release, round_trip_dump
+from workflows._sandbox import LocalSandbox, list_sandboxes
+
+from ._output import EXIT_ERROR, EXIT_OK, Output
+
+
+@contextlib.contextmanager
+def _demo_target(out: TextIO) -> Iterator[dict[str, Any]]:
+    """The real service when a key is set, else an embedded emulator on a free port."""
+    if os.environ.get(API_KEY_ENV):
+        out.write(f"Using {os.environ.get(BASE_URL_ENV) or 'https://api.klavis.ai'}\n")
+        yield {}
+        return
+    try:
+        from klavis_emulator import ConfinementError, EmulatorConfig, EmulatorServer
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        raise MissingExtraError(
+            "the demo without KLAVIS_API_KEY (set it to use the service)", extra="emulator"
+        ) from None
+    with contextlib.ExitStack() as stack:
+        data = stack.enter_context(tempfile.TemporaryDirectory(prefix="klavis-demo-"))
+        try:
+            server = stack.enter_context(EmulatorServer(EmulatorConfig(data_dir=data)))
+        except ConfinementError as exc:  # bwrap installed but unable to confine here
+            raise ConfigurationError(f"the embedded emulator cannot start: {exc}") from None
+        out.write(
+            f"No {API_KEY_ENV} set: using an embedded emulator at {server.base_url}\n"
+            "(set KLAVIS_API_KEY to run the same demo against the real service)\n\n"
+        )
+        os.environ.setdefault("KLAVIS_SANDBOX_STATE_DIR", os.path.join(data, "state"))
+        yield {"api_key": f"demo-{secrets.token_hex(8)}", "base_url": server.base_url}
+
+
+def cmd_demo(args: argparse.Namespace, ui: Output) -> int:
+    out = ui.out
+    started = time.perf_counter()
+    files = {
+        "hello.txt": "Hello from a Klavis local sandbox!\n",
+        "notes.md": "# Notes\n- item 1\n- item 2\n",
+        "config.json": '{"app": "demo", "version": "1.0"}\n',
+    }
+    with _demo_target(out) as conn:
+        with LocalSandbox.acquire(
+            ["filesystem", "git", "terminal"], ttl_seconds=600, progress=False, **conn
+        ) as sb:
+            out.write(f"1. acquired sandbox {sb.id}\n")
+            for server in sb.servers:
+                out.write(f"     {server.name:<10} {server.mcp_server_url}\n")
+            report = round_trip_dump(sb, files)
+            out.write(f"2. seeded {len(files)} files from a dict: {', '.join(files)}\n")
+            out.write(f"3. round-trip dump: {report.summary()}\n")
+            before = report.snapshot
+            sb.seed({"notes.md": files["notes.md"] + "- item 3\n", "out/result.txt": "42\n"})
+            after = sb.dump()
+            diff = before.diff(after)
+            out.write(f"4. changed the workspace; dump diff: {diff.summary()}\n")
+            for line in str(diff).splitlines():
+                out.write(f"     {line}\n")
+            batch = bulk_acquire(["filesystem"], args.count, progress=False, **conn)
+            out.write(f"5. bulk_acquire: {len(batch.sandboxes)} of {args.count} acquired\n")
+            results = bulk_release([*batch.sandboxes, sb], progress=False, **conn)
+            ok = sum(r.ok for r in results)
+            out.write(f"6. bulk_release: {ok} of {len(results)} released (this one included)\n")
+        left = list_sandboxes(**conn)
+        out.write(f"7. sandboxes still listed: {len(left)}\n")
+    out.write(f"done in {time.perf_counter() - started:.1f} s\n")
+    return EXIT_OK if report.ok and not left and ok == len(results) else EXIT_ERROR
