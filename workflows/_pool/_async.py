@@ -182,21 +182,16 @@ class AsyncSandboxPool(PoolBase):
         return self._results(run)
 
     async def _results(self, run: Run[Task[R]]) -> AsyncGenerator[TaskResult[R], None]:
-        items = run.items
-        if not items:
+        if not run.count:
             return
-        todo: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
-        for item in items:
-            todo.put_nowait(item)
         done: asyncio.Queue[TaskResult[R] | BaseException] = asyncio.Queue()
         workers = [
-            asyncio.ensure_future(self._worker(run, todo, done))
-            for _ in range(min(self.size, len(items)))
+            asyncio.ensure_future(self._worker(run, done)) for _ in range(min(self.size, run.count))
         ]
         self._workers.update(workers)
-        bar = TaskBar(len(items), self.progress)
+        bar = TaskBar(run.count, self.progress)
         try:
-            for _ in items:
+            for _ in range(run.count):
                 yield self._delivered(await done.get(), bar)
         finally:
             bar.close()
@@ -208,13 +203,12 @@ class AsyncSandboxPool(PoolBase):
     async def _worker(
         self,
         run: Run[Task[R]],
-        todo: asyncio.Queue[tuple[int, Any]],
         done: asyncio.Queue[TaskResult[R] | BaseException],
     ) -> None:
         holder: list[AsyncLocalSandbox] = []  # the sandbox held between tasks, if any
         try:
-            while not todo.empty():
-                index, task = todo.get_nowait()
+            while (picked := run.next_task()) is not None:
+                index, task = picked
                 done.put_nowait(await self._task(run, index, task, holder))
         except asyncio.CancelledError:
             done.put_nowait(PoolClosed())  # a map still waiting learns that the pool closed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -68,13 +69,22 @@ class Book(Generic[S]):
 
 @dataclass(frozen=True)
 class Run(Generic[F]):
-    """One run's work: the function, the tasks with their positions, each attempt's timeout
-    and the retries of a failed task."""
+    """One run's work: the function, the tasks with their positions (``todo``: those no worker
+    took yet; the workers pop them, a deque being safe across threads), how many there are,
+    each attempt's timeout and the retries of a failed task."""
 
     fn: F
-    items: list[tuple[int, Any]]
+    todo: deque[tuple[int, Any]]
+    count: int
     timeout: float | None
     retries: int
+
+    def next_task(self) -> tuple[int, Any] | None:
+        """The next task no worker took yet, with its position; None when none is left."""
+        try:
+            return self.todo.popleft()
+        except IndexError:
+            return None
 
 
 class PoolBase:
@@ -114,7 +124,8 @@ class PoolBase:
     def _run(self, fn: F, tasks: Iterable[Any], timeout: float | None, retries: int) -> Run[F]:
         """A run's arguments, checked (the tasks are read now, once)."""
         check_run(fn, timeout, retries)
-        return Run(fn, list(enumerate(tasks)), timeout, retries)
+        todo = deque(enumerate(tasks))
+        return Run(fn, todo, len(todo), timeout, retries)
 
     def _check_open(self) -> None:
         if self._book.closed:

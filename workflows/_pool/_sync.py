@@ -154,12 +154,8 @@ class SandboxPool(PoolBase):
         return self._results(run)
 
     def _results(self, run: Run[Task[R]]) -> Iterator[TaskResult[R]]:
-        items = run.items
-        if not items:
+        if not run.count:
             return
-        todo: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
-        for item in items:
-            todo.put(item)
         done: queue.Queue[TaskResult[R] | BaseException] = queue.Queue()
         stop = threading.Event()
         with self._cond:
@@ -167,17 +163,17 @@ class SandboxPool(PoolBase):
         workers = [
             threading.Thread(
                 target=self._worker,
-                args=(run, todo, done, stop),
+                args=(run, done, stop),
                 name=f"sandbox-pool-{n}",
                 daemon=True,
             )
-            for n in range(min(self.size, len(items)))
+            for n in range(min(self.size, run.count))
         ]
-        bar = TaskBar(len(items), self.progress)
+        bar = TaskBar(run.count, self.progress)
         try:
             for worker in workers:
                 worker.start()
-            for _ in items:
+            for _ in range(run.count):
                 # done.get() is interruptible: Ctrl-C and SIGTERM land here
                 yield self._delivered(done.get(), bar)
         finally:
@@ -189,7 +185,6 @@ class SandboxPool(PoolBase):
     def _worker(
         self,
         run: Run[Task[R]],
-        todo: queue.SimpleQueue[tuple[int, Any]],
         done: queue.Queue[TaskResult[R] | BaseException],
         stop: threading.Event,
     ) -> None:
@@ -198,10 +193,10 @@ class SandboxPool(PoolBase):
             while True:
                 if stop.is_set():  # closed, or the caller stopped reading: say so, end
                     raise PoolClosed
-                try:
-                    index, task = todo.get_nowait()
-                except queue.Empty:
+                picked = run.next_task()
+                if picked is None:
                     return
+                index, task = picked
                 result, sandbox = self._task(run, index, task, sandbox, stop)
                 done.put(result)
         except BaseException as exc:  # noqa: BLE001 - PoolClosed, or a bug of ours: map raises it
