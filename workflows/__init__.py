@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata as _metadata
 
+from ._acquire import AcquireOptions, AttachOptions, ConnectionOptions, ReleaseOptions
 from ._archive import ArchiveLimits
 from ._async_sandbox import AsyncLocalSandbox, PendingSandbox, async_list_sandboxes
 from ._config import API_KEY_ENV, BASE_URL_ENV, DEFAULT_BASE_URL, ApiKey, Settings
@@ -48,8 +49,7 @@ from ._mcp import McpSession, ToolInfo, ToolResult
 from ._models import BENCHMARKS, SERVER_NAMES, SandboxInfo, ServerInfo
 from ._ownership import AcquireAttempt, Ledger, LedgerEntry, default_ledger
 from ._ownership._reap import async_reap, held_sandboxes, reap
-from ._pool import AsyncSandboxPool, SandboxPool
-from ._pool_results import PoolResults, TaskResult
+from ._pool import AsyncSandboxPool, PoolResults, SandboxPool, TaskResult
 from ._recipes import (
     AcquireResult,
     AsyncSandboxBatch,
@@ -73,6 +73,8 @@ from ._transport import install_log_redaction as _install_log_redaction
 
 __all__ = [
     # the sandboxes, and what acquiring one returns
+    "AcquireOptions",
+    "AttachOptions",
     "AsyncLocalSandbox",
     "LocalSandbox",
     "PendingSandbox",
@@ -85,6 +87,7 @@ __all__ = [
     "BASE_URL_ENV",
     "DEFAULT_BASE_URL",
     "ApiKey",
+    "ConnectionOptions",
     "Settings",
     # workspaces: seeding, dumping, their limits
     "DEFAULT_MAX_FILE_SIZE",
@@ -102,18 +105,20 @@ __all__ = [
     "ServerData",
     "ToolInfo",
     "ToolResult",
-    # recipes: bulk operations, round trips
+    # recipes: many sandboxes at once
     "AcquireResult",
     "AsyncSandboxBatch",
+    "ReleaseOptions",
     "ReleaseResult",
-    "RoundTripReport",
     "SandboxBatch",
     "async_bulk_acquire",
     "async_bulk_release",
-    "async_round_trip_dump",
-    "async_seed_from_dict",
     "bulk_acquire",
     "bulk_release",
+    # recipes: seed and compare
+    "RoundTripReport",
+    "async_round_trip_dump",
+    "async_seed_from_dict",
     "round_trip_dump",
     "seed_from_dict",
     # the pool: many tasks over a few sandboxes

@@ -13,25 +13,26 @@ import os
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ._acquire import (
+    AcquireOptions,
+    AttachOptions,
+    ConnectionOptions,
+    Unpack,
+    check_keywords,
+    resolve_acquire,
+    resolve_connection,
+)
 from ._archive import ArchiveLimits
-from ._config import ApiKey, resolve_settings
 from ._drivers import AsyncDriver
-from ._execution import AsyncExecution, check_execution_name, execution_files, start_flow
+from ._execution import AsyncExecution
 from ._flows import (
     acquire_attempt,
-    check_timeout,
-    dump_flow,
-    dump_to_flow,
-    dump_to_target,
     get_flow,
     list_flow,
     release_flow,
-    reset_flow,
     retry_acquire,
-    seed_flow,
 )
 from ._mcp import (
     DEFAULT_MCP_TIMEOUT,
@@ -41,14 +42,12 @@ from ._mcp import (
     async_list_tools,
     open_session,
 )
-from ._models import SandboxInfo, check_acquire, check_sandbox_id
-from ._ownership import Ledger, disown, ledger_of, own, unwind_on_sigterm
-from ._sandbox import LocalSandbox
+from ._models import SandboxInfo, check_sandbox_id
+from ._ownership import Ledger, disown, own
 from ._sandbox_base import SandboxBase
 from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
-from ._twin_docs import share_docstrings
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -58,15 +57,13 @@ __all__ = ["AsyncLocalSandbox", "PendingSandbox", "async_list_sandboxes"]
 log = logging.getLogger("workflows")
 
 
-async def async_list_sandboxes(
-    *,
-    api_key: str | ApiKey | None = None,
-    base_url: str | None = None,
-    timeout: float | None = None,
-) -> list[SandboxInfo]:
-    """Every active sandbox of this API key (async); the same as
-    :meth:`AsyncLocalSandbox.list`."""
-    driver = AsyncDriver(resolve_settings(api_key, base_url, timeout=timeout))
+async def async_list_sandboxes(**options: Unpack[ConnectionOptions]) -> list[SandboxInfo]:
+    """Every active sandbox of this API key; the same as :meth:`AsyncLocalSandbox.list`.
+
+    >>> for info in await async_list_sandboxes():  # doctest: +SKIP
+    ...     print(info.id, info.status, [s.name for s in info.servers])
+    """
+    driver = AsyncDriver(resolve_connection("async_list_sandboxes", options, ConnectionOptions))
     try:
         return await driver.run(list_flow())
     finally:
@@ -92,18 +89,15 @@ class PendingSandbox:
         self._sandbox = await self._make()
         return self._sandbox
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: Any) -> None:
         if self._sandbox is not None:
-            await self._sandbox.__aexit__(exc_type, exc, tb)
+            await self._sandbox.__aexit__(*exc_info)
 
 
 class AsyncLocalSandbox(SandboxBase):
-    """The asyncio twin of :class:`~workflows.LocalSandbox`::
+    """A Klavis local sandbox for asyncio code: :class:`~workflows.LocalSandbox`, awaited.
+
+    Acquire one in an ``async with`` block so it is released whatever happens::
 
         async with AsyncLocalSandbox.acquire(["filesystem"], ttl_seconds=600) as sb:
             await sb.seed({"hello.txt": "hi"})
@@ -111,9 +105,6 @@ class AsyncLocalSandbox(SandboxBase):
 
     ``sb = await AsyncLocalSandbox.acquire(...)`` works too; then ``await sb.release()``.
     """
-
-    # Methods without a docstring here get LocalSandbox's, adapted (``await`` in the examples),
-    # when the module is imported: see the share_docstrings call below the class.
 
     def __init__(
         self,
@@ -139,34 +130,27 @@ class AsyncLocalSandbox(SandboxBase):
         cls,
         server_names: Sequence[str] | str,
         *,
-        benchmark: str | None = None,
-        ttl_seconds: int | None = 7200,
-        test_account_email: str | None = None,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-        progress: bool | None = None,
-        ledger: Ledger | bool = True,
-        limits: ArchiveLimits | None = None,
         _driver: AsyncDriver | None = None,
+        **options: Unpack[AcquireOptions],
     ) -> PendingSandbox:
-        """Acquire a sandbox (await it, or ``async with`` it); arguments checked before sending.
+        """Acquire a sandbox with these MCP servers (a list of names, or ``"ALL"``): await
+        it, or ``async with`` it.
 
+        The keywords are :class:`~workflows.AcquireOptions`' (``benchmark``, ``ttl_seconds``,
+        ``test_account_email``, ``api_key``, ``base_url``, ``timeout``, ``progress``,
+        ``ledger``, ``limits``), checked before anything is sent. The sandbox is released when
+        the ``async with`` block ends, at :meth:`release`, at interpreter exit or on SIGTERM,
+        and after ``ttl_seconds`` (60..86400, None = never) by the service itself.
         (``_driver``, private, lets a batch share one connection pool; the sandbox then does
         not close it.)
+
+        >>> async with AsyncLocalSandbox.acquire(["git"], ttl_seconds=600) as sb:  # doctest: +SKIP
+        ...     print(sb.id, sb.mcp_url("git"))
         """
-        request = check_acquire(
-            server_names,
-            benchmark=benchmark,
-            ttl_seconds=ttl_seconds,
-            test_account_email=test_account_email,
-        )
-        settings = (
-            _driver.settings
-            if _driver is not None
-            else resolve_settings(api_key, base_url, timeout=timeout)
-        )
-        book = ledger_of(ledger)
+        given = None if _driver is None else _driver.settings
+        wanted = resolve_acquire("acquire", server_names, options, settings=given)
+        settings, request, book = wanted.settings, wanted.request, wanted.ledger
+        progress, limits = wanted.progress, wanted.limits
 
         async def make() -> AsyncLocalSandbox:
             driver = _driver or AsyncDriver(settings)
@@ -193,26 +177,16 @@ class AsyncLocalSandbox(SandboxBase):
         return PendingSandbox(make)
 
     @classmethod
-    async def list(
-        cls,
-        *,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-    ) -> builtins.list[SandboxInfo]:
-        return await async_list_sandboxes(api_key=api_key, base_url=base_url, timeout=timeout)
+    async def list(cls, **options: Unpack[ConnectionOptions]) -> builtins.list[SandboxInfo]:
+        """Every active sandbox of this API key.
+
+        >>> for info in await AsyncLocalSandbox.list():  # doctest: +SKIP
+        ...     print(info.id, info.status, [s.name for s in info.servers])
+        """
+        return await async_list_sandboxes(**options)
 
     @classmethod
-    def attach(
-        cls,
-        local_sandbox_id: str,
-        *,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-        progress: bool | None = None,
-        limits: ArchiveLimits | None = None,
-    ) -> PendingSandbox:
+    def attach(cls, local_sandbox_id: str, **options: Unpack[AttachOptions]) -> PendingSandbox:
         """Wrap an existing sandbox without owning it; NotFoundError if it is not there.
 
         Await it, or use it in ``async with`` (which closes the connections but does not
@@ -221,8 +195,10 @@ class AsyncLocalSandbox(SandboxBase):
             async with AsyncLocalSandbox.attach(sandbox_id) as sb:
                 snap = await sb.dump()
         """
+        check_keywords("attach", options, AttachOptions)
         check_sandbox_id(local_sandbox_id)
-        settings = resolve_settings(api_key, base_url, timeout=timeout)
+        settings = resolve_connection("attach", options, AttachOptions)
+        progress, limits = options.get("progress"), options.get("limits")
 
         async def make() -> AsyncLocalSandbox:
             driver = AsyncDriver(settings)
@@ -243,11 +219,21 @@ class AsyncLocalSandbox(SandboxBase):
         return PendingSandbox(make)
 
     async def refresh(self) -> SandboxInfo:
+        """Fetch the sandbox's current details."""
         self._info = await self._driver.run(get_flow(self.id))
         return self._info
 
     # ----------------------------------------------------------------- workspace
     async def seed(self, files: Mapping[str, str | bytes], *, progress: bool | None = None) -> int:
+        """Add files to the workspace from a mapping of relative path to text or bytes.
+
+        Keys are checked first (no absolute paths, ``..``, NUL or collisions) and nothing is
+        sent if one is bad. Existing files of the same name are overwritten; others stay.
+        Returns the number of files seeded.
+
+        >>> await sb.seed({"hello.txt": "hi", "data/x.bin": b"\\x00"})  # doctest: +SKIP
+        2
+        """
         entries = plan_mapping(files)
         await self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
@@ -262,6 +248,21 @@ class AsyncLocalSandbox(SandboxBase):
         preserve_mtime: bool = False,
         progress: bool | None = None,
     ) -> int:
+        """Add a local folder's files to the workspace, streamed from disk.
+
+        Follows ``.gitignore`` (when ``gitignore``) and ``.sandboxignore`` files with full
+        gitignore syntax, plus ``ignore=`` patterns; never follows a symlink out of the folder;
+        a file over ``max_file_size`` raises FileTooLargeError naming it. Returns the file count.
+
+        Files arrive with one fixed modification time (2000-01-01) by default, so the same
+        folder always packs to the same bytes (a reproducible archive, cacheable and comparable).
+        ``preserve_mtime=True`` sends each file's time from disk instead, for build tools in
+        the sandbox (make, ninja, pytest's caches) that compare modification times.
+        :meth:`Snapshot.from_directory` reads a folder with the same rules, to compare with a
+        dump.
+
+        >>> await sb.seed_directory("./project", ignore=["*.log"])  # doctest: +SKIP
+        """
         entries = await asyncio.to_thread(
             plan_directory,
             path,
@@ -274,15 +275,27 @@ class AsyncLocalSandbox(SandboxBase):
         return sum(1 for e in entries if not e.is_dir)
 
     async def _upload(self, entries: Sequence[SourceFile], progress: bool | None) -> None:
-        self._check_live()
-        show = self._show(progress)
-        await self._driver.run(seed_flow(self.id, entries, show))
+        await self._driver.run(self._seed(entries, progress))
 
     async def dump(self, *, progress: bool | None = None, timeout: float | None = None) -> Snapshot:
-        seconds = check_timeout(timeout)
-        self._check_live()
-        show = self._show(progress)
-        return await self._driver.run(dump_flow(self.id, self.limits, show, seconds))
+        """Download the workspace as a read-only :class:`Snapshot` (path -> bytes).
+
+        The archive is streamed to disk and checked member by member (no absolute paths,
+        ``..``, devices, sparse files; caps from ``limits``); memory stays flat. Links into the
+        sandbox's ``/data`` are kept in ``snapshot.links``; links leading outside the workspace
+        are left out with a warning and listed in ``snapshot.skipped_links``.
+
+        ``timeout`` (seconds), when given, bounds the whole download, retries included: past
+        it, :class:`~workflows.TransferTimeoutError`. Without it, a big workspace may take as
+        long as it needs, but a download that receives fewer than 64 KiB within any window of
+        the sandbox's timeout (60 s by default) is ended as too slow (the same error), and each
+        read waits at most that timeout.
+
+        >>> snap = await sb.dump()  # doctest: +SKIP
+        >>> snap["hello.txt"]  # doctest: +SKIP
+        b'hi'
+        """
+        return await self._driver.run(self._dump(progress, timeout))
 
     async def dump_to(
         self,
@@ -291,16 +304,28 @@ class AsyncLocalSandbox(SandboxBase):
         progress: bool | None = None,
         timeout: float | None = None,
     ) -> Path:
-        target = dump_to_target(path)
-        seconds = check_timeout(timeout)
-        self._check_live()
-        show = self._show(progress)
-        unwind_on_sigterm()  # its temporary entry is removed on SIGTERM too, as on Ctrl-C
-        return await self._driver.run(dump_to_flow(self.id, target, self.limits, show, seconds))
+        """Save the workspace: extracted into a folder, or as is when ``path`` ends in .tar.gz/.tgz.
+
+        The destination is checked (by making its parent folders) before anything is
+        downloaded; a folder is filled only once the whole archive passed the safety checks, a
+        ``.tar.gz`` file appears atomically, and a failure leaves the disk as it was (a full
+        disk or quota, or a file size limit, raises :class:`~workflows.LocalWriteError`), as
+        do Ctrl-C and SIGTERM (from the main thread, SIGTERM then raises ``SystemExit``, unless
+        the process has a handler of its own). Links into ``/data`` are written as relative
+        links; links leading outside are left out with a warning.
+
+        Symlinks on the way to ``path`` are followed; ``path`` itself never is: a ``.tar.gz``
+        replaces a symlink of that name (its target is never written), and a folder ``path``
+        that is a symlink is refused with :class:`~workflows.InvalidInputError` (extracting
+        would write outside the path named: name the folder itself). ``timeout`` is
+        :meth:`dump`'s: without it there is no deadline for the whole download, only the
+        low-speed guard. Returns the path written.
+        """
+        return await self._driver.run(self._dump_to(path, progress, timeout))
 
     async def reset(self) -> None:
-        self._check_live()
-        await self._driver.run(reset_flow(self.id))
+        """Reset the sandbox and its servers to their initial state (the workspace is emptied)."""
+        await self._driver.run(self._reset())
 
     # ----------------------------------------------------------------- MCP servers
     def mcp(
@@ -316,6 +341,11 @@ class AsyncLocalSandbox(SandboxBase):
     async def list_tools(
         self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT
     ) -> builtins.list[ToolInfo]:
+        """The tools one of the sandbox's MCP servers offers (name, description, schema).
+
+        >>> [t.name for t in await sb.list_tools("git")][:2]  # doctest: +SKIP
+        ['git_status', 'git_diff_unstaged']
+        """
         return await async_list_tools(self.mcp_url(server), timeout=timeout)
 
     async def call_tool(
@@ -326,6 +356,13 @@ class AsyncLocalSandbox(SandboxBase):
         *,
         timeout: float = DEFAULT_MCP_TIMEOUT,
     ) -> ToolResult:
+        """Call a tool of one of the sandbox's MCP servers; ``.text`` holds its text output.
+
+        A tool's own failure comes back with ``is_error`` set (``raise_for_error()`` raises).
+
+        >>> (await sb.call_tool("terminal", "run_command", {"command": "ls"})).text
+        'hello.txt'
+        """
         return await async_call_tool(self.mcp_url(server), tool, arguments, timeout=timeout)
 
     # ----------------------------------------------------------------- executions, data
@@ -349,20 +386,21 @@ class AsyncLocalSandbox(SandboxBase):
         >>> async for text in run.logs():  # doctest: +SKIP
         ...     print(text, end="")
         """
-        entries = execution_files(main, requirements=requirements, files=files)
-        run_name = check_execution_name(name)
-        self._check_live()
-        show = self._show(progress)
-        await self._driver.run(start_flow(self.id, run_name, entries, show))
+        start, run_name, show = self._start(main, requirements, files, name, progress)
+        await self._driver.run(start)
         return AsyncExecution(self._driver, self.id, run_name, limits=self.limits, progress=show)
 
     async def initialize_server_data(
         self, server: str, data: Mapping[str, Any] | None = None, *, default: bool = False
     ) -> str:
+        """Load a data document into ``google_cloud``, ``poste_email_toolathlon`` or ``canvas``
+        (``default=True`` loads the service's built-in document). Returns the service's message.
+        """
         body = self._data_request(server, data)
         return await self._driver.run(initialize_data_flow(self.id, server, body, default=default))
 
     async def dump_server_data(self, server: str) -> ServerData:
+        """The current data document of google_cloud, poste_email_toolathlon or canvas."""
         self._data_request(server, None)
         return await self._driver.run(dump_data_flow(self.id, server))
 
@@ -394,42 +432,9 @@ class AsyncLocalSandbox(SandboxBase):
     async def __aenter__(self) -> AsyncLocalSandbox:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         if not self._owned or self._released:
             await self.aclose()
             return
-        if exc is None:
+        with self._releasing_on_exit(failed=exc_type is not None):
             await self.release()
-            return
-        try:
-            await self.release()
-        except Exception as release_error:  # noqa: BLE001 - never hide the original error
-            log.warning(
-                "could not release sandbox %s after an error (%s); it stays in the ledger",
-                self.id,
-                release_error,
-            )
-
-
-share_docstrings(
-    LocalSandbox,
-    AsyncLocalSandbox,
-    [
-        "list",
-        "refresh",
-        "seed",
-        "seed_directory",
-        "dump",
-        "dump_to",
-        "reset",
-        "list_tools",
-        "call_tool",
-        "initialize_server_data",
-        "dump_server_data",
-    ],
-)

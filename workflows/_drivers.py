@@ -16,8 +16,8 @@ import asyncio
 import atexit
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import IO, Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import IO, Any, Generic, TypeVar
 
 import httpx
 import stamina
@@ -25,24 +25,31 @@ from klavis_sandbox_client import AuthenticatedClient
 from klavis_sandbox_client.types import Response
 
 from ._config import Settings
-from ._errors import ApiConnectionError, TransferError, TransferTimeoutError, UnsafeArchiveError
-from ._flows import Blocking, Call, Download, Flow, Sleep, Step, Upload
+from ._errors import ApiConnectionError
+from ._flows import Act, Blocking, Call, Download, Flow, Sleep, Step, Upload
 from ._ownership import AcquireDidNotHappen
 from ._progress import Progress
 from ._retry_log import routed
+from ._transfer import (
+    IDENTITY,
+    DownloadGuard,
+    read_chunks,
+    transfer_connection_error,
+    transfer_error,
+    upload_headers,
+)
 from ._transport import (
     after_retries,
     connection_error,
     make_async_client,
     make_sync_client,
-    redact_url,
     retry_backoff,
 )
 
 __all__ = ["AsyncDriver", "SyncDriver", "sync_driver_for"]
 
 T = TypeVar("T")
-CHUNK = 1024 * 1024
+C = TypeVar("C", httpx.Client, httpx.AsyncClient)
 _PLACEHOLDER_TOKEN = "unused: workflows adds the Authorization header itself"  # noqa: S105
 
 
@@ -53,207 +60,26 @@ def _request_of(exc: httpx.TransportError) -> httpx.Request | None:
         return None
 
 
-def _transfer_error(
-    action: str, url: str, response: httpx.Response, body: bytes | None = None
-) -> TransferError:
-    """The error for a refused transfer; ``body``: the start of the answer, when only that was
-    read (a download's error body is read 4 KiB at most)."""
-    if body is None:
-        body = response.content
-    detail = body[:300].decode("utf-8", "replace").strip()
-    return TransferError(
-        f"{action} {redact_url(url)} failed with {response.status_code}"
-        + (f": {detail}" if detail else ""),
-        status_code=response.status_code,
-    )
+class _DriverBase(Generic[C]):
+    """What the sync and async connections share: settings, the generated client, the API's
+    httpx client and the transfer client (``C``: sync or async), retries."""
 
-
-# Every signed download of this API is a tar.gz: a gzip member starts with these bytes (magic
-# 1f 8b, method 8 = deflate). Checking them on arrival refuses an HTML error page, or 512 MiB
-# of junk, after its first read instead of after downloading all of it.
-_GZIP_MAGIC = b"\x1f\x8b\x08"
-# At most this much of a download's error answer is read (for the message).
-_ERROR_BODY_BYTES = 4096
-
-
-# The low-speed guard of a download without ``timeout=`` (as curl's CURLOPT_LOW_SPEED_LIMIT and
-# CURLOPT_LOW_SPEED_TIME): fewer than this many bytes within a window of the settings' timeout
-# ends it. 64 KiB a minute is far below any working link, far above a trickle.
-LOW_SPEED_BYTES = 64 * 1024
-
-
-class _DownloadGuard:
-    """What every download checks, once for both drivers (no I/O of its own).
-
-    * With ``timeout`` (a number: the caller's ``timeout=``), the whole transfer ends at a
-      deadline ``timeout`` seconds after it began, retries included
-      (:class:`TransferTimeoutError`).
-    * Without it (None), there is no deadline for the whole transfer, so a big workspace on a
-      slow but working link always finishes, but a low-speed guard ends a download that
-      received fewer than :data:`LOW_SPEED_BYTES` within any window of ``window`` seconds
-      (the settings' timeout: 60 s by default) with :class:`TransferTimeoutError`: a store
-      sending one byte every 2 s passed every per-read timeout and once kept ``dump()``
-      running past 45 s with a timeout of 5. Windows start when the answer's headers arrive,
-      and each new one when the last ended; each read also waits at most the settings'
-      timeout (a stall), an ordinary read timeout that is retried.
-    * The body must start like gzip (:data:`_GZIP_MAGIC`).
-    * At most ``max_bytes`` are accepted (a declared ``Content-Length`` over it is refused
-      before reading; a body without one is stopped when it reaches it): the derivation of the
-      bound from the limits is :meth:`workflows.ArchiveLimits.archive_bytes_cap`.
-    * The body is taken as sent: ``Accept-Encoding: identity`` is asked and a
-      ``Content-Encoding`` refused, since decoding one (gzip, br, zstd) in httpx would expand
-      each read in memory without any bound.
-
-    ``clock`` (seconds, monotonic) is there for tests.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        timeout: float | None,
-        max_bytes: int | None,
-        *,
-        window: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.url = url
-        self.shown = redact_url(url)
-        self.timeout = timeout
-        self.window = window
-        self.max_bytes = max_bytes
-        self._clock = clock
-        self.deadline = None if timeout is None else clock() + timeout
-        self.clamped = False
-        self.written = 0
-        self._head = b""
-        self._window_start = clock()
-        self._window_bytes = 0
-
-    def timed_out(self) -> TransferTimeoutError:
-        assert self.timeout is not None
-        return TransferTimeoutError(
-            f"download from {self.shown} did not finish within timeout={self.timeout:g} s (it "
-            "bounds the whole transfer; pass a larger timeout=, or none, for a big workspace)",
-            timeout=self.timeout,
-        )
-
-    def too_slow(self) -> TransferTimeoutError:
-        return TransferTimeoutError(
-            f"download from {self.shown} received fewer than {LOW_SPEED_BYTES:,} bytes in "
-            f"{self.window:g} s (the settings' timeout) after {self.written:,} bytes; stopped "
-            "as too slow (pass timeout= to bound the whole transfer instead)",
-            timeout=self.window,
-        )
-
-    def remaining(self) -> float | None:
-        """Seconds left before the deadline (None: there is none);
-        :class:`TransferTimeoutError` once none are."""
-        if self.deadline is None:
-            return None
-        left = self.deadline - self._clock()
-        if left <= 0:
-            raise self.timed_out()
-        return left
-
-    def request_timeout(self, per_read: float) -> httpx.Timeout:
-        """The timeout of one attempt's request, fixed when the attempt starts: each wait at
-        most ``per_read``, or the time left before the deadline then, if less.
-
-        When it is the deadline that limits it (``clamped``), an httpx timeout means the
-        deadline passed; otherwise it is an ordinary read timeout, which is retried.
-        """
-        left = self.remaining()
-        self.clamped = left is not None and left <= per_read
-        each = per_read if left is None else min(per_read, left)
-        return httpx.Timeout(each, connect=min(each, 15.0))
-
-    def start(self, response: httpx.Response) -> None:
-        """Check the answer's headers before reading its body."""
-        self.written = 0
-        self._head = b""
-        self._window_start = self._clock()
-        self._window_bytes = 0
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            raise TransferError(
-                f"download from {self.shown} came with Content-Encoding: {encoding}, though the "
-                "archive was asked for as is (identity); refused"
-            )
-        declared = response.headers.get("content-length", "")
-        if self.max_bytes is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            raise UnsafeArchiveError(
-                f"the download from {self.shown} declares {int(declared):,} bytes, over the "
-                f"{self.max_bytes:,} an archive within the ArchiveLimits can take "
-                "(ArchiveLimits.archive_bytes_cap); refused before reading it"
-            )
-
-    def arrived(self, n: int) -> None:
-        """``n`` more bytes arrived (of the body, or of an error answer): end the transfer past
-        its deadline, or when too slow."""
-        now = self._clock()
-        if self.deadline is not None:
-            if now > self.deadline:
-                raise self.timed_out()
-            return
-        self._window_bytes += n
-        if now - self._window_start >= self.window:
-            if self._window_bytes < LOW_SPEED_BYTES:
-                raise self.too_slow()
-            self._window_start = now
-            self._window_bytes = 0
-
-    def feed(self, chunk: bytes) -> None:
-        """Check the next bytes of the body (before they are written anywhere)."""
-        self.arrived(len(chunk))
-        if len(self._head) < len(_GZIP_MAGIC):
-            self._head = (self._head + chunk[: len(_GZIP_MAGIC)])[: len(_GZIP_MAGIC)]
-            if not _GZIP_MAGIC.startswith(self._head):
-                raise UnsafeArchiveError(
-                    f"the download from {self.shown} is not a tar.gz archive: it starts with "
-                    f"{chunk[:16]!r}, not gzip's {_GZIP_MAGIC!r}; refused after its first "
-                    f"{self.written + len(chunk):,} bytes"
-                )
-        self.written += len(chunk)
-        if self.max_bytes is not None and self.written > self.max_bytes:
-            raise UnsafeArchiveError(
-                f"the download from {self.shown} is larger than {self.max_bytes:,} bytes, the "
-                "most an archive within the ArchiveLimits can take "
-                "(ArchiveLimits.archive_bytes_cap); stopped there"
-            )
-
-    def transport_error(self, exc: httpx.TransportError) -> TransferError:
-        """Our error for an httpx failure of one attempt."""
-        if (
-            isinstance(exc, httpx.TimeoutException)
-            and self.deadline is not None
-            and (self.clamped or self._clock() >= self.deadline)
-        ):
-            return self.timed_out()
-        return _transfer_connection_error("download from", self.url, exc)
-
-
-def _transfer_connection_error(action: str, url: str, exc: httpx.TransportError) -> TransferError:
-    return TransferError(f"{action} {redact_url(url)} failed: {type(exc).__name__}: {exc}")
-
-
-_IDENTITY = {"Accept-Encoding": "identity"}
-
-
-def _read_chunks(fileobj: IO[bytes], progress: Progress) -> Iterator[bytes]:
-    while chunk := fileobj.read(CHUNK):
-        progress(len(chunk))
-        yield chunk
-
-
-class _DriverBase:
-    """What the sync and async connections share: settings, the generated client, retries."""
-
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, make_client: Callable[..., C]) -> None:
         self.settings = settings
         self.client = AuthenticatedClient(base_url=settings.base_url, token=_PLACEHOLDER_TOKEN)
+        self._make_client: Callable[..., C] = make_client
+        self._http: C = make_client(settings)
+        self._transfer_client: C | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self.settings.base_url!r})"
+
+    @property
+    def _transfer(self) -> C:
+        """The unauthenticated client for signed URLs, made on first use."""
+        if self._transfer_client is None:
+            self._transfer_client = self._make_client(self.settings, authenticated=False)
+        return self._transfer_client
 
     def _retrying(self, on: Callable[[Exception], bool | float]) -> Any:
         """A stamina retry context (sync or async iterable) bounded by the settings' attempts
@@ -273,25 +99,59 @@ def gave_up(exc: Exception, attempts: int, seconds: float) -> Exception:
     return exc
 
 
-def _upload_headers(size: int) -> dict[str, str]:
-    return {"Content-Type": "application/gzip", "Content-Length": str(size)}
+class _Driving:
+    """A flow being driven: :meth:`next` gives the step to perform, after the last one's
+    ``value`` (or ``error``, thrown in) was fed back; None once the flow returned ``result``.
+    Leaving ``with`` closes the flow however the driving ended."""
+
+    def __init__(self, flow: Flow[Any]) -> None:
+        self.flow = flow
+        self.value: Any = None
+        self.error: Exception | None = None
+        self.result: Any = None
+
+    def next(self) -> Step | None:
+        value, error, self.value, self.error = self.value, self.error, None, None
+        try:
+            return self.flow.throw(error) if error is not None else self.flow.send(value)
+        except StopIteration as stop:
+            self.result = stop.value
+            return None
+
+    def __enter__(self) -> _Driving:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.flow.close()
 
 
-def _advance(flow: Flow[Any], value: Any, error: Exception | None) -> tuple[bool, Any]:
-    """Feed a flow the last step's result (or exception): (False, next step) or (True, result)."""
-    try:
-        return False, (flow.throw(error) if error is not None else flow.send(value))
-    except StopIteration as stop:
-        return True, stop.value
+class _Tries:
+    """The account of one retried operation: when it started, the attempt under way, and a
+    first failure (made before the retry context) to replay so stamina backs off from it."""
+
+    def __init__(self, first: Exception | None = None) -> None:
+        self.started = time.monotonic()
+        self.first = first
+        self.num = 1
+
+    def begin(self, attempt: Any) -> None:
+        """An attempt of the retry context begins: replay the first failure, if any."""
+        self.num = attempt.num
+        if self.first is not None:
+            failure, self.first = self.first, None
+            raise failure
+
+    def gave_up(self, exc: Exception) -> Exception:
+        """The error to raise when retries ran out on ``exc``: a connection failure says what
+        was tried (:func:`after_retries`), any other error is itself."""
+        return gave_up(exc, self.num, time.monotonic() - self.started)
 
 
-class SyncDriver(_DriverBase):
+class SyncDriver(_DriverBase[httpx.Client]):
     """A pooled sync connection: the generated client, an API httpx client, a transfer client."""
 
     def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self._http = make_sync_client(settings)
-        self._transfer_client: httpx.Client | None = None
+        super().__init__(settings, make_sync_client)
         self.client.set_httpx_client(self._http)
 
     def close(self) -> None:
@@ -299,13 +159,6 @@ class SyncDriver(_DriverBase):
         self._http.close()
         if self._transfer_client is not None:
             self._transfer_client.close()
-
-    @property
-    def _transfer(self) -> httpx.Client:
-        """The unauthenticated client for signed URLs, made on first use."""
-        if self._transfer_client is None:
-            self._transfer_client = make_sync_client(self.settings, authenticated=False)
-        return self._transfer_client
 
     def _once(self, fn: Callable[..., Response[Any]], kwargs: dict[str, Any]) -> Response[Any]:
         try:
@@ -317,24 +170,19 @@ class SyncDriver(_DriverBase):
         self, fn: Callable[..., Response[Any]], *, retry: bool, **kwargs: Any
     ) -> Response[Any]:
         """Run a generated ``*_detailed`` function; retry it only when ``retry`` says it is safe."""
-        started = time.monotonic()
         try:  # the common case, without the cost of a retry context
             return self._once(fn, kwargs)
         except Exception as exc:
             if not retry or retry_backoff(exc) is False:
                 raise
-            first: Exception | None = exc
-        tries = 1
+            tries = _Tries(exc)
         try:
             for attempt in self._retrying(retry_backoff):
                 with attempt:
-                    tries = attempt.num
-                    if first is not None:  # replay the first failure so stamina backs off from it
-                        failure, first = first, None
-                        raise failure
+                    tries.begin(attempt)
                     return self._once(fn, kwargs)
         except ApiConnectionError as exc:
-            raise after_retries(exc, tries, time.monotonic() - started) from exc.__cause__
+            raise tries.gave_up(exc) from exc.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
     def perform(self, step: Step) -> Any:
@@ -342,14 +190,14 @@ class SyncDriver(_DriverBase):
         if isinstance(step, Call):
             return self.call(step.op.sync_detailed, retry=step.retry, **step.kwargs)
         if isinstance(step, Upload):
-            return self.upload(step.url, step.fileobj, step.size, step.progress)
+            return self.upload(step)
         if isinstance(step, Download):
-            return self.download(
-                step.url, step.sink, step.progress, max_bytes=step.max_bytes, timeout=step.timeout
-            )
+            return self.download(step)
         if isinstance(step, Sleep):
             time.sleep(step.seconds)
             return None
+        if isinstance(step, Act):
+            return step.fn(*step.args)
         return step.fn(*step.args, **step.kwargs)
 
     def run(self, flow: Flow[T]) -> T:
@@ -360,20 +208,13 @@ class SyncDriver(_DriverBase):
         gets ``GeneratorExit`` at that step, so its temporary files and progress bars end now,
         not when the garbage collector finds it.
         """
-        value: Any = None
-        error: Exception | None = None
-        try:
-            while True:
-                done, item = _advance(flow, value, error)
-                if done:
-                    return item  # type: ignore[no-any-return]
-                value, error = None, None
+        with _Driving(flow) as driving:
+            while (step := driving.next()) is not None:
                 try:
-                    value = self.perform(item)
+                    driving.value = self.perform(step)
                 except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
-                    error = exc
-        finally:
-            flow.close()
+                    driving.error = exc
+            return driving.result  # type: ignore[no-any-return]
 
     def run_retrying(
         self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
@@ -383,51 +224,45 @@ class SyncDriver(_DriverBase):
         A flow raises :class:`~workflows._reconcile.AcquireDidNotHappen` to be run again; when
         the attempts run out, its cause is raised, saying how many attempts were made.
         """
-        started, tries = time.monotonic(), 1
+        tries = _Tries()
         try:
             for attempt in self._retrying(on):
                 with attempt:
-                    tries = attempt.num
+                    tries.begin(attempt)
                     return self.run(make_flow())
         except AcquireDidNotHappen as exc:
-            raise gave_up(exc.cause, tries, time.monotonic() - started) from exc.cause.__cause__
+            raise tries.gave_up(exc.cause) from exc.cause.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def upload(self, url: str, fileobj: IO[bytes], size: int, progress: Progress) -> None:
+    def upload(self, step: Upload) -> None:
         """PUT a file to a signed URL, streamed from disk with a Content-Length; retried."""
+        url, fileobj, size, progress = step.url, step.fileobj, step.size, step.progress
         for attempt in self._retrying(retry_backoff):
             with attempt:
                 fileobj.seek(0)
-                headers = _upload_headers(size)
+                headers = upload_headers(size)
                 try:
                     response = self._transfer.put(
-                        url, content=_read_chunks(fileobj, progress), headers=headers
+                        url, content=read_chunks(fileobj, progress), headers=headers
                     )
                 except httpx.TransportError as exc:
-                    raise _transfer_connection_error("upload to", url, exc) from exc
+                    raise transfer_connection_error("upload to", url, exc) from exc
                 if response.status_code >= 400:
-                    raise _transfer_error("upload to", url, response)
+                    raise transfer_error("upload to", url, response)
 
-    def download(
-        self,
-        url: str,
-        sink: IO[bytes],
-        progress: Progress,
-        *,
-        max_bytes: int | None = None,
-        timeout: float | None = None,
-    ) -> int:
+    def download(self, step: Download) -> int:
         """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start.
 
         ``timeout``, when given, bounds the whole transfer, retries included. Without it there
         is no such deadline, but a download that receives fewer than 64 KiB within any window
-        of the settings' timeout is ended (see :class:`_DownloadGuard`, which also has the
+        of the settings' timeout is ended (see :class:`DownloadGuard`, which also has the
         other checks). Each read waits at most the settings' timeout, or, when the deadline
         was nearer as the attempt started, the time left then: this wait is fixed per attempt,
         and the deadline is checked after every read, so one read may end a little past it.
         Both end with :class:`TransferTimeoutError`.
         """
-        guard = _DownloadGuard(url, timeout, max_bytes, window=self.settings.timeout)
+        url, sink, progress = step.url, step.sink, step.progress
+        guard = DownloadGuard(url, step.timeout, step.max_bytes, window=self.settings.timeout)
         for attempt in self._retrying(retry_backoff):
             with attempt:
                 sink.seek(0)
@@ -435,16 +270,13 @@ class SyncDriver(_DriverBase):
                 request_timeout = guard.request_timeout(self.settings.timeout)
                 try:
                     with self._transfer.stream(
-                        "GET", url, headers=_IDENTITY, timeout=request_timeout
+                        "GET", url, headers=IDENTITY, timeout=request_timeout
                     ) as response:
                         if response.status_code >= 400:
-                            body = b""
                             for chunk in response.iter_raw():
-                                body += chunk
-                                guard.arrived(len(chunk))  # a trickling error page ends too
-                                if len(body) >= _ERROR_BODY_BYTES:
+                                if guard.error_chunk(chunk):
                                     break
-                            raise _transfer_error("download from", url, response, body)
+                            raise guard.refused(response)
                         guard.start(response)
                         for chunk in response.iter_raw():
                             guard.feed(chunk)
@@ -473,13 +305,12 @@ async def _in_thread(step: Blocking) -> Any:
         raise
 
 
-class AsyncDriver(_DriverBase):
-    """The async twin of :class:`SyncDriver`; owned by one sandbox or one batch, closed with it."""
+class AsyncDriver(_DriverBase[httpx.AsyncClient]):
+    """An asyncio connection (generated client, API and transfer httpx clients), owned by one
+    sandbox, batch or pool, and closed with it."""
 
     def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self._http = make_async_client(settings)
-        self._transfer_client: httpx.AsyncClient | None = None
+        super().__init__(settings, make_async_client)
         self.client.set_async_httpx_client(self._http)
 
     async def aclose(self) -> None:
@@ -487,13 +318,6 @@ class AsyncDriver(_DriverBase):
         await self._http.aclose()
         if self._transfer_client is not None:
             await self._transfer_client.aclose()
-
-    @property
-    def _transfer(self) -> httpx.AsyncClient:
-        """The unauthenticated client for signed URLs, made on first use."""
-        if self._transfer_client is None:
-            self._transfer_client = make_async_client(self.settings, authenticated=False)
-        return self._transfer_client
 
     async def _once(
         self, fn: Callable[..., Awaitable[Response[Any]]], kwargs: dict[str, Any]
@@ -507,24 +331,19 @@ class AsyncDriver(_DriverBase):
         self, fn: Callable[..., Awaitable[Response[Any]]], *, retry: bool, **kwargs: Any
     ) -> Response[Any]:
         """Await a generated ``asyncio_detailed`` function; retried only when ``retry`` is safe."""
-        started = time.monotonic()
         try:  # the common case, without the cost of a retry context
             return await self._once(fn, kwargs)
         except Exception as exc:
             if not retry or retry_backoff(exc) is False:
                 raise
-            first: Exception | None = exc
-        tries = 1
+            tries = _Tries(exc)
         try:
             async for attempt in self._retrying(retry_backoff):
                 with attempt:
-                    tries = attempt.num
-                    if first is not None:  # replay the first failure so stamina backs off from it
-                        failure, first = first, None
-                        raise failure
+                    tries.begin(attempt)
                     return await self._once(fn, kwargs)
         except ApiConnectionError as exc:
-            raise after_retries(exc, tries, time.monotonic() - started) from exc.__cause__
+            raise tries.gave_up(exc) from exc.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def perform(self, step: Step) -> Any:
@@ -532,86 +351,70 @@ class AsyncDriver(_DriverBase):
         if isinstance(step, Call):
             return await self.call(step.op.asyncio_detailed, retry=step.retry, **step.kwargs)
         if isinstance(step, Upload):
-            return await self.upload(step.url, step.fileobj, step.size, step.progress)
+            return await self.upload(step)
         if isinstance(step, Download):
-            return await self.download(
-                step.url, step.sink, step.progress, max_bytes=step.max_bytes, timeout=step.timeout
-            )
+            return await self.download(step)
         if isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
             return None
+        if isinstance(step, Act):
+            return await step.fn(*step.args)
         return await _in_thread(step)
 
     async def run(self, flow: Flow[T]) -> T:
         """Drive a flow to its end, feeding each step's result or exception back into it; the
         flow is closed however this ends (cancellation included: see :meth:`SyncDriver.run`)."""
-        value: Any = None
-        error: Exception | None = None
-        try:
-            while True:
-                done, item = _advance(flow, value, error)
-                if done:
-                    return item  # type: ignore[no-any-return]
-                value, error = None, None
+        with _Driving(flow) as driving:
+            while (step := driving.next()) is not None:
                 try:
-                    value = await self.perform(item)
+                    driving.value = await self.perform(step)
                 except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
-                    error = exc
-        finally:
-            flow.close()
+                    driving.error = exc
+            return driving.result  # type: ignore[no-any-return]
 
     async def run_retrying(
         self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
     ) -> T:
-        """Run a fresh flow until it succeeds or ``on`` says the failure is final.
-
-        A flow raises :class:`~workflows._reconcile.AcquireDidNotHappen` to be run again; when
-        the attempts run out, its cause is raised, saying how many attempts were made.
-        """
-        started, tries = time.monotonic(), 1
+        """:meth:`SyncDriver.run_retrying`, awaited: a fresh flow each time, until it succeeds
+        or ``on`` says the failure is final."""
+        tries = _Tries()
         try:
             async for attempt in self._retrying(on):
                 with attempt:
-                    tries = attempt.num
+                    tries.begin(attempt)
                     return await self.run(make_flow())
         except AcquireDidNotHappen as exc:
-            raise gave_up(exc.cause, tries, time.monotonic() - started) from exc.cause.__cause__
+            raise tries.gave_up(exc.cause) from exc.cause.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def upload(self, url: str, fileobj: IO[bytes], size: int, progress: Progress) -> None:
+    async def upload(self, step: Upload) -> None:
         """PUT a file to a signed URL, streamed from disk with a Content-Length; retried."""
+        url, fileobj, size, progress = step.url, step.fileobj, step.size, step.progress
 
         async def chunks() -> AsyncIterator[bytes]:
-            for chunk in _read_chunks(fileobj, progress):
+            for chunk in read_chunks(fileobj, progress):
                 yield chunk
 
         async for attempt in self._retrying(retry_backoff):
             with attempt:
                 fileobj.seek(0)
-                headers = _upload_headers(size)
+                headers = upload_headers(size)
                 try:
                     response = await self._transfer.put(url, content=chunks(), headers=headers)
                 except httpx.TransportError as exc:
-                    raise _transfer_connection_error("upload to", url, exc) from exc
+                    raise transfer_connection_error("upload to", url, exc) from exc
                 if response.status_code >= 400:
-                    raise _transfer_error("upload to", url, response)
+                    raise transfer_error("upload to", url, response)
 
-    async def download(
-        self,
-        url: str,
-        sink: IO[bytes],
-        progress: Progress,
-        *,
-        max_bytes: int | None = None,
-        timeout: float | None = None,
-    ) -> int:
+    async def download(self, step: Download) -> int:
         """GET a signed URL into ``sink`` (streamed, bounded memory); retried from the start.
 
         ``timeout``, when given, bounds the whole transfer, retries included: each attempt is
         cancelled when the deadline comes. Without it, the low-speed guard of
-        :class:`_DownloadGuard` applies, and each read waits at most the settings' timeout.
+        :class:`DownloadGuard` applies, and each read waits at most the settings' timeout.
         """
-        guard = _DownloadGuard(url, timeout, max_bytes, window=self.settings.timeout)
+        url, sink, progress = step.url, step.sink, step.progress
+        guard = DownloadGuard(url, step.timeout, step.max_bytes, window=self.settings.timeout)
         async for attempt in self._retrying(retry_backoff):
             with attempt:
                 sink.seek(0)
@@ -634,23 +437,20 @@ class AsyncDriver(_DriverBase):
 
     async def _download_once(
         self,
-        guard: _DownloadGuard,
+        guard: DownloadGuard,
         sink: IO[bytes],
         progress: Progress,
         request_timeout: httpx.Timeout,
     ) -> None:
         url = guard.url
         async with self._transfer.stream(
-            "GET", url, headers=_IDENTITY, timeout=request_timeout
+            "GET", url, headers=IDENTITY, timeout=request_timeout
         ) as response:
             if response.status_code >= 400:
-                body = b""
                 async for chunk in response.aiter_raw():
-                    body += chunk
-                    guard.arrived(len(chunk))  # a trickling error page ends too
-                    if len(body) >= _ERROR_BODY_BYTES:
+                    if guard.error_chunk(chunk):
                         break
-                raise _transfer_error("download from", url, response, body)
+                raise guard.refused(response)
             guard.start(response)
             async for chunk in response.aiter_raw():
                 guard.feed(chunk)

@@ -14,6 +14,7 @@ import secrets
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,6 @@ from ._models import body_dict
 from ._ownership import is_ambiguous
 from ._seed import SourceFile, plan_mapping
 from ._snapshot import Snapshot
-from ._twin_docs import share_docstrings
 
 __all__ = [
     "TERMINAL_STATUSES",
@@ -242,27 +242,23 @@ def next_delay(idle_polls: int) -> float:
     return float(min(_POLL_MAX, _POLL_MIN * (1.5**idle_polls)))
 
 
+@dataclass(eq=False, repr=False)
 class _ExecutionBase:
-    def __init__(
-        self,
-        driver: Any,
-        sandbox_id: str,
-        name: str,
-        *,
-        limits: ArchiveLimits,
-        progress: bool | None,
-    ) -> None:
-        self._driver = driver
-        self.sandbox_id = sandbox_id
-        self.name = name
-        self._limits = limits
-        self._progress = progress
+    """What both handles hold: the connection, the execution's sandbox and name, and how its
+    artifacts are downloaded (the sandbox's limits, progress bars or not)."""
+
+    _driver: Any
+    sandbox_id: str
+    name: str
+    _: KW_ONLY
+    limits: ArchiveLimits
+    progress: bool | None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, sandbox_id={self.sandbox_id!r})"
 
     def _artifacts(self) -> Flow[Snapshot]:
-        return artifacts_flow(self.sandbox_id, self.name, self._limits, self._progress)
+        return artifacts_flow(self.sandbox_id, self.name, self.limits, self.progress)
 
 
 class Execution(_ExecutionBase):
@@ -311,7 +307,7 @@ class Execution(_ExecutionBase):
 
 
 class AsyncExecution(_ExecutionBase):
-    """The asyncio twin of :class:`Execution`: ``async for text in run.logs()``.
+    """A script running in a sandbox (asyncio). Get one from ``AsyncLocalSandbox.execute``.
 
     >>> run = await sb.execute("print('hi')")  # doctest: +SKIP
     >>> async for text in run.logs():  # doctest: +SKIP
@@ -321,15 +317,17 @@ class AsyncExecution(_ExecutionBase):
     'completed'
     """
 
-    # status, logs and export_artifacts get Execution's docstrings, adapted, at import (see
-    # workflows._twin_docs); the share_docstrings call is below the class.
-
     _driver: AsyncDriver
 
     async def status(self) -> str:
+        """``pending``, ``running``, ``completed`` or ``failed``."""
         return await self._driver.run(status_flow(self.sandbox_id, self.name))
 
     async def logs(self, *, follow: bool = True) -> AsyncIterator[str]:
+        """Yield the output as text as it arrives, until the execution has finished.
+
+        With ``follow=False``, yield what is there now and stop.
+        """
         follower = LogFollower(self.sandbox_id, self.name, follow=follow)
         while (text := await self._driver.run(follower.next_text())) is not None:
             yield text
@@ -343,7 +341,12 @@ class AsyncExecution(_ExecutionBase):
         return await self._driver.run(wait_flow(self.sandbox_id, self.name, timeout))
 
     async def export_artifacts(self) -> Snapshot:
+        """The files the script left in its working directory, as a Snapshot.
+
+        Links inside that folder are kept in ``snapshot.links``; links leading outside it (a
+        venv's ``bin/python -> /usr/bin/python3``, or ``/data/...``: the script's folder is
+        not the workspace) are left out with a warning and listed in
+        ``snapshot.skipped_links``. The download is bounded like :meth:`AsyncLocalSandbox.dump`'s
+        without ``timeout=``.
+        """
         return await self._driver.run(self._artifacts())
-
-
-share_docstrings(Execution, AsyncExecution, ["status", "logs", "export_artifacts"])

@@ -1,13 +1,14 @@
 """Every multi-step operation, written once, without I/O: flows of typed steps.
 
 A flow is a generator that yields *steps* (a call of a generated operation, a signed-URL
-transfer, a blocking function to run, a pause) and receives each step's result, or has its
-exception thrown in: the pattern of httpx's ``Auth.auth_flow`` generators, which yield requests
-and receive responses. The drivers of :mod:`workflows._drivers` carry the steps out: the sync
-one directly, the async one awaiting them and running blocking work in a thread; both close the
-flow when they stop, so its ``with`` blocks (temporary files, progress bars) end at once, on
-cancellation and Ctrl-C too. So ``LocalSandbox`` and ``AsyncLocalSandbox`` share all of their
-logic and differ only in ``await``.
+transfer, a blocking function to run, an action of the face running it, a pause) and
+receives each step's result, or has its exception thrown in: the pattern of httpx's
+``Auth.auth_flow`` generators, which yield requests and receive responses. The drivers of
+:mod:`workflows._drivers` carry the steps out: the sync one directly, the async one awaiting
+them and running blocking work in a thread; both close the flow when they stop, so its
+``with`` blocks (temporary files, progress bars) end at once, on cancellation and Ctrl-C too.
+So ``LocalSandbox`` and ``AsyncLocalSandbox`` share all of their logic and differ only in
+``await``, and the pools' retry rules run on the same drivers (:mod:`workflows._pool`).
 
 A :class:`Call` carries the generated operation itself (its module, imported inside the flow so
 ``import workflows`` stays fast): go-to-definition from a flow reaches the generated code.
@@ -59,6 +60,7 @@ from ._snapshot import Snapshot
 from ._transport import retry_backoff
 
 __all__ = [
+    "Act",
     "ArchiveTarget",
     "Blocking",
     "Call",
@@ -136,7 +138,7 @@ class Download:
     with None there is no deadline for the whole transfer, but a download that receives fewer
     than 64 KiB within any window of the settings' timeout (60 s by default) is ended as too
     slow, and each read waits at most the settings' timeout. Both end with
-    :class:`~workflows.TransferTimeoutError` (see ``workflows._drivers._DownloadGuard``).
+    :class:`~workflows.TransferTimeoutError` (see ``workflows._transfer.DownloadGuard``).
     """
 
     url: str
@@ -156,13 +158,23 @@ class Blocking:
 
 
 @dataclass(frozen=True)
+class Act:
+    """Do ``fn(*args)``, an action of the face that runs the flow (a pool's take, attempt,
+    reset, retire): the sync driver calls it, the async driver awaits the coroutine it
+    returns. Its result is the step's; its exception is thrown into the flow."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
 class Sleep:
     """Wait ``seconds`` (``time.sleep``, or ``asyncio.sleep`` in the async driver)."""
 
     seconds: float
 
 
-Step = Call | Upload | Download | Blocking | Sleep
+Step = Call | Upload | Download | Blocking | Act | Sleep
 Flow = Generator[Step, Any, T]
 
 
@@ -243,8 +255,7 @@ def _written_here(flow: Flow[T], failure: str, path: str, sink: IO[bytes]) -> Fl
 @contextlib.contextmanager
 def _closed_after(sink: IO[bytes]) -> Iterator[IO[bytes]]:
     """``sink``, closed on the way out. When something failed already, a failing close (its
-    buffer's last write meeting the same full disk) must not replace that error: it was a
-    bare ``OSError`` in place of the ``LocalWriteError``, now and then."""
+    buffer's last write meeting the same full disk) must not replace that error."""
     try:
         yield sink
     except BaseException:

@@ -36,10 +36,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from . import _mcp_compat as _compat
@@ -72,6 +73,7 @@ DEFAULT_MCP_TIMEOUT = 60.0
 """Seconds to wait for the server: to connect, and for each answer (a tool may run long)."""
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -363,28 +365,22 @@ def _run_in_thread(factory: Callable[[], Awaitable[T]], timeout: float) -> T:
     return value
 
 
-def list_tools(
-    url: str,
-    *,
-    timeout: float = DEFAULT_MCP_TIMEOUT,
-    headers: Mapping[str, str] | None = None,
-) -> list[ToolInfo]:
-    """Blocking :func:`async_list_tools` (safe in notebooks and inside a running loop)."""
-    return _run_in_thread(lambda: async_list_tools(url, timeout=timeout, headers=headers), timeout)
+def _blocking(fn: Callable[P, Awaitable[T]]) -> Callable[P, T]:
+    """``fn`` made blocking: run on an event loop of its own in a helper thread, so it is safe
+    in notebooks and inside a running loop; waits at most about twice its ``timeout=``."""
+
+    @functools.wraps(fn)
+    def blocking(*args: P.args, **kwargs: P.kwargs) -> T:
+        timeout = kwargs.get("timeout", DEFAULT_MCP_TIMEOUT)
+        assert isinstance(timeout, int | float)
+        return _run_in_thread(lambda: fn(*args, **kwargs), timeout)
+
+    blocking.__name__ = blocking.__qualname__ = fn.__name__.removeprefix("async_")
+    return blocking
 
 
-def call_tool(
-    url: str,
-    tool: str,
-    arguments: Mapping[str, Any] | None = None,
-    *,
-    timeout: float = DEFAULT_MCP_TIMEOUT,
-    headers: Mapping[str, str] | None = None,
-) -> ToolResult:
-    """Blocking :func:`async_call_tool` (safe in notebooks and inside a running loop)."""
-    return _run_in_thread(
-        lambda: async_call_tool(url, tool, arguments, timeout=timeout, headers=headers), timeout
-    )
+list_tools = _blocking(async_list_tools)
+call_tool = _blocking(async_call_tool)
 
 
 class McpSession:

@@ -4,9 +4,9 @@ the API's answers into them (no I/O)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from ._errors import ApiError, InvalidInputError
 
@@ -19,6 +19,7 @@ __all__ = [
     "MIN_TTL_SECONDS",
     "SERVER_NAMES",
     "AcquireRequest",
+    "ResultList",
     "SandboxInfo",
     "ServerInfo",
     "body_dict",
@@ -279,3 +280,27 @@ def signed_url_from(response: Response[Any], key: str) -> str:
     if not isinstance(url, str) or not url:
         raise ApiError(f"the API answered no {key}", status_code=int(response.status_code))
     return url
+
+
+# --- lists of results ----------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+class ResultList(Sequence[T], Generic[T]):
+    """A read-only list of per-item results (a pool run's, a batch's), in ``_results``."""
+
+    _results: list[T]
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[T]: ...
+    def __getitem__(self, index: int | slice) -> T | Sequence[T]:
+        return self._results[index]
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._results)

@@ -1,6 +1,7 @@
 """Recipes on top of the sandboxes: seed from a dict, round-trip dumps, bulk acquire and release.
 
-Each has an async twin named ``async_<name>``. Bulk operations run with bounded concurrency,
+Each has an async twin named ``async_<name>``, documented in its own words with ``await`` in
+its examples. Bulk operations run with bounded concurrency,
 return one result per sandbox, and never let one failure abort the batch.
 """
 
@@ -8,18 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, Generic, TypeVar, cast
 
+from ._acquire import (
+    AcquireOptions,
+    ReleaseOptions,
+    Unpack,
+    check_keywords,
+    resolve_acquire,
+    resolve_connection,
+)
 from ._async_sandbox import AsyncLocalSandbox
-from ._config import ApiKey, Settings, resolve_settings
+from ._config import Settings
 from ._drivers import AsyncDriver, sync_driver_for
 from ._errors import InvalidInputError
-from ._flows import list_flow, release_flow
-from ._models import check_acquire, check_sandbox_id
+from ._flows import Act, Blocking, Flow, list_flow, release_flow
+from ._models import ResultList, check_sandbox_id
 from ._ownership import Ledger, disown, install_exit_handlers, ledger_of
 from ._progress import progress_bar
 from ._sandbox import LocalSandbox
@@ -135,7 +143,11 @@ def seed_from_dict(sandbox: LocalSandbox, files: Mapping[str, str | bytes]) -> i
 
 
 async def async_seed_from_dict(sandbox: AsyncLocalSandbox, files: Mapping[str, str | bytes]) -> int:
-    """The async twin of :func:`seed_from_dict`."""
+    """Seed a sandbox's workspace from ``{relative path: text or bytes}``; returns the file count.
+
+    >>> await async_seed_from_dict(sb, {"README.md": "# hi"})  # doctest: +SKIP
+    1
+    """
     return await sandbox.seed(files)
 
 
@@ -158,7 +170,12 @@ def round_trip_dump(sandbox: LocalSandbox, files: Mapping[str, str | bytes]) -> 
 async def async_round_trip_dump(
     sandbox: AsyncLocalSandbox, files: Mapping[str, str | bytes]
 ) -> RoundTripReport:
-    """The async twin of :func:`round_trip_dump`."""
+    """Seed ``files``, dump the workspace, and report what did not come back intact.
+
+    >>> report = await async_round_trip_dump(sb, {"a.txt": "A"})  # doctest: +SKIP
+    >>> report.ok, report.missing, report.changed, report.extra  # doctest: +SKIP
+    (True, (), (), ())
+    """
     entries = plan_mapping(files)
     await sandbox._upload(entries, None)
     return compare_round_trip(_contents(entries), await sandbox.dump())
@@ -171,7 +188,7 @@ def _check_count(count: int, concurrency: int) -> None:
         raise InvalidInputError(f"concurrency must be a positive whole number, got {concurrency!r}")
 
 
-class _Batch(Sequence[AcquireResult[S]]):
+class _Batch(ResultList[AcquireResult[S]]):
     def __init__(
         self,
         results: Sequence[AcquireResult[S]],
@@ -182,19 +199,6 @@ class _Batch(Sequence[AcquireResult[S]]):
         self._results: list[AcquireResult[S]] = list(results)
         self.concurrency = concurrency
         self.progress = progress
-
-    @overload
-    def __getitem__(self, index: int) -> AcquireResult[S]: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[AcquireResult[S]]: ...
-    def __getitem__(self, index: int | slice) -> AcquireResult[S] | Sequence[AcquireResult[S]]:
-        return self._results[index]
-
-    def __len__(self) -> int:
-        return len(self._results)
-
-    def __iter__(self) -> Iterator[AcquireResult[S]]:
-        return iter(self._results)
 
     @property
     def sandboxes(self) -> list[S]:
@@ -225,12 +229,7 @@ class SandboxBatch(_Batch[LocalSandbox]):
     def __enter__(self) -> SandboxBatch:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
 
@@ -253,10 +252,8 @@ class AsyncSandboxBatch(_Batch[AsyncLocalSandbox]):
     async def release(
         self, *, concurrency: int | None = None, progress: bool | None = None
     ) -> list[ReleaseResult]:
-        """Release every acquired sandbox (bounded concurrency); one result each.
-
-        Also closes the connection pool the batch's sandboxes share.
-        """
+        """Release every acquired sandbox (bounded concurrency) and close the connection pool
+        the batch's sandboxes share; one result each."""
         try:
             return await async_bulk_release(
                 self.sandboxes,
@@ -270,12 +267,7 @@ class AsyncSandboxBatch(_Batch[AsyncLocalSandbox]):
     async def __aenter__(self) -> AsyncSandboxBatch:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.release()
 
 
@@ -284,54 +276,33 @@ def bulk_acquire(
     count: int,
     *,
     concurrency: int = 16,
-    benchmark: str | None = None,
-    ttl_seconds: int | None = 7200,
-    test_account_email: str | None = None,
-    api_key: str | ApiKey | None = None,
-    base_url: str | None = None,
-    timeout: float | None = None,
-    progress: bool | None = None,
-    ledger: Ledger | bool = True,
+    **options: Unpack[AcquireOptions],
 ) -> SandboxBatch:
     """Acquire ``count`` sandboxes with the same servers, ``concurrency`` at a time.
 
-    Arguments are checked once, before anything is sent. A failed acquire is reported in its
-    result and does not stop the others::
+    The keywords are :meth:`LocalSandbox.acquire`'s (:class:`~workflows.AcquireOptions`),
+    checked once, before anything is sent. A failed acquire is reported in its result and
+    does not stop the others::
 
         with bulk_acquire(["filesystem"], 20, ttl_seconds=900) as batch:
             for sb in batch.sandboxes:
                 sb.seed({"task.txt": "..."})
         # every acquired sandbox is released here
     """
-    check_acquire(
-        server_names,
-        benchmark=benchmark,
-        ttl_seconds=ttl_seconds,
-        test_account_email=test_account_email,
-    )
+    wanted = resolve_acquire("bulk_acquire", server_names, options)
     _check_count(count, concurrency)
-    settings = resolve_settings(api_key, base_url, timeout=timeout)
-    book = ledger_of(ledger)
+    each = wanted.options()
     install_exit_handlers()  # the acquires run in worker threads, which cannot install SIGTERM's
 
     def one(_: int) -> AcquireResult[LocalSandbox]:
         started = time.perf_counter()
         try:
-            sandbox = LocalSandbox.acquire(
-                server_names,
-                benchmark=benchmark,
-                ttl_seconds=ttl_seconds,
-                test_account_email=test_account_email,
-                api_key=settings.api_key,
-                base_url=settings.base_url,
-                timeout=settings.timeout,
-                progress=progress,
-                ledger=book if book is not None else False,
-            )
+            sandbox = LocalSandbox.acquire(server_names, **each)
         except Exception as exc:  # noqa: BLE001 - reported per item
             return AcquireResult(None, exc, time.perf_counter() - started)
         return AcquireResult(sandbox, None, time.perf_counter() - started)
 
+    progress = wanted.progress
     with progress_bar(total=count, desc="acquiring", unit="sandbox", progress=progress) as update:
         results = []
         with ThreadPoolExecutor(max_workers=min(concurrency, count)) as pool:
@@ -346,47 +317,34 @@ async def async_bulk_acquire(
     count: int,
     *,
     concurrency: int = 16,
-    benchmark: str | None = None,
-    ttl_seconds: int | None = 7200,
-    test_account_email: str | None = None,
-    api_key: str | ApiKey | None = None,
-    base_url: str | None = None,
-    timeout: float | None = None,
-    progress: bool | None = None,
-    ledger: Ledger | bool = True,
+    **options: Unpack[AcquireOptions],
 ) -> AsyncSandboxBatch:
-    """The async twin of :func:`bulk_acquire` (its sandboxes share one connection pool, closed
-    with the batch)."""
-    check_acquire(
-        server_names,
-        benchmark=benchmark,
-        ttl_seconds=ttl_seconds,
-        test_account_email=test_account_email,
-    )
-    _check_count(count, concurrency)
-    settings = resolve_settings(api_key, base_url, timeout=timeout)
-    book = ledger_of(ledger)
-    gate = asyncio.Semaphore(concurrency)
-    driver = AsyncDriver(settings)  # one connection pool for the whole batch
+    """Acquire ``count`` sandboxes with the same servers, ``concurrency`` at a time; their
+    connections are one pool, closed with the batch.
 
+    The keywords are :meth:`AsyncLocalSandbox.acquire`'s (:class:`~workflows.AcquireOptions`),
+    checked once, before anything is sent. A failed acquire is reported in its result and
+    does not stop the others::
+
+        async with await async_bulk_acquire(["filesystem"], 20, ttl_seconds=900) as batch:
+            for sb in batch.sandboxes:
+                await sb.seed({"task.txt": "..."})
+        # every acquired sandbox is released here
+    """
+    wanted = resolve_acquire("async_bulk_acquire", server_names, options)
+    _check_count(count, concurrency)
+    each = wanted.options()
+    gate = asyncio.Semaphore(concurrency)
+    driver = AsyncDriver(wanted.settings)  # one connection pool for the whole batch
+
+    progress = wanted.progress
     with progress_bar(total=count, desc="acquiring", unit="sandbox", progress=progress) as update:
 
         async def one() -> AcquireResult[AsyncLocalSandbox]:
             async with gate:
                 started = time.perf_counter()
                 try:
-                    sandbox = await AsyncLocalSandbox.acquire(
-                        server_names,
-                        benchmark=benchmark,
-                        ttl_seconds=ttl_seconds,
-                        test_account_email=test_account_email,
-                        api_key=settings.api_key,
-                        base_url=settings.base_url,
-                        timeout=settings.timeout,
-                        progress=progress,
-                        ledger=book if book is not None else False,
-                        _driver=driver,
-                    )
+                    sandbox = await AsyncLocalSandbox.acquire(server_names, _driver=driver, **each)
                 except Exception as exc:  # noqa: BLE001 - reported per item
                     result: AcquireResult[AsyncLocalSandbox] = AcquireResult(
                         None, exc, time.perf_counter() - started
@@ -413,12 +371,7 @@ def _target_ids(targets: Iterable[Any], face: type[LocalSandbox | AsyncLocalSand
     return items
 
 
-def _release_settings(
-    targets: list[Any] | None,
-    api_key: str | ApiKey | None,
-    base_url: str | None,
-    timeout: float | None,
-) -> Settings | None:
+def _release_settings(targets: list[Any] | None, options: ReleaseOptions) -> Settings | None:
     """The settings for releasing ids (or listing), None when every target is a sandbox.
 
     A sandbox is released with its own settings, the key it was acquired with: resolving them
@@ -428,22 +381,56 @@ def _release_settings(
     """
     if targets is not None and all(not isinstance(t, str) for t in targets):
         return None
-    if api_key is None and base_url is None:
+    if options.get("api_key") is None and options.get("base_url") is None:
         first = next((t for t in targets or () if not isinstance(t, str)), None)
         if first is not None:
             return cast("Settings", first.settings)
-    return resolve_settings(api_key, base_url, timeout=timeout)
+    return resolve_connection("bulk_release", options, ReleaseOptions)
+
+
+def _release_plan(
+    where: str,
+    sandbox_ids: Iterable[Any] | None,
+    face: type[LocalSandbox | AsyncLocalSandbox],
+    concurrency: int,
+    options: ReleaseOptions,
+) -> tuple[list[Any] | None, Settings | None, Ledger | None]:
+    """A bulk release's arguments, checked: its targets (None: every sandbox listed), the
+    settings for ids (None when every target is a sandbox) and the ledger."""
+    check_keywords(where, options, ReleaseOptions)
+    _check_count(1, concurrency)
+    targets = None if sandbox_ids is None else _target_ids(sandbox_ids, face)
+    return targets, _release_settings(targets, options), ledger_of(options.get("ledger", True))
+
+
+def _release_one(
+    target: Any,
+    settings: Settings | None,
+    ledger: Ledger | None,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Flow[ReleaseResult]:
+    """Release one sandbox of a bulk release, a sandbox object (its own ``release()``) or an id
+    (released, then forgotten by this user's ledger); its failure is its result's."""
+    started = clock()
+    sandbox_id = target if isinstance(target, str) else target.id
+    try:
+        if isinstance(target, str):
+            assert settings is not None
+            gone = not (yield from release_flow(sandbox_id))
+            yield Blocking(disown, (sandbox_id, settings, ledger))
+        else:
+            gone = not (yield Act(target.release))
+    except Exception as exc:  # noqa: BLE001 - reported per item
+        return ReleaseResult(sandbox_id, False, exc, seconds=clock() - started)
+    return ReleaseResult(sandbox_id, True, None, already_released=gone, seconds=clock() - started)
 
 
 def bulk_release(
     sandbox_ids: Iterable[str | LocalSandbox] | None = None,
     *,
     concurrency: int = 16,
-    api_key: str | ApiKey | None = None,
-    base_url: str | None = None,
-    timeout: float | None = None,
-    progress: bool | None = None,
-    ledger: Ledger | bool = True,
+    **options: Unpack[ReleaseOptions],
 ) -> list[ReleaseResult]:
     """Release many sandboxes, ``concurrency`` at a time; ``None`` releases every sandbox the
     key lists. Returns one :class:`ReleaseResult` per sandbox, in the order given.
@@ -452,11 +439,11 @@ def bulk_release(
     >>> [r.sandbox_id for r in results if not r.ok]  # doctest: +SKIP
     []
     """
-    _check_count(1, concurrency)
-    given = None if sandbox_ids is None else _target_ids(sandbox_ids, LocalSandbox)
-    settings = _release_settings(given, api_key, base_url, timeout)
+    given, settings, book = _release_plan(
+        "bulk_release", sandbox_ids, LocalSandbox, concurrency, options
+    )
     driver = sync_driver_for(settings) if settings is not None else None
-    book = ledger_of(ledger)
+    progress = options.get("progress")
     if given is None:
         assert driver is not None
         targets: list[Any] = [s.id for s in driver.run(list_flow())]
@@ -466,22 +453,9 @@ def bulk_release(
         return []
 
     def one(target: Any) -> ReleaseResult:
-        started = time.perf_counter()
-        sandbox_id = target if isinstance(target, str) else target.id
-        try:
-            if isinstance(target, LocalSandbox):
-                released = target.release()
-                gone = not released
-            else:
-                assert driver is not None
-                assert settings is not None
-                gone = not driver.run(release_flow(sandbox_id))
-                disown(sandbox_id, settings, book)
-        except Exception as exc:  # noqa: BLE001 - reported per item
-            return ReleaseResult(sandbox_id, False, exc, seconds=time.perf_counter() - started)
-        return ReleaseResult(
-            sandbox_id, True, None, already_released=gone, seconds=time.perf_counter() - started
-        )
+        runner = target._driver if isinstance(target, LocalSandbox) else driver
+        assert runner is not None  # ids come with settings, hence a driver
+        return runner.run(_release_one(target, settings, book))
 
     with progress_bar(
         total=len(targets), desc="releasing", unit="sandbox", progress=progress
@@ -498,17 +472,19 @@ async def async_bulk_release(
     sandbox_ids: Iterable[str | AsyncLocalSandbox] | None = None,
     *,
     concurrency: int = 16,
-    api_key: str | ApiKey | None = None,
-    base_url: str | None = None,
-    timeout: float | None = None,
-    progress: bool | None = None,
-    ledger: Ledger | bool = True,
+    **options: Unpack[ReleaseOptions],
 ) -> list[ReleaseResult]:
-    """The async twin of :func:`bulk_release`."""
-    _check_count(1, concurrency)
-    targets = None if sandbox_ids is None else _target_ids(sandbox_ids, AsyncLocalSandbox)
-    settings = _release_settings(targets, api_key, base_url, timeout)
-    book = ledger_of(ledger)
+    """Release many sandboxes, ``concurrency`` at a time; ``None`` releases every sandbox the
+    key lists. Returns one :class:`ReleaseResult` per sandbox, in the order given.
+
+    >>> results = await async_bulk_release()  # doctest: +SKIP
+    >>> [r.sandbox_id for r in results if not r.ok]  # doctest: +SKIP
+    []
+    """
+    targets, settings, book = _release_plan(
+        "async_bulk_release", sandbox_ids, AsyncLocalSandbox, concurrency, options
+    )
+    progress = options.get("progress")
     driver = AsyncDriver(settings) if settings is not None else None
     gate = asyncio.Semaphore(concurrency)
     try:
@@ -520,29 +496,10 @@ async def async_bulk_release(
         ) as update:
 
             async def one(target: Any) -> ReleaseResult:
-                sandbox_id = target if isinstance(target, str) else target.id
+                runner = target._driver if isinstance(target, AsyncLocalSandbox) else driver
+                assert runner is not None  # ids come with settings, hence a driver
                 async with gate:
-                    started = time.perf_counter()
-                    try:
-                        if isinstance(target, AsyncLocalSandbox):
-                            gone = not await target.release()
-                        else:
-                            assert driver is not None
-                            assert settings is not None
-                            gone = not await driver.run(release_flow(sandbox_id))
-                            disown(sandbox_id, settings, book)
-                    except Exception as exc:  # noqa: BLE001 - reported per item
-                        result = ReleaseResult(
-                            sandbox_id, False, exc, seconds=time.perf_counter() - started
-                        )
-                    else:
-                        result = ReleaseResult(
-                            sandbox_id,
-                            True,
-                            None,
-                            already_released=gone,
-                            seconds=time.perf_counter() - started,
-                        )
+                    result: ReleaseResult = await runner.run(_release_one(target, settings, book))
                     update(1)
                     return result
 

@@ -8,25 +8,26 @@ import os
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ._acquire import (
+    AcquireOptions,
+    AttachOptions,
+    ConnectionOptions,
+    Unpack,
+    check_keywords,
+    resolve_acquire,
+    resolve_connection,
+)
 from ._archive import ArchiveLimits
-from ._config import ApiKey, resolve_settings
 from ._drivers import SyncDriver, sync_driver_for
-from ._execution import Execution, check_execution_name, execution_files, start_flow
+from ._execution import Execution
 from ._flows import (
     acquire_attempt,
-    check_timeout,
-    dump_flow,
-    dump_to_flow,
-    dump_to_target,
     get_flow,
     list_flow,
     release_flow,
-    reset_flow,
     retry_acquire,
-    seed_flow,
 )
 from ._mcp import (
     DEFAULT_MCP_TIMEOUT,
@@ -37,8 +38,8 @@ from ._mcp import (
     list_tools,
     open_session,
 )
-from ._models import SandboxInfo, check_acquire, check_sandbox_id
-from ._ownership import Ledger, disown, ledger_of, own, unwind_on_sigterm
+from ._models import SandboxInfo, check_sandbox_id
+from ._ownership import Ledger, disown, own
 from ._sandbox_base import SandboxBase
 from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
@@ -52,18 +53,14 @@ __all__ = ["LocalSandbox", "list_sandboxes"]
 log = logging.getLogger("workflows")
 
 
-def list_sandboxes(
-    *,
-    api_key: str | ApiKey | None = None,
-    base_url: str | None = None,
-    timeout: float | None = None,
-) -> list[SandboxInfo]:
+def list_sandboxes(**options: Unpack[ConnectionOptions]) -> list[SandboxInfo]:
     """Every active sandbox of this API key; the same as :meth:`LocalSandbox.list`.
 
     >>> for info in list_sandboxes():  # doctest: +SKIP
     ...     print(info.id, info.status, [s.name for s in info.servers])
     """
-    return sync_driver_for(resolve_settings(api_key, base_url, timeout=timeout)).run(list_flow())
+    settings = resolve_connection("list_sandboxes", options, ConnectionOptions)
+    return sync_driver_for(settings).run(list_flow())
 
 
 class LocalSandbox(SandboxBase):
@@ -97,77 +94,56 @@ class LocalSandbox(SandboxBase):
     # ----------------------------------------------------------------- construction
     @classmethod
     def acquire(
-        cls,
-        server_names: Sequence[str] | str,
-        *,
-        benchmark: str | None = None,
-        ttl_seconds: int | None = 7200,
-        test_account_email: str | None = None,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-        progress: bool | None = None,
-        ledger: Ledger | bool = True,
-        limits: ArchiveLimits | None = None,
+        cls, server_names: Sequence[str] | str, **options: Unpack[AcquireOptions]
     ) -> LocalSandbox:
         """Acquire a sandbox with these MCP servers (a list of names, or ``"ALL"``).
 
-        Arguments are checked before anything is sent. The sandbox is released when the
-        ``with`` block ends, at :meth:`release`, at interpreter exit or on SIGTERM, and after
-        ``ttl_seconds`` (60..86400, None = never) by the service itself.
+        The keywords are :class:`~workflows.AcquireOptions`' (``benchmark``, ``ttl_seconds``,
+        ``test_account_email``, ``api_key``, ``base_url``, ``timeout``, ``progress``,
+        ``ledger``, ``limits``), checked before anything is sent. The sandbox is released when
+        the ``with`` block ends, at :meth:`release`, at interpreter exit or on SIGTERM, and
+        after ``ttl_seconds`` (60..86400, None = never) by the service itself.
 
         >>> with LocalSandbox.acquire(["git"], ttl_seconds=600) as sb:  # doctest: +SKIP
         ...     print(sb.id, sb.mcp_url("git"))
         """
-        request = check_acquire(
-            server_names,
-            benchmark=benchmark,
-            ttl_seconds=ttl_seconds,
-            test_account_email=test_account_email,
-        )
-        settings = resolve_settings(api_key, base_url, timeout=timeout)
-        book = ledger_of(ledger)
-        driver = sync_driver_for(settings)
+        wanted = resolve_acquire("acquire", server_names, options)
+        driver = sync_driver_for(wanted.settings)
         info, attempt = driver.run_retrying(
-            lambda: acquire_attempt(request, settings, book), on=retry_acquire
+            lambda: acquire_attempt(wanted.request, wanted.settings, wanted.ledger),
+            on=retry_acquire,
         )
-        own(info.id, settings, book, attempt=attempt)
+        own(info.id, wanted.settings, wanted.ledger, attempt=attempt)
         log.info("acquired sandbox %s (%s)", info.id, ", ".join(s.name for s in info.servers))
-        return cls(info, _driver=driver, owned=True, ledger=book, progress=progress, limits=limits)
+        return cls(
+            info,
+            _driver=driver,
+            owned=True,
+            ledger=wanted.ledger,
+            progress=wanted.progress,
+            limits=wanted.limits,
+        )
 
     @classmethod
-    def list(
-        cls,
-        *,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-    ) -> builtins.list[SandboxInfo]:
+    def list(cls, **options: Unpack[ConnectionOptions]) -> builtins.list[SandboxInfo]:
         """Every active sandbox of this API key.
 
         >>> for info in LocalSandbox.list():  # doctest: +SKIP
         ...     print(info.id, info.status, [s.name for s in info.servers])
         """
-        return list_sandboxes(api_key=api_key, base_url=base_url, timeout=timeout)
+        return list_sandboxes(**options)
 
     @classmethod
-    def attach(
-        cls,
-        local_sandbox_id: str,
-        *,
-        api_key: str | ApiKey | None = None,
-        base_url: str | None = None,
-        timeout: float | None = None,
-        progress: bool | None = None,
-        limits: ArchiveLimits | None = None,
-    ) -> LocalSandbox:
+    def attach(cls, local_sandbox_id: str, **options: Unpack[AttachOptions]) -> LocalSandbox:
         """Wrap an existing sandbox without owning it: leaving ``with`` does not release it.
 
         Raises NotFoundError if it does not exist, was released, or belongs to another key.
         """
+        check_keywords("attach", options, AttachOptions)
         check_sandbox_id(local_sandbox_id)
-        driver = sync_driver_for(resolve_settings(api_key, base_url, timeout=timeout))
+        driver = sync_driver_for(resolve_connection("attach", options, AttachOptions))
         info = driver.run(get_flow(local_sandbox_id))
+        progress, limits = options.get("progress"), options.get("limits")
         return cls(info, _driver=driver, owned=False, ledger=None, progress=progress, limits=limits)
 
     def refresh(self) -> SandboxInfo:
@@ -226,9 +202,7 @@ class LocalSandbox(SandboxBase):
         return sum(1 for e in entries if not e.is_dir)
 
     def _upload(self, entries: Sequence[SourceFile], progress: bool | None) -> None:
-        self._check_live()
-        show = self._show(progress)
-        self._driver.run(seed_flow(self.id, entries, show))
+        self._driver.run(self._seed(entries, progress))
 
     def dump(self, *, progress: bool | None = None, timeout: float | None = None) -> Snapshot:
         """Download the workspace as a read-only :class:`Snapshot` (path -> bytes).
@@ -248,10 +222,7 @@ class LocalSandbox(SandboxBase):
         >>> snap["hello.txt"]  # doctest: +SKIP
         b'hi'
         """
-        seconds = check_timeout(timeout)
-        self._check_live()
-        show = self._show(progress)
-        return self._driver.run(dump_flow(self.id, self.limits, show, seconds))
+        return self._driver.run(self._dump(progress, timeout))
 
     def dump_to(
         self,
@@ -277,17 +248,11 @@ class LocalSandbox(SandboxBase):
         :meth:`dump`'s: without it there is no deadline for the whole download, only the
         low-speed guard. Returns the path written.
         """
-        target = dump_to_target(path)
-        seconds = check_timeout(timeout)
-        self._check_live()
-        show = self._show(progress)
-        unwind_on_sigterm()  # its temporary entry is removed on SIGTERM too, as on Ctrl-C
-        return self._driver.run(dump_to_flow(self.id, target, self.limits, show, seconds))
+        return self._driver.run(self._dump_to(path, progress, timeout))
 
     def reset(self) -> None:
         """Reset the sandbox and its servers to their initial state (the workspace is emptied)."""
-        self._check_live()
-        self._driver.run(reset_flow(self.id))
+        self._driver.run(self._reset())
 
     # ----------------------------------------------------------------- MCP servers
     def mcp(
@@ -363,11 +328,8 @@ class LocalSandbox(SandboxBase):
         >>> "".join(run.logs()), run.wait()  # doctest: +SKIP
         ('hello\\n', 'completed')
         """
-        entries = execution_files(main, requirements=requirements, files=files)
-        run_name = check_execution_name(name)
-        self._check_live()
-        show = self._show(progress)
-        self._driver.run(start_flow(self.id, run_name, entries, show))
+        start, run_name, show = self._start(main, requirements, files, name, progress)
+        self._driver.run(start)
         return Execution(self._driver, self.id, run_name, limits=self.limits, progress=show)
 
     def initialize_server_data(
@@ -399,23 +361,7 @@ class LocalSandbox(SandboxBase):
     def __enter__(self) -> LocalSandbox:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if not self._owned or self._released:
-            return
-        if exc is None:
-            self.release()
-            return
-        try:
-            self.release()
-        except Exception as release_error:  # noqa: BLE001 - never hide the original error
-            log.warning(
-                "could not release sandbox %s after an error (%s); it stays in the ledger "
-                "for `klavis-sandbox reap`",
-                self.id,
-                release_error,
-            )
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        if self._owned and not self._released:
+            with self._releasing_on_exit(failed=exc_type is not None):
+                self.release()

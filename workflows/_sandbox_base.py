@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ._archive import ArchiveLimits
 from ._config import Settings
 from ._errors import InvalidInputError
+from ._execution import check_execution_name, execution_files, start_flow
+from ._flows import (
+    Flow,
+    check_timeout,
+    dump_flow,
+    dump_to_flow,
+    dump_to_target,
+    reset_flow,
+    seed_flow,
+)
 from ._models import SandboxInfo, ServerInfo
-from ._ownership import Ledger
+from ._ownership import Ledger, unwind_on_sigterm
+from ._seed import SourceFile
 from ._server_data import server_data_body
+from ._snapshot import Snapshot
 
 __all__ = ["SandboxBase"]
+
+log = logging.getLogger("workflows")
 
 
 class SandboxBase:
@@ -97,6 +115,59 @@ class SandboxBase:
     def _check_live(self) -> None:
         if self._released:
             raise InvalidInputError(f"sandbox {self.id} was released; acquire a new one")
+
+    @contextlib.contextmanager
+    def _releasing_on_exit(self, *, failed: bool) -> Iterator[None]:
+        """Around the release made on leaving ``with``: after an error (``failed``), a release
+        that fails too is logged, never raised in place of that error."""
+        if not failed:
+            yield
+            return
+        try:
+            yield
+        except Exception as release_error:  # noqa: BLE001 - never hide the original error
+            log.warning(
+                "could not release sandbox %s after an error (%s); it stays in the ledger "
+                "for `klavis-sandbox reap`",
+                self.id,
+                release_error,
+            )
+
+    # the flows of the faces' methods, after their checks (the faces only run them)
+    def _seed(self, entries: Sequence[SourceFile], progress: bool | None) -> Flow[int]:
+        self._check_live()
+        return seed_flow(self.id, entries, self._show(progress))
+
+    def _dump(self, progress: bool | None, timeout: object) -> Flow[Snapshot]:
+        seconds = check_timeout(timeout)
+        self._check_live()
+        return dump_flow(self.id, self.limits, self._show(progress), seconds)
+
+    def _dump_to(self, path: object, progress: bool | None, timeout: object) -> Flow[Path]:
+        target = dump_to_target(path)
+        seconds = check_timeout(timeout)
+        self._check_live()
+        unwind_on_sigterm()  # its temporary entry is removed on SIGTERM too, as on Ctrl-C
+        return dump_to_flow(self.id, target, self.limits, self._show(progress), seconds)
+
+    def _reset(self) -> Flow[None]:
+        self._check_live()
+        return reset_flow(self.id)
+
+    def _start(
+        self,
+        main: str | os.PathLike[str],
+        requirements: Sequence[str],
+        files: Mapping[str, str | bytes] | None,
+        name: str | None,
+        progress: bool | None,
+    ) -> tuple[Flow[None], str, bool | None]:
+        """The flow starting an execution, its name, and whether it shows progress bars."""
+        entries = execution_files(main, requirements=requirements, files=files)
+        run_name = check_execution_name(name)
+        self._check_live()
+        show = self._show(progress)
+        return start_flow(self.id, run_name, entries, show), run_name, show
 
     def _data_request(self, server: str, data: Mapping[str, Any] | None) -> Any:
         body = server_data_body(server, data)

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType, TracebackType
+from types import MappingProxyType
 from typing import IO, NamedTuple
 
 from workflows._errors import InvalidInputError
@@ -443,12 +443,7 @@ class Snapshot(Mapping[str, bytes]):
     def __enter__(self) -> Snapshot:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

@@ -253,7 +253,8 @@ def api_hooks() -> dict[str, list[Any]]:
 
 
 def async_api_hooks() -> dict[str, list[Any]]:
-    """The async twin of :func:`api_hooks`."""
+    """Event hooks of the async API client: time, log, and raise our error on any status
+    >= 400."""
     return {"request": [_aon_request], "response": [_aon_response]}
 
 
@@ -277,51 +278,41 @@ def _limits() -> httpx.Limits:
 def _timeout(settings: Settings) -> httpx.Timeout:
     """Per operation (connect, each read, each write). Downloads also bound the whole transfer
     when given ``timeout=``, or otherwise end below a minimum speed (see
-    ``workflows._drivers._DownloadGuard``); uploads, whose size the caller chose, do neither."""
+    ``workflows._transfer.DownloadGuard``); uploads, whose size the caller chose, do neither."""
     return httpx.Timeout(settings.timeout, connect=min(settings.timeout, 15.0))
+
+
+def _client_options(settings: Settings, *, authenticated: bool) -> dict[str, Any]:
+    """What both clients are made with, but their event hooks: for the API (base URL, bearer
+    auth) or, unauthenticated, for signed URLs."""
+    options: dict[str, Any] = {
+        "timeout": _timeout(settings),
+        "limits": _limits(),
+        "verify": shared_ssl_context(),
+        "headers": {"User-Agent": "klavis-sandbox-workflows"},
+    }
+    if authenticated:
+        options.update(base_url=settings.base_url, auth=BearerAuth(settings.api_key))
+    return options
 
 
 def make_sync_client(settings: Settings, *, authenticated: bool = True) -> httpx.Client:
     """An httpx client for the API (bearer auth, hooks) or, unauthenticated, for signed URLs."""
-    if authenticated:
-        return httpx.Client(
-            base_url=settings.base_url,
-            auth=BearerAuth(settings.api_key),
-            timeout=_timeout(settings),
-            event_hooks=api_hooks(),
-            limits=_limits(),
-            verify=shared_ssl_context(),
-            headers={"User-Agent": "klavis-sandbox-workflows"},
-        )
-    return httpx.Client(
-        timeout=_timeout(settings),
-        limits=_limits(),
-        verify=shared_ssl_context(),
-        headers={"User-Agent": "klavis-sandbox-workflows"},
-        event_hooks={"request": [_on_request], "response": [_log_response]},
+    hooks: dict[str, list[Any]] = (
+        api_hooks() if authenticated else {"request": [_on_request], "response": [_log_response]}
     )
+    return httpx.Client(event_hooks=hooks, **_client_options(settings, authenticated=authenticated))
 
 
 def make_async_client(settings: Settings, *, authenticated: bool = True) -> httpx.AsyncClient:
-    """The async twin of :func:`make_sync_client`."""
+    """An asyncio httpx client for the API (bearer auth, hooks) or, unauthenticated, for
+    signed URLs."""
 
     async def _alog(response: httpx.Response) -> None:
         _log_response(response)
 
-    if authenticated:
-        return httpx.AsyncClient(
-            base_url=settings.base_url,
-            auth=BearerAuth(settings.api_key),
-            timeout=_timeout(settings),
-            event_hooks=async_api_hooks(),
-            limits=_limits(),
-            verify=shared_ssl_context(),
-            headers={"User-Agent": "klavis-sandbox-workflows"},
-        )
-    return httpx.AsyncClient(
-        timeout=_timeout(settings),
-        limits=_limits(),
-        verify=shared_ssl_context(),
-        headers={"User-Agent": "klavis-sandbox-workflows"},
-        event_hooks={"request": [_aon_request], "response": [_alog]},
+    hooks: dict[str, list[Any]] = (
+        async_api_hooks() if authenticated else {"request": [_aon_request], "response": [_alog]}
     )
+    options = _client_options(settings, authenticated=authenticated)
+    return httpx.AsyncClient(event_hooks=hooks, **options)

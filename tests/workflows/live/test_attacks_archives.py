@@ -374,9 +374,9 @@ class _Clock:
 
 
 def _guard(timeout: float | None, clock: _Clock) -> Any:
-    from workflows._drivers import _DownloadGuard
+    from workflows._transfer import DownloadGuard
 
-    guard = _DownloadGuard("http://store/x?sig=secret", timeout, None, window=60.0, clock=clock)
+    guard = DownloadGuard("http://store/x?sig=secret", timeout, None, window=60.0, clock=clock)
     guard.start(httpx.Response(200))
     return guard
 

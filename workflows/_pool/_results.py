@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._errors import ConfigurationError, InvalidInputError
-from ._progress import progress_enabled
+from .._errors import ConfigurationError, InvalidInputError
+from .._models import ResultList
+from .._progress import progress_enabled
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,7 +79,7 @@ def failed(
     )
 
 
-class PoolResults(Sequence[TaskResult[R]]):
+class PoolResults(ResultList[TaskResult[R]]):
     """One :class:`TaskResult` per task, in the order of the tasks (``pool.map``'s result).
 
     >>> results.summary()  # doctest: +SKIP
@@ -98,19 +99,6 @@ class PoolResults(Sequence[TaskResult[R]]):
         """The run's wall time, from the first acquire to the last result."""
         self.sandboxes_replaced = sandboxes_replaced
         """Sandboxes replaced during the run (failed reset or health check, timed-out task)."""
-
-    @overload
-    def __getitem__(self, index: int) -> TaskResult[R]: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[TaskResult[R]]: ...
-    def __getitem__(self, index: int | slice) -> TaskResult[R] | Sequence[TaskResult[R]]:
-        return self._results[index]
-
-    def __len__(self) -> int:
-        return len(self._results)
-
-    def __iter__(self) -> Iterator[TaskResult[R]]:
-        return iter(self._results)
 
     @property
     def values(self) -> list[R | None]:

@@ -1,0 +1,141 @@
+"""The pools' retry and reset rules (workflows._pool._retry_rules), step by step: the flow both
+pools run, on the library's own sync driver, with scripted hands and no sandbox service (the
+pools themselves are tested live)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from workflows._config import ApiKey, Settings
+from workflows._drivers import SyncDriver
+from workflows._flows import Act
+from workflows._pool._retry_rules import Outcome, PoolClosed, task_flow
+
+
+@dataclass(frozen=True)
+class Box:
+    id: str
+
+
+class Hands:
+    """Scripted hands: each call answers the next of its kind (an exception is raised)."""
+
+    def __init__(self, **answers: list[Any]) -> None:
+        self.answers = answers
+        self.steps: list[tuple[Any, ...]] = []
+
+    def _answer(self, kind: str, *args: Any) -> Any:
+        self.steps.append((kind, *args))
+        answer = self.answers.get(kind, [None]).pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def take(self) -> Any:
+        return self._answer("take")
+
+    def attempt(self, sandbox: Any) -> Any:
+        return self._answer("attempt", sandbox)
+
+    def reset(self, sandbox: Any) -> Any:
+        return self._answer("reset", sandbox)
+
+    def retire(self, sandbox: Any, why: str, level: int) -> Any:
+        return self._answer("retire", sandbox, why, level)
+
+
+@pytest.fixture
+def driver() -> Iterator[SyncDriver]:
+    # nothing is sent: every step of these flows is an Act of the scripted hands
+    sync = SyncDriver(Settings(api_key=ApiKey("test-key"), base_url="http://pool.test"))
+    yield sync
+    sync.close()
+
+
+def test_every_step_is_an_act_of_the_pools_hands() -> None:
+    a = Box("a")
+    hands = Hands()
+    flow = task_flow(0, "t", a, hands, timeout=None, retries=0, stopping=lambda: False)
+    assert next(flow) == Act(hands.attempt, (a,))
+    assert flow.send(Outcome(1, None, False, 0.1)) == Act(hands.reset, (a,))
+    flow.close()
+
+
+def test_a_passing_task_resets_its_sandbox_and_keeps_it(driver: SyncDriver) -> None:
+    a = Box("a")
+    hands = Hands(attempt=[Outcome(42, None, False, 1.5)], reset=[0.25])
+    flow = task_flow(0, "t", a, hands, timeout=None, retries=0, stopping=lambda: False)
+    result, kept = driver.run(flow)
+    assert hands.steps == [("attempt", a), ("reset", a)]
+    assert (result.ok, result.value, result.sandbox_id, result.attempts) == (True, 42, "a", 1)
+    assert (result.seconds, result.reset_seconds, kept) == (1.5, 0.25, a)
+
+
+def test_a_failed_reset_retires_the_sandbox_and_a_retry_takes_a_clean_one(
+    driver: SyncDriver,
+) -> None:
+    a, b = Box("a"), Box("b")
+    boom = RuntimeError("reset failed")
+    hands = Hands(
+        attempt=[Outcome(None, ValueError("bad"), False, 0.1), Outcome("ok", None, False, 0.2)],
+        reset=[boom, 0.1],
+        take=[b],
+    )
+    flow = task_flow(1, "t", a, hands, timeout=None, retries=1, stopping=lambda: False)
+    result, kept = driver.run(flow)
+    assert hands.steps[:3] == [
+        ("attempt", a),
+        ("reset", a),
+        ("retire", a, "its reset failed (RuntimeError: reset failed)", logging.WARNING),
+    ]
+    assert hands.steps[3:] == [("take",), ("attempt", b), ("reset", b)]
+    assert (result.ok, result.value, result.attempts, result.sandbox_id, kept) == (
+        True,
+        "ok",
+        2,
+        "b",
+        b,
+    )
+
+
+def test_a_timed_out_attempt_retires_without_a_reset_and_no_retry_once_stopping(
+    driver: SyncDriver,
+) -> None:
+    a = Box("a")
+    error = TimeoutError("past")
+    hands = Hands(attempt=[Outcome(None, error, True, 5.0)])
+    flow = task_flow(2, "t", a, hands, timeout=5.0, retries=3, stopping=lambda: True)
+    result, kept = driver.run(flow)
+    assert hands.steps == [
+        ("attempt", a),
+        ("retire", a, "task 2 ran past its timeout of 5.0 s", logging.INFO),
+    ]
+    assert (result.ok, result.timed_out, result.attempts, kept) == (False, True, 1, None)
+
+
+def test_failing_to_get_a_sandbox_is_the_attempts_failure(driver: SyncDriver) -> None:
+    full = RuntimeError("no capacity")
+    hands = Hands(take=[full, full])
+    flow = task_flow(3, "t", None, hands, timeout=None, retries=1, stopping=lambda: False)
+    result, kept = driver.run(flow)
+    assert hands.steps == [("take",), ("take",)]
+    assert (result.ok, result.error_type, result.attempts, result.sandbox_id, kept) == (
+        False,
+        "RuntimeError",
+        2,
+        None,
+        None,
+    )
+
+
+def test_a_closed_pool_ends_the_flow_instead_of_failing_the_attempt(driver: SyncDriver) -> None:
+    hands = Hands(take=[PoolClosed()])
+    flow = task_flow(4, "t", None, hands, timeout=None, retries=5, stopping=lambda: False)
+    with pytest.raises(PoolClosed):
+        driver.run(flow)
+    assert hands.steps == [("take",)]

@@ -1,0 +1,129 @@
+"""The pool's retry and reset rules, written once for both pools, as a flow.
+
+:func:`task_flow` decides; the pools only act. Like every flow of the library (see
+:mod:`workflows._flows`), it is a generator run by the drivers of :mod:`workflows._drivers`:
+each step is an :class:`~workflows._flows.Act` of the pool's :class:`Hands` (``take``,
+``attempt``, ``reset``, ``retire``), whose result is sent back and whose exception is thrown
+in. :class:`~workflows.SandboxPool` has blocking hands, :class:`~workflows.AsyncSandboxPool`
+coroutine ones, so the rules below hold alike in both:
+
+* a task runs on a clean sandbox; after it the sandbox is reset, or retired if its reset fails
+  or the task ran past its timeout (an abandoned attempt may still be using it);
+* a failed or timed-out attempt is retried on a clean sandbox up to ``retries`` times, unless
+  the pool is stopping; the result keeps the last attempt and counts them;
+* a failure to get a sandbox is that attempt's failure, retried the same way;
+* :class:`PoolClosed` (the pool was closed, or the run stopped) ends the flow at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from .._flows import Act, Flow
+from ._results import TaskResult, failed
+
+__all__ = ["Hands", "Outcome", "PoolClosed", "task_flow"]
+
+S = TypeVar("S")
+"""The pool's sandbox type (LocalSandbox or AsyncLocalSandbox)."""
+
+
+class PoolClosed(Exception):
+    """The pool was closed, or the run was stopped: the worker ends (and says so)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt gave: its value or error, whether it timed out, and its seconds."""
+
+    value: Any
+    error: BaseException | None
+    timed_out: bool
+    seconds: float
+
+
+class Hands(Protocol):
+    """What a pool does for :func:`task_flow`: each method returns its answer (the sync
+    pool's) or a coroutine of it (the async pool's), or raises."""
+
+    def take(self) -> Any:
+        """A clean sandbox (:class:`PoolClosed` once the pool closed)."""
+
+    def attempt(self, sandbox: Any) -> Any:
+        """Run the task on ``sandbox`` within the timeout: an :class:`Outcome`."""
+
+    def reset(self, sandbox: Any) -> Any:
+        """Reset ``sandbox``: the seconds it took."""
+
+    def retire(self, sandbox: Any, why: str, level: int) -> Any:
+        """Release ``sandbox`` and stop lending it, logging ``why`` at ``level``."""
+
+
+def task_flow(
+    index: int,
+    task: Any,
+    sandbox: S | None,
+    hands: Hands,
+    *,
+    timeout: float | None,
+    retries: int,
+    stopping: Callable[[], bool],
+) -> Flow[tuple[TaskResult[Any], S | None]]:
+    """Run task ``index`` on ``sandbox`` (or on one it takes); return its result and the
+    sandbox the worker keeps (None when it was retired)."""
+    attempts = 0
+    while True:
+        attempts += 1
+        if sandbox is None:
+            try:
+                sandbox = yield Act(hands.take)
+            except PoolClosed:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the attempt fails with it
+                result = failed(index, task, exc, sandbox_id=None, seconds=0.0, attempts=attempts)
+                if attempts > retries or stopping():
+                    return result, None
+                continue
+        outcome: Outcome = yield Act(hands.attempt, (sandbox,))
+        sandbox_id: str = getattr(sandbox, "id")  # noqa: B009 - S is either sandbox class
+        reset_seconds = 0.0
+        if outcome.timed_out:
+            why = f"task {index} ran past its timeout of {timeout} s"
+            yield Act(hands.retire, (sandbox, why, logging.INFO))
+            sandbox = None
+        else:
+            try:
+                reset_seconds = yield Act(hands.reset, (sandbox,))
+            except Exception as exc:  # noqa: BLE001 - the sandbox is retired
+                why = f"its reset failed ({type(exc).__name__}: {exc})"
+                yield Act(hands.retire, (sandbox, why, logging.WARNING))
+                sandbox = None
+        if outcome.error is None:
+            result = TaskResult(
+                index,
+                task,
+                True,
+                value=outcome.value,
+                sandbox_id=sandbox_id,
+                seconds=outcome.seconds,
+                reset_seconds=reset_seconds,
+                attempts=attempts,
+            )
+            return result, sandbox
+        result = failed(
+            index,
+            task,
+            outcome.error,
+            sandbox_id=sandbox_id,
+            seconds=outcome.seconds,
+            attempts=attempts,
+            timed_out=outcome.timed_out,
+        )
+        if reset_seconds:
+            result = dataclasses.replace(result, reset_seconds=reset_seconds)
+        if attempts > retries or stopping():
+            return result, sandbox

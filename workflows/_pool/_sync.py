@@ -1,0 +1,311 @@
+"""The sync pool, :class:`SandboxPool`: worker threads, each running the pool's task flow
+(:mod:`workflows._pool._retry_rules`) on the process's :class:`~workflows._drivers.SyncDriver`.
+
+The workers are threads of the pool's own rather than a ``ThreadPoolExecutor``, whose threads
+are joined at interpreter exit: one task stuck forever would keep the process from exiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from .._drivers import sync_driver_for
+from .._errors import TaskTimeoutError
+from .._recipes import ReleaseResult, bulk_release
+from .._sandbox import LocalSandbox
+from ._base import HEALTHY_STATUS, Book, Idle, PoolBase, Run, log, report_release
+from ._results import PoolResults, TaskBar, TaskResult
+from ._retry_rules import Outcome, PoolClosed, task_flow
+
+__all__ = ["SandboxPool"]
+
+R = TypeVar("R")
+Task = Callable[[LocalSandbox, Any], R]
+"""What the sync pool runs: ``fn(sandbox, task)``."""
+
+
+class SandboxPool(PoolBase):
+    """Run many tasks over at most ``size`` sandboxes, each task on a clean one.
+
+    ``fn(sandbox, task)`` is called once per task with a :class:`~workflows.LocalSandbox` that
+    no other task holds; the pool resets it afterwards, replaces it if the reset fails, and
+    releases every sandbox when the ``with`` block ends (or on Ctrl-C, SIGTERM, exit)::
+
+        def run_task(sb, task):
+            sb.seed(task["files"])
+            ...                                  # the agent calls sb's MCP tools
+            return {"passed": sb.dump().text("answer.txt") == task["expected"]}
+
+        with SandboxPool(["filesystem", "git"], size=8) as pool:
+            results = pool.map(run_task, tasks, timeout=300, retries=1)
+        print(results.summary())
+        df = results.to_pandas()
+
+    The acquire keywords are :meth:`LocalSandbox.acquire`'s (:class:`~workflows.AcquireOptions`),
+    checked before anything is sent.
+    ``health_check_after``: seconds a sandbox may sit idle before it is checked again. How the
+    pool behaves (lazy acquire, health checks, timeouts, retries) is described in
+    :mod:`workflows._pool`.
+    """
+
+    def _start(self) -> None:
+        self._book: Book[LocalSandbox] = Book(self.size)
+        self._cond = threading.Condition()
+        self._stops: set[threading.Event] = set()
+
+    def __repr__(self) -> str:
+        with self._cond:
+            live, idle = len(self._book.live), len(self._book.idle)
+        return f"SandboxPool(size={self.size}, live={live}, idle={idle})"
+
+    @property
+    def sandbox_ids(self) -> list[str]:
+        """The sandboxes the pool holds now (idle or running a task)."""
+        with self._cond:
+            return list(self._book.live)
+
+    # ----------------------------------------------------------------- sandboxes
+    def _take(self) -> LocalSandbox:
+        while True:
+            with self._cond:
+                picked = self._book.pick()
+                while picked is None:
+                    self._cond.wait()
+                    picked = self._book.pick()
+            if picked is True:
+                return self._acquire()
+            assert isinstance(picked, Idle)
+            if not self._stale(picked) or self._healthy(picked.sandbox):
+                return picked.sandbox
+            self._retire(picked.sandbox, "it failed its health check")
+
+    def _acquire(self) -> LocalSandbox:
+        try:
+            sandbox = LocalSandbox.acquire(self._server_names, **self._acquire_options)
+        except BaseException:
+            with self._cond:
+                self._book.acquiring -= 1
+                self._cond.notify()
+            raise
+        with self._cond:
+            self._book.acquiring -= 1
+            closed = self._book.closed
+            if not closed:
+                self._book.live[sandbox.id] = sandbox
+        if closed:  # the pool was closed during the acquire: nobody else will release it
+            _release_quietly(sandbox)
+            raise PoolClosed
+        return sandbox
+
+    def _healthy(self, sandbox: LocalSandbox) -> bool:
+        try:
+            return sandbox.refresh().status == HEALTHY_STATUS
+        except Exception as exc:  # noqa: BLE001 - any failure means: replace it
+            log.info("sandbox %s failed its health check: %s", sandbox.id, exc)
+            return False
+
+    def _give_back(self, sandbox: LocalSandbox) -> None:
+        with self._cond:
+            if sandbox.id in self._book.live and not self._book.closed:
+                self._book.idle.append(Idle(sandbox, time.monotonic()))
+            self._cond.notify()
+
+    def _retire(self, sandbox: LocalSandbox, why: str, level: int = logging.WARNING) -> None:
+        with self._cond:
+            mine = self._book.live.pop(sandbox.id, None) is not None
+            if mine:
+                self._book.replaced += 1
+            self._cond.notify()
+        if mine:
+            log.log(level, "replacing sandbox %s: %s", sandbox.id, why)
+            _release_quietly(sandbox)
+
+    # ----------------------------------------------------------------- running tasks
+    def map(
+        self, fn: Task[R], tasks: Iterable[Any], *, timeout: float | None = None, retries: int = 0
+    ) -> PoolResults[R]:
+        """Run ``fn(sandbox, task)`` for every task, ``size`` at a time; one result per task,
+        in the order of ``tasks``. A task's failure is recorded in its result, never raised.
+
+        >>> results = pool.map(run_task, tasks, timeout=120)  # doctest: +SKIP
+        >>> [r.index for r in results.failures]  # doctest: +SKIP
+        [7]
+        """
+        started = time.perf_counter()
+        before = self._book.replaced
+        done = list(self.imap_unordered(fn, tasks, timeout=timeout, retries=retries))
+        return self._summary(done, started, before)
+
+    def imap_unordered(
+        self, fn: Task[R], tasks: Iterable[Any], *, timeout: float | None = None, retries: int = 0
+    ) -> Iterator[TaskResult[R]]:
+        """Like :meth:`map`, but yield each :class:`TaskResult` as soon as its task ends
+        (``result.index`` is the task's position). Closing the iterator early stops the
+        workers after their current task.
+        """
+        run = self._run(fn, tasks, timeout, retries)
+        with self._cond:
+            self._check_open()
+        return self._results(run)
+
+    def _results(self, run: Run[Task[R]]) -> Iterator[TaskResult[R]]:
+        if not run.count:
+            return
+        done: queue.Queue[TaskResult[R] | BaseException] = queue.Queue()
+        stop = threading.Event()
+        with self._cond:
+            self._stops.add(stop)
+        workers = [
+            threading.Thread(
+                target=self._worker,
+                args=(run, done, stop),
+                name=f"sandbox-pool-{n}",
+                daemon=True,
+            )
+            for n in range(min(self.size, run.count))
+        ]
+        bar = TaskBar(run.count, self.progress)
+        try:
+            for worker in workers:
+                worker.start()
+            for _ in range(run.count):
+                # done.get() is interruptible: Ctrl-C and SIGTERM land here
+                yield self._delivered(done.get(), bar)
+        finally:
+            stop.set()
+            bar.close()
+            with self._cond:
+                self._stops.discard(stop)
+
+    def _worker(
+        self,
+        run: Run[Task[R]],
+        done: queue.Queue[TaskResult[R] | BaseException],
+        stop: threading.Event,
+    ) -> None:
+        sandbox: LocalSandbox | None = None
+        try:
+            while True:
+                if stop.is_set():  # closed, or the caller stopped reading: say so, end
+                    raise PoolClosed
+                picked = run.next_task()
+                if picked is None:
+                    return
+                index, task = picked
+                result, sandbox = self._task(run, index, task, sandbox, stop)
+                done.put(result)
+        except BaseException as exc:  # noqa: BLE001 - PoolClosed, or a bug of ours: map raises it
+            done.put(exc)
+        finally:
+            if sandbox is not None:
+                self._give_back(sandbox)
+
+    def _task(
+        self,
+        run: Run[Task[R]],
+        index: int,
+        task: Any,
+        sandbox: LocalSandbox | None,
+        stop: threading.Event,
+    ) -> tuple[TaskResult[R], LocalSandbox | None]:
+        """Run :func:`~workflows._pool._retry_rules.task_flow` with blocking hands."""
+        hands = _Hands(self, run, index, task)
+        flow = task_flow(
+            index,
+            task,
+            sandbox,
+            hands,
+            timeout=run.timeout,
+            retries=run.retries,
+            stopping=stop.is_set,
+        )
+        return sync_driver_for(self._settings).run(flow)
+
+    # ----------------------------------------------------------------- release
+    def close(self) -> list[ReleaseResult]:
+        """Stop the workers and release every sandbox (``size`` at a time); one result each.
+        Idempotent; the ``with`` block calls it."""
+        with self._cond:
+            for stop in self._stops:
+                stop.set()
+            sandboxes = self._book.close()
+            self._cond.notify_all()
+        if not sandboxes:
+            return []
+        return report_release(bulk_release(sandboxes, concurrency=self.size, progress=False))
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class _Hands:
+    """The sync pool's hands for one task (see :class:`~workflows._pool._retry_rules.Hands`)."""
+
+    def __init__(self, pool: SandboxPool, run: Run[Task[Any]], index: int, task: Any) -> None:
+        self.pool, self.run, self.index, self.task = pool, run, index, task
+
+    def take(self) -> LocalSandbox:
+        return self.pool._take()
+
+    def attempt(self, sandbox: LocalSandbox) -> Outcome:
+        started = time.perf_counter()
+        value, error, timed_out = _call(
+            self.run.fn, sandbox, self.task, self.run.timeout, self.index
+        )
+        return Outcome(value, error, timed_out, time.perf_counter() - started)
+
+    def reset(self, sandbox: LocalSandbox) -> float:
+        started = time.perf_counter()
+        sandbox.reset()
+        return time.perf_counter() - started
+
+    def retire(self, sandbox: LocalSandbox, why: str, level: int) -> None:
+        self.pool._retire(sandbox, why, level)
+
+
+def _call(
+    fn: Callable[[LocalSandbox, Any], R],
+    sandbox: LocalSandbox,
+    task: Any,
+    timeout: float | None,
+    index: int,
+) -> tuple[R | None, BaseException | None, bool]:
+    """Run one attempt: (value, error, timed out). With a timeout, in a daemon thread that is
+    abandoned if it runs past it (threads cannot be killed)."""
+    if timeout is None:
+        try:
+            return fn(sandbox, task), None, False
+        except BaseException as exc:  # noqa: BLE001 - recorded in the task's result
+            return None, exc, False
+    box: list[Any] = []
+    finished = threading.Event()
+
+    def attempt() -> None:
+        try:
+            box.append((fn(sandbox, task), None))
+        except BaseException as exc:  # noqa: BLE001 - recorded, or ignored once abandoned
+            box.append((None, exc))
+        finally:
+            finished.set()
+
+    threading.Thread(target=attempt, name=f"sandbox-pool-task-{index}", daemon=True).start()
+    if not finished.wait(timeout):
+        error = TaskTimeoutError(f"task {index} ran past its timeout of {timeout} s; abandoned")
+        return None, error, True
+    value, error = box[0]
+    return value, error, False
+
+
+def _release_quietly(sandbox: LocalSandbox) -> None:
+    try:
+        sandbox.release()
+    except Exception as exc:  # noqa: BLE001 - the registry retries at exit; the ledger keeps it
+        log.warning("could not release sandbox %s: %s", sandbox.id, exc)
