@@ -43,8 +43,7 @@ from typing import IO, Any, Final, Literal, cast
 
 from isal import igzip_threaded
 
-from ._archive import MAX_PATH_BYTES
-from ._tar_header import FastTarInfo
+from klavis_archive import MAX_PATH_BYTES, FastTarInfo
 
 __all__ = ["FOLDER_DESCRIPTORS", "WalkEntry", "copy_tree", "make_archive", "remove_tree", "walk"]
 

@@ -12,20 +12,29 @@ Two families of names meet here:
 Both return the canonical form used everywhere else: ``"a/b.txt"``, no ``./``, no ``//``, no
 trailing ``/``.
 
-Symbolic links follow one rule, shared with the emulator: the sandbox mounts the workspace at
-:data:`SANDBOX_WORKSPACE` (``/data``), so an absolute link target is *inside* the workspace when
-it is ``/data`` or starts with ``/data/``, and it resolves as the workspace root plus the rest
-(``/data/a.txt`` is the workspace's ``a.txt``). Any other absolute target leads outside.
+Symbolic links follow the archive core's rule, the emulator's too (:mod:`klavis_archive`, whose
+:func:`~klavis_archive.link_target_in_tree` and :func:`~klavis_archive.link_escapes` this module
+passes on): the sandbox mounts the workspace at :data:`SANDBOX_WORKSPACE` (``/data``), so an
+absolute link target is *inside* the workspace when it is ``/data`` or starts with ``/data/``,
+and it resolves as the workspace root plus the rest (``/data/a.txt`` is the workspace's
+``a.txt``). Any other absolute target leads outside.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections import deque
-from collections.abc import Mapping
 from pathlib import Path
 
+from klavis_archive import (
+    MAX_NAME_BYTES,
+    MAX_PATH_BYTES,
+    WORKSPACE_MOUNT,
+    UnsafeMember,
+    link_escapes,
+    link_target_in_tree,
+    member_parts,
+)
 from workflows._errors import InvalidInputError, InvalidSeedPathError, UnsafeArchiveError
 
 __all__ = [
@@ -41,14 +50,19 @@ __all__ = [
 
 #: Where the sandbox mounts the workspace: an absolute link target is inside it when it is this
 #: folder or below it.
-SANDBOX_WORKSPACE = "/data"
+SANDBOX_WORKSPACE = WORKSPACE_MOUNT
 #: The longest file name (one path part) Linux accepts, in bytes: longer ones fail with
 #: ENAMETOOLONG, which the service answered with a 500 (and the client retried for 5 s).
-NAME_MAX = 255
+NAME_MAX = MAX_NAME_BYTES
 #: The longest path Linux accepts, in bytes (PATH_MAX is 4,096 with the terminating NUL).
-PATH_MAX = 4095
-_MAX_SYMLINK_HOPS = 40
+PATH_MAX = MAX_PATH_BYTES
 
+# How an archive member name is refused, by the core's reason (member_parts)
+_MEMBER_REFUSALS = {
+    "nul": "contains a NUL character",
+    "absolute": "has an absolute path; it would be written outside the destination",
+    "dotdot": "has a '..' part; it would be written outside the destination",
+}
 # "C:", "C:\x", "C:/x": a Windows drive, absolute (or drive-relative) on Windows.
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
@@ -163,92 +177,17 @@ def normalize_member_name(name: str) -> str | None:
     """
     if not name:
         raise UnsafeArchiveError("archive member with an empty name", member=name)
-    if "\x00" in name:
-        raise UnsafeArchiveError(f"archive member {name!r} contains a NUL character", member=name)
-    if name.startswith("/"):
-        raise UnsafeArchiveError(
-            f"archive member {name!r} has an absolute path; it would be written outside the "
-            "destination",
-            member=name,
-        )
     if os.sep == "\\" and ("\\" in name or _DRIVE.match(name)):  # pragma: no cover - Windows
         raise UnsafeArchiveError(
             f"archive member {name!r} has a backslash or drive letter", member=name
         )
-    parts = name.split("/")
-    if ".." in parts:
+    try:
+        kept = member_parts(name, drive_letters=False)
+    except UnsafeMember as exc:
         raise UnsafeArchiveError(
-            f"archive member {name!r} has a '..' part; it would be written outside the destination",
-            member=name,
-        )
-    kept = [p for p in parts if p not in ("", ".")]
-    if not kept:
-        return None
-    return "/".join(kept)
-
-
-# --- symbolic links ----------------------------------------------------------------------------
-
-
-def link_target_in_tree(link_name: str, target: str) -> str | None:
-    """The target of the link ``link_name -> target`` as a path relative to the link's folder.
-
-    A relative ``target`` is returned as it is. An absolute one inside the sandbox's workspace
-    (``/data`` or below) becomes the relative path from the link's folder to the workspace root
-    plus the rest; any other absolute target gives None (it leads outside). Whether the result
-    stays inside the tree is for :func:`link_escapes` to say (``/data/../etc`` does not).
-
-    >>> link_target_in_tree("link", "/data/a.txt"), link_target_in_tree("sub/root", "/data")
-    ('a.txt', '..')
-    >>> link_target_in_tree("bin/python", "/usr/bin/python3") is None
-    True
-    """
-    if not target.startswith("/"):
-        return target
-    if target != SANDBOX_WORKSPACE and not target.startswith(SANDBOX_WORKSPACE + "/"):
-        return None
-    rest = [p for p in target[len(SANDBOX_WORKSPACE) :].split("/") if p not in ("", ".")]
-    parts = [".."] * link_name.count("/") + rest
-    return "/".join(parts) or "."
-
-
-def link_escapes(link_name: str, target: str, links: Mapping[str, str]) -> bool:
-    """True when the symlink ``link_name -> target`` resolves outside the tree's root.
-
-    Resolves like the OS would in the extracted tree, following the tree's other symlinks
-    (``links``, name to relative target; an absolute target there counts as leading out), so a
-    chain such as ``a -> sub/l/..`` with ``sub/l -> ..`` is caught. An absolute ``target``
-    escapes (convert workspace targets with :func:`link_target_in_tree` first). A loop cannot
-    be resolved by the OS either, so it does not count as an escape.
-
-    >>> link_escapes("a/l", "../b", {}), link_escapes("a/l", "../../b", {})
-    (False, True)
-    """
-    if not target or target.startswith("/"):
-        return True
-    resolved = link_name.split("/")[:-1]
-    pending = deque(target.split("/"))
-    hops = 0
-    while pending:
-        part = pending.popleft()
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not resolved:
-                return True
-            resolved.pop()
-            continue
-        resolved.append(part)
-        nested = links.get("/".join(resolved))
-        if nested is not None:
-            hops += 1
-            if hops > _MAX_SYMLINK_HOPS:
-                return False
-            resolved.pop()
-            if not nested or nested.startswith("/"):
-                return True
-            pending.extendleft(reversed(nested.split("/")))
-    return False
+            f"archive member {name!r} {_MEMBER_REFUSALS[exc.reason]}", member=name
+        ) from None
+    return "/".join(kept) or None
 
 
 # --- destinations ------------------------------------------------------------------------------

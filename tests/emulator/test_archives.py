@@ -302,12 +302,12 @@ def test_a_negative_size_is_refused(tmp_path: Path, member: crafted.Member) -> N
 
 
 def test_the_decompressed_archive_is_never_read_all_at_once(tmp_path: Path) -> None:
-    from klavis_emulator._archive import _DecompressAhead, _igzip_file
+    from klavis_archive import DecompressAhead, igzip_file
 
     path = tmp_path / "a.gz"
     path.write_bytes(gzip.compress(b"x" * 1000))
-    with path.open("rb") as raw, _igzip_file(fileobj=raw, mode="rb") as gz:
-        stream = _DecompressAhead(gz, raw)
+    with path.open("rb") as raw, igzip_file(fileobj=raw, mode="rb") as gz:
+        stream = DecompressAhead(gz, raw)
         with pytest.raises(tarfile.ReadError):
             stream.read(-1)
         with pytest.raises(tarfile.ReadError):
@@ -332,14 +332,14 @@ def test_a_refused_archive_leaves_no_decompressing_thread(tmp_path: Path) -> Non
 def test_decompressing_ahead_reports_the_compressed_position_and_the_decompressor_errors(
     tmp_path: Path,
 ) -> None:
-    from klavis_emulator._archive import _COPY_CHUNK, _DecompressAhead, _igzip_file
+    from klavis_archive import CHUNK_SIZE, DecompressAhead, igzip_file
 
-    data = os.urandom(3 * _COPY_CHUNK + 5)
+    data = os.urandom(3 * CHUNK_SIZE + 5)
     packed = gzip.compress(data)
     path = tmp_path / "a.gz"
     path.write_bytes(packed)
-    with path.open("rb") as raw, _igzip_file(fileobj=raw, mode="rb") as gz:
-        stream = _DecompressAhead(gz, raw)
+    with path.open("rb") as raw, igzip_file(fileobj=raw, mode="rb") as gz:
+        stream = DecompressAhead(gz, raw)
         positions = []
         read = b""
         while chunk := stream.read(65536):
@@ -352,8 +352,8 @@ def test_decompressing_ahead_reports_the_compressed_position_and_the_decompresso
         assert 0 < positions[-1] <= len(packed)
         stream.close()
     path.write_bytes(packed[: len(packed) // 2])  # cut: the decompressor's own EOFError
-    with path.open("rb") as raw, _igzip_file(fileobj=raw, mode="rb") as gz:
-        stream = _DecompressAhead(gz, raw)
+    with path.open("rb") as raw, igzip_file(fileobj=raw, mode="rb") as gz:
+        stream = DecompressAhead(gz, raw)
         with pytest.raises(EOFError):
             while stream.read(65536):
                 pass
@@ -367,16 +367,16 @@ def test_decompressing_ahead_reads_exact_sizes_across_blocks_and_seeks_forwards_
     tmp_path: Path,
 ) -> None:
     """What a TarFile opened in mode "r" asks of its file: whole reads, tell, forward seeks."""
-    from klavis_emulator._archive import _COPY_CHUNK, _DecompressAhead, _igzip_file
+    from klavis_archive import CHUNK_SIZE, DecompressAhead, igzip_file
 
-    data = os.urandom(2 * _COPY_CHUNK + 700)
+    data = os.urandom(2 * CHUNK_SIZE + 700)
     path = tmp_path / "a.gz"
     path.write_bytes(gzip.compress(data))
-    with path.open("rb") as raw, _igzip_file(fileobj=raw, mode="rb") as gz:
-        stream = _DecompressAhead(gz, raw)
+    with path.open("rb") as raw, igzip_file(fileobj=raw, mode="rb") as gz:
+        stream = DecompressAhead(gz, raw)
         assert stream.seekable()
         assert stream.read(512) == data[:512]
-        start = _COPY_CHUNK - 100  # a read across the end of the first block
+        start = CHUNK_SIZE - 100  # a read across the end of the first block
         assert stream.seek(start) == start == stream.tell()
         assert stream.read(1000) == data[start : start + 1000]
         assert stream.tell() == start + 1000
@@ -385,7 +385,7 @@ def test_decompressing_ahead_reads_exact_sizes_across_blocks_and_seeks_forwards_
         with pytest.raises(io.UnsupportedOperation):
             stream.seek(0, io.SEEK_END)
         stream.seek(start + 1000)  # where it is: nothing to skip
-        assert stream.read(_COPY_CHUNK + 200) == data[start + 1000 : start + _COPY_CHUNK + 1200]
+        assert stream.read(CHUNK_SIZE + 200) == data[start + 1000 : start + CHUNK_SIZE + 1200]
         # past the end: the seek stops there and reads return nothing
         assert stream.seek(len(data) + 4096) == len(data)
         assert stream.read(512) == b""
@@ -408,12 +408,12 @@ class _TellFailsLater(io.BufferedReader):
 def test_an_error_of_the_decompressing_thread_outside_the_decompressor_reaches_the_reader(
     tmp_path: Path,
 ) -> None:
-    from klavis_emulator._archive import _COPY_CHUNK, _DecompressAhead, _igzip_file
+    from klavis_archive import CHUNK_SIZE, DecompressAhead, igzip_file
 
     path = tmp_path / "a.gz"
-    path.write_bytes(gzip.compress(os.urandom(3 * _COPY_CHUNK)))
-    with _TellFailsLater(io.FileIO(path)) as raw, _igzip_file(fileobj=raw, mode="rb") as gz:
-        stream = _DecompressAhead(gz, raw)
+    path.write_bytes(gzip.compress(os.urandom(3 * CHUNK_SIZE)))
+    with _TellFailsLater(io.FileIO(path)) as raw, igzip_file(fileobj=raw, mode="rb") as gz:
+        stream = DecompressAhead(gz, raw)
         with pytest.raises(OSError, match="tell failed"):
             while stream.read(65536):
                 pass

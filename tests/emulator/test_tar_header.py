@@ -1,7 +1,7 @@
 """The fast header parser gives what ``tarfile.TarInfo.frombuf`` gives, on real headers of every
 format and on mutated ones, or leaves the header to ``frombuf``; dumps stay byte for byte what
-tarfile writes. (Writing headers is tested on the library's copy of the module,
-``tests/workflows/test_tar_header.py``; the two copies are equal.)"""
+tarfile writes. (Writing headers is tested in ``tests/workflows/test_tar_header.py``: the library
+and the emulator share the archive core's one module, :mod:`klavis_archive._tar_header`.)"""
 
 from __future__ import annotations
 
@@ -17,9 +17,7 @@ from typing import Any
 
 import pytest
 
-from klavis_emulator import _tar_header
-from klavis_emulator._archive import _BoundedTarInfo
-from klavis_emulator._tar_header import parse_common
+from klavis_archive import BoundedTarInfo, _tar_header, parse_common
 from klavis_emulator._workspace import make_archive
 from tests.helpers import tree_of_every_header
 
@@ -169,10 +167,10 @@ def test_real_headers_parse_as_tarfile_parses_them(encoding: str, errors: str) -
 def _outcome_of_bounded(buf: bytes, encoding: str, errors: str) -> tuple[Any, ...]:
     """What the extraction's own header class makes of ``buf``."""
     try:
-        info = _BoundedTarInfo.frombuf(buf, encoding, errors)
+        info = BoundedTarInfo.frombuf(buf, encoding, errors)
     except Exception as exc:  # compared, not swallowed
         return ("raises", type(exc), str(exc))
-    assert type(info) is _BoundedTarInfo
+    assert type(info) is BoundedTarInfo
     return ("ok", _fields(info))
 
 

@@ -367,9 +367,9 @@ def test_a_tar_cut_inside_a_members_contents_is_not_valid(tmp_path: Path) -> Non
 
 
 def test_the_archive_is_read_forwards_only() -> None:
-    from workflows._archive import _ForwardReader
+    from klavis_archive import ForwardReader
 
-    reader = _ForwardReader(io.BytesIO(bytes(range(256)) * 40))
+    reader = ForwardReader(io.BytesIO(bytes(range(256)) * 40))
     assert reader.seekable()
     assert reader.read(10) == bytes(range(10))
     assert reader.seek(300) == 300 == reader.tell()
@@ -388,11 +388,12 @@ def test_the_forward_reader_gives_the_bytes_in_order_whatever_the_read_sizes() -
     """Reads under its block come from the block read ahead, bigger ones straight through."""
     import random
 
-    from workflows._archive import _FORWARD_BLOCK, _ForwardReader
+    from klavis_archive import ForwardReader
+    from klavis_archive._streams import _FORWARD_BLOCK
 
     data = os.urandom(5 * _FORWARD_BLOCK + 123)
     rng = random.Random(7)
-    reader = _ForwardReader(io.BytesIO(data))
+    reader = ForwardReader(io.BytesIO(data))
     got = b""
     while True:
         size = rng.choice((0, 1, 511, 512, _FORWARD_BLOCK - 1, _FORWARD_BLOCK, 3 * _FORWARD_BLOCK))
@@ -772,9 +773,9 @@ def test_a_recursion_error_while_reading_is_an_unsafe_archive(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # without the chain cap, tarfile's own recursion is what fails: never a raw RecursionError
-    import workflows._archive as archive
+    from klavis_archive import _limits
 
-    monkeypatch.setattr(archive, "_MAX_HEADER_CHAIN", 10**9)
+    monkeypatch.setattr(_limits, "MAX_HEADER_CHAIN", 10**9)
     data = BAD["header-chain-x-3000"][0]
     assert data is not None
     with pytest.raises(UnsafeArchiveError, match="nests its headers too deeply"):
@@ -1140,3 +1141,26 @@ def test_a_file_that_cannot_be_read_is_named(
     monkeypatch.setattr(pack, "open", refuse, raising=False)
     with pytest.raises(InvalidInputError, match=r"cannot read .*secret\.txt.*Permission denied"):
         pack_to_tempfile(entries)
+
+
+@pytest.mark.parametrize("threads", [0, 1])
+def test_a_failed_pack_closes_without_an_unraisable_error(tmp_path: Path, threads: int) -> None:
+    """On an error the spool is closed before the packer's streams are collected; on Python
+    3.13 their close flushed the closed spool (ValueError, reported as unraisable)."""
+    import gc
+    import sys
+
+    (tmp_path / "a.txt").write_text("a")
+    (tmp_path / "gone.txt").write_text("x")
+    entries = plan_directory(tmp_path)
+    (tmp_path / "gone.txt").unlink()
+    unraisable: list[object] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+    try:
+        with pytest.raises(InvalidInputError, match="disappeared"):
+            pack_to_tempfile(entries, threads=threads)
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert unraisable == []

@@ -1,6 +1,7 @@
 """The fast header writer gives the bytes ``TarInfo.tobuf(PAX_FORMAT)`` gives, or leaves the
-member to it; packed archives stay byte for byte what tarfile writes. (Reading is tested on the
-emulator's copy of the module, ``tests/emulator/test_tar_header.py``; the two copies are equal.)"""
+member to it; packed archives stay byte for byte what tarfile writes. (Reading is tested in
+``tests/emulator/test_tar_header.py``: the library and the emulator share the archive core's one
+module, :mod:`klavis_archive._tar_header`.)"""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from klavis_archive import _tar_header, common_header
 from tests.helpers import tree_of_every_header
-from workflows import _pack, _tar_header
+from workflows import _pack
 from workflows._seed import plan_directory
-from workflows._tar_header import common_header
 
 _NAMES = (
     "a.txt",
@@ -108,11 +109,3 @@ def test_packed_archives_are_tarfiles_bytes(
     fast = pack()
     monkeypatch.setattr(_tar_header, "common_header", lambda info: None)
     assert pack() == fast
-
-
-def test_the_emulator_carries_the_same_module() -> None:
-    """The library and the emulator share only the contract: each has its copy, kept equal."""
-    import klavis_emulator._tar_header as emulator_copy
-
-    ours = Path(_tar_header.__file__).read_bytes()
-    assert Path(emulator_copy.__file__).read_bytes() == ours

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workflows._archive import igzip_file
+from klavis_archive import igzip_file
 from workflows._errors import InvalidInputError, LocalWriteError
 from workflows._paths import check_destination, shown_path
 from workflows._sandbox import LocalSandbox

@@ -1,8 +1,8 @@
 """tar headers read and written as ``tarfile`` does, faster for the common member.
 
-``workflows/_tar_header.py`` and ``klavis_emulator/_tar_header.py`` are the same file: the
-library and the emulator share only the contract, so each carries its copy, and
-``tests/workflows/test_tar_header.py`` fails when they differ.
+The library and the emulator share the contract and the archive core: this one module writes
+the library's seeds and reads them in the emulator, writes the emulator's dumps and reads them
+in the library.
 
 Why by hand: with many small files, headers were the largest cost after creating the files.
 ``TarInfo.frombuf`` slices a 512-byte header thirteen times and calls a helper for each field
@@ -27,8 +27,8 @@ everything else back to tarfile:
   Archives stay byte for byte what tarfile writes: the same entries give the same bytes.
 
 ``frombuf``, ``tobuf`` and the helpers they call have been the same from Python 3.10 to 3.13;
-``tests/emulator/test_tar_header.py`` and ``tests/workflows/test_tar_header.py`` compare both
-ways with the running Python's tarfile on real, generated and fuzzed headers.
+``tests/emulator/test_tar_header.py`` (reading) and ``tests/workflows/test_tar_header.py``
+(writing) compare both ways with the running Python's tarfile on real, generated and fuzzed headers.
 """
 
 from __future__ import annotations

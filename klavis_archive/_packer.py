@@ -1,0 +1,131 @@
+"""The packer: a PAX tar written through ISA-L gzip to any binary file, streaming.
+
+:class:`TarPacker` holds what packing needs besides the members: the compressor (ISA-L, on
+background threads or in line), a sink giving tarfile the ``tell`` it asks for without the
+re-buffering of its stream mode (0.3 s of 5,000 small files), a count of the compressed bytes
+written, and the members forgotten as they are written. Headers of common members are written
+by :class:`~klavis_archive.FastTarInfo` (build members from it).
+"""
+
+from __future__ import annotations
+
+import tarfile
+from collections.abc import Callable
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any, Final, cast
+
+from isal import igzip_threaded
+
+from ._limits import CHUNK_SIZE
+from ._streams import CountingStream, igzip_file
+from ._tarfile_shim import forget_members
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRead
+
+__all__ = ["COMPRESS_BLOCK", "TarPacker", "TarSink"]
+
+COMPRESS_BLOCK: Final = 256 * 1024
+"""Blocks handed to the compression threads: 256 KiB keeps the writer's queues and buffers near
+3 MiB (1 MiB blocks cost ~9 MiB) with the same speed and a size within 0.2 %."""
+
+# isal's Python modules are untyped
+_threaded_open: Callable[..., Any] = igzip_threaded.open
+
+
+class TarSink:
+    """The file object tarfile writes to: forwards to ``out`` and counts, for ``tell``."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+        self.pos = 0
+
+    def write(self, data: bytes) -> int:
+        self._out.write(data)
+        n = len(data)
+        self.pos += n
+        return n
+
+    def tell(self) -> int:
+        return self.pos
+
+
+def _open_compressor(out: IO[bytes], compresslevel: int, threads: int) -> IO[bytes]:
+    if threads > 0:
+        return cast(
+            "IO[bytes]",
+            _threaded_open(
+                out, "wb", compresslevel=compresslevel, threads=threads, block_size=COMPRESS_BLOCK
+            ),
+        )
+    # filename="" and mtime=0: no name and no time in the gzip header
+    return cast(
+        "IO[bytes]",
+        igzip_file(filename="", mode="wb", compresslevel=compresslevel, fileobj=out, mtime=0),
+    )
+
+
+class TarPacker:
+    """A tar.gz being written to ``out`` (written to, never closed): :meth:`add` members, then
+    :meth:`finish`. In a ``with``, leaving the block without finishing aborts.
+
+    PAX format, UTF-8 names, contents copied in 1 MiB pieces; ISA-L at ``compresslevel``
+    (0-3), on ``threads`` background threads (0: in the calling thread, with no time and no
+    name in the gzip header). On an error, :meth:`abort` closes the compressor and leaves
+    ``out`` as it is; nothing here ever flushes a closed ``out``.
+    """
+
+    def __init__(self, out: IO[bytes], *, compresslevel: int = 1, threads: int = 1) -> None:
+        self._out = out
+        self._counter = CountingStream(out, writing=True)
+        self._compressor = _open_compressor(
+            cast("IO[bytes]", self._counter), compresslevel, threads
+        )
+        self._done = False
+        try:
+            self.tar = tarfile.TarFile(
+                fileobj=cast("IO[bytes]", TarSink(self._compressor)),
+                mode="w",
+                format=tarfile.PAX_FORMAT,
+                encoding="utf-8",
+                copybufsize=CHUNK_SIZE,
+            )
+        except BaseException:
+            self.abort()
+            raise
+
+    def add(self, info: tarfile.TarInfo, contents: SupportsRead[bytes] | None = None) -> None:
+        """Write the member ``info`` and, for a regular file, ``info.size`` bytes of
+        ``contents``."""
+        self.tar.addfile(info, contents)
+        forget_members(self.tar)
+
+    def finish(self) -> int:
+        """Write the end of the archive, flush ``out``; return the compressed size."""
+        try:
+            self.tar.close()
+        finally:
+            self.abort()
+        self._out.flush()
+        return self._counter.count
+
+    def abort(self) -> None:
+        """Close the compressor (idempotent); ``out`` is left as it is."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._compressor.close()
+        finally:
+            self._counter.close()
+
+    def __enter__(self) -> TarPacker:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.abort()

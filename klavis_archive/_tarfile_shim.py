@@ -1,0 +1,96 @@
+"""The one place the archive core reaches into tarfile's private hooks.
+
+tarfile has no public way to look at a header before it reads what the header declares, nor to
+refuse a sparse member before it expands it. :class:`HookedTarInfo` overrides the private
+methods that do (listed in :data:`HOOKS`) and turns them into two of its own:
+:meth:`HookedTarInfo.before_member`, called with every header before tarfile processes it, and a
+:class:`~klavis_archive.SparseMember` refusal for every sparse format.
+
+Their signatures are not stable: the CVE-2024-6232 fix (gh-121285; 3.13, 3.12.6+, 3.11.10+ and
+the distributions' backports) changed ``_proc_gnusparse_00(next, pax_headers, buf)`` into
+``_proc_gnusparse_00(next, raw_headers)``, a list of ``(length, keyword, value)`` bytes tuples.
+An override with the old signature raised a TypeError there (the emulator answered 500). Every
+override here takes ``*args`` and reads the member's name from a dict or from such a list, so it
+works on every interpreter from 3.10 to 3.13, patched or not; ``tests/archive/test_shim.py``
+checks that against tarfile itself and GNU tar.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from typing import Any, Final, NoReturn
+
+from ._errors import SparseMember
+
+__all__ = ["HOOKS", "HookedTarInfo", "forget_members", "missing_hooks", "sparse_member_name"]
+
+HOOKS: Final = (
+    "_proc_member",
+    "_proc_gnusparse_00",
+    "_proc_gnusparse_01",
+    "_proc_gnusparse_10",
+)
+"""The private ``TarInfo`` methods :class:`HookedTarInfo` overrides."""
+
+
+def missing_hooks() -> list[str]:
+    """The hooks this interpreter's tarfile lacks (none, from 3.10 to 3.13): an override of a
+    method tarfile no longer calls would be silently skipped."""
+    return [name for name in HOOKS if not callable(getattr(tarfile.TarInfo, name, None))]
+
+
+def forget_members(tar: tarfile.TarFile) -> None:
+    """tarfile keeps every TarInfo it reads or writes, even when streaming; we need none."""
+    tar.members.clear()  # type: ignore[attr-defined]
+
+
+def _text(value: object) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return value if isinstance(value, str) else None
+
+
+def sparse_member_name(member: tarfile.TarInfo, args: tuple[Any, ...]) -> str:
+    """The name a sparse member will have, from what tarfile passes a sparse hook after the
+    member: the PAX records as a dict (every hook before the fix; 0.1 and 1.0 after it) or the
+    raw records as ``(length, keyword, value)`` tuples (0.0 after it). ``GNU.sparse.name``
+    (format 1.0), else ``path``, else the header's own name."""
+    records: dict[str, str] = {}
+    first = args[0] if args else None
+    if isinstance(first, dict):
+        records = {str(key): str(value) for key, value in first.items()}
+    elif isinstance(first, list):
+        for record in first:
+            if isinstance(record, tuple) and len(record) >= 2:
+                key, value = _text(record[-2]), _text(record[-1])
+                if key is not None and value is not None:
+                    records[key] = value
+    return records.get("GNU.sparse.name") or records.get("path") or member.name
+
+
+class HookedTarInfo(tarfile.TarInfo):
+    """A ``TarInfo`` that shows every header to :meth:`before_member` before tarfile reads what
+    it declares, and refuses sparse members of every PAX format (raise :class:`SparseMember`
+    from :meth:`before_member` for GNU type ``'S'``, whose map tarfile reads first)."""
+
+    __slots__ = ()
+
+    def before_member(self, tar: tarfile.TarFile) -> None:
+        """Called with every header (extended ones included) before tarfile processes it;
+        raise to refuse it. Does nothing here."""
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        self.before_member(tarfile_)
+        result: tarfile.TarInfo = super()._proc_member(tarfile_)  # type: ignore[misc]
+        return result
+
+    # tarfile calls one of these on the PAX header once it finds GNU.sparse records, with the
+    # member's TarInfo (``next``) and arguments that changed with the CVE fix: take what comes.
+    def _proc_gnusparse_00(self, next_: tarfile.TarInfo, *args: Any) -> NoReturn:
+        raise SparseMember(sparse_member_name(next_, args), "PAX GNU.sparse 0.0")
+
+    def _proc_gnusparse_01(self, next_: tarfile.TarInfo, *args: Any) -> NoReturn:
+        raise SparseMember(sparse_member_name(next_, args), "PAX GNU.sparse 0.1")
+
+    def _proc_gnusparse_10(self, next_: tarfile.TarInfo, *args: Any) -> NoReturn:
+        raise SparseMember(sparse_member_name(next_, args), "PAX GNU.sparse 1.0")
