@@ -18,18 +18,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = [
-    "ArchiveRejected",
-    "ArchiveTooLarge",
-    "HeaderChainTooLong",
-    "HeaderScope",
-    "HeaderTooLarge",
-    "NegativeSize",
-    "SparseMember",
-    "UnsafeMember",
-    "display",
-]
-
 
 def display(name: str) -> str:
     """``repr(name)``, cut after 200 characters, for a message."""

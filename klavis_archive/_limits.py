@@ -8,18 +8,6 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = [
-    "CHUNK_SIZE",
-    "MAX_DEPTH",
-    "MAX_HEADER_BYTES",
-    "MAX_HEADER_CHAIN",
-    "MAX_NAME_BYTES",
-    "MAX_PATH_BYTES",
-    "MAX_SYMLINK_HOPS",
-    "MAX_TRAILING_BYTES",
-    "WORKSPACE_MOUNT",
-]
-
 CHUNK_SIZE: Final = 1024 * 1024
 """Contents are read and written in pieces of this size (memory stays flat)."""
 MAX_HEADER_BYTES: Final = 1024 * 1024

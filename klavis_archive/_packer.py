@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import tarfile
 from collections.abc import Callable
-from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Final, cast
 
 from isal import igzip_threaded
@@ -23,7 +22,6 @@ from ._tarfile_shim import forget_members
 if TYPE_CHECKING:
     from _typeshed import SupportsRead
 
-__all__ = ["COMPRESS_BLOCK", "TarPacker", "TarSink"]
 
 COMPRESS_BLOCK: Final = 256 * 1024
 """Blocks handed to the compression threads: 256 KiB keeps the writer's queues and buffers near
@@ -67,12 +65,12 @@ def _open_compressor(out: IO[bytes], compresslevel: int, threads: int) -> IO[byt
 
 class TarPacker:
     """A tar.gz being written to ``out`` (written to, never closed): :meth:`add` members, then
-    :meth:`finish`. In a ``with``, leaving the block without finishing aborts.
+    :meth:`finish`; on an error, :meth:`abort` (a no-op once finished: call it in a
+    ``finally``).
 
     PAX format, UTF-8 names, contents copied in 1 MiB pieces; ISA-L at ``compresslevel``
     (0-3), on ``threads`` background threads (0: in the calling thread, with no time and no
-    name in the gzip header). On an error, :meth:`abort` closes the compressor and leaves
-    ``out`` as it is; nothing here ever flushes a closed ``out``.
+    name in the gzip header). Nothing here ever flushes a closed ``out``.
     """
 
     def __init__(self, out: IO[bytes], *, compresslevel: int = 1, threads: int = 1) -> None:
@@ -118,14 +116,3 @@ class TarPacker:
             self._compressor.close()
         finally:
             self._counter.close()
-
-    def __enter__(self) -> TarPacker:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.abort()

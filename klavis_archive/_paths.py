@@ -23,18 +23,6 @@ from . import _limits
 from ._errors import UnsafeMember, display
 from ._limits import MAX_DEPTH, MAX_NAME_BYTES, MAX_PATH_BYTES, WORKSPACE_MOUNT
 
-__all__ = [
-    "Resolution",
-    "check_symlink_target",
-    "checked_parts",
-    "hard_link_parts",
-    "link_escapes",
-    "link_target_in_tree",
-    "member_parts",
-    "mount_relative",
-    "resolve",
-]
-
 
 def member_parts(name: str, *, drive_letters: bool = True) -> tuple[str, ...]:
     """The components of the member name ``name`` (``""`` and ``.`` left out: ``()`` is the
@@ -81,27 +69,22 @@ def _check_lengths(name: str, parts: tuple[str, ...], what: str) -> None:
     ):
         return
     try:
-        for part in parts:
-            if (size := _utf8_length(part)) > MAX_NAME_BYTES:
-                raise UnsafeMember(
-                    f"Archive member {display(name)} has {what} with a name component of "
-                    f"{size} bytes; the limit is {MAX_NAME_BYTES} bytes (UTF-8).",
-                    member=name,
-                    reason="length",
-                )
-        if (size := _utf8_length(joined)) > MAX_PATH_BYTES:
-            raise UnsafeMember(
-                f"Archive member {display(name)} has {what} of {size} bytes; the limit is "
-                f"{MAX_PATH_BYTES} bytes (UTF-8).",
-                member=name,
-                reason="length",
-            )
+        over = next((n for n in map(_utf8_length, parts) if n > MAX_NAME_BYTES), None)
+        if over is not None:
+            problem = f"{what} with a name component of {over} bytes; the limit is {MAX_NAME_BYTES}"
+        elif (size := _utf8_length(joined)) > MAX_PATH_BYTES:
+            problem = f"{what} of {size} bytes; the limit is {MAX_PATH_BYTES}"
+        else:
+            return
     except UnicodeEncodeError as exc:
         raise UnsafeMember(
             f"Archive member {display(name)} has {what} that is not valid text.",
             member=name,
             reason="length",
         ) from exc
+    raise UnsafeMember(
+        f"Archive member {display(name)} has {problem} bytes (UTF-8).", member=name, reason="length"
+    )
 
 
 def checked_parts(name: str) -> tuple[str, ...]:

@@ -24,8 +24,6 @@ from ._errors import HeaderChainTooLong, HeaderTooLarge, NegativeSize, SparseMem
 from ._tar_header import FastTarInfo
 from ._tarfile_shim import HookedTarInfo
 
-__all__ = ["CORRUPT", "BoundedTarFile", "BoundedTarInfo", "open_tar"]
-
 # What corrupt or truncated data raises from the decompressor or tarfile while reading.
 CORRUPT: tuple[type[BaseException], ...] = (
     tarfile.TarError,

@@ -23,8 +23,6 @@ from isal import igzip
 
 from ._limits import CHUNK_SIZE
 
-__all__ = ["CountingStream", "DecompressAhead", "ForwardReader", "igzip_file"]
-
 # isal's Python modules are untyped
 igzip_file: Callable[..., Any] = igzip.IGzipFile
 """ISA-L's ``IGzipFile`` (reading and writing gzip)."""

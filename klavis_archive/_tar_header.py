@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Final, Literal, TypeVar
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["FastTarInfo", "common_header", "parse_common"]
 
 _Info = TypeVar("_Info", bound=tarfile.TarInfo)
 

@@ -22,8 +22,6 @@ from typing import Any, Final, NoReturn
 
 from ._errors import SparseMember
 
-__all__ = ["HOOKS", "HookedTarInfo", "forget_members", "missing_hooks", "sparse_member_name"]
-
 HOOKS: Final = (
     "_proc_member",
     "_proc_gnusparse_00",

@@ -213,27 +213,27 @@ def _add_folders(folders: set[str], name: str) -> None:
         name = name.rpartition("/")[0]
 
 
+def _lstat_mode(path: str) -> int | None:
+    """The ``lstat`` mode of ``path`` (a link is never followed), None when nothing is there."""
+    try:
+        return os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+
+
+def _is_folder(mode: int | None) -> bool:
+    return mode is not None and stat.S_ISDIR(mode)
+
+
 def _plan_merge(tmp: str, dest: str) -> None:
     """Check that ``tmp`` can be moved over ``dest`` without replacing one of dest's folders."""
     for dirpath, dirnames, filenames in os.walk(tmp):
         rel = os.path.relpath(dirpath, tmp)
-        keep: list[str] = []
-        for d in dirnames:
-            target = os.path.normpath(os.path.join(dest, rel, d))
-            try:
-                st = os.lstat(target)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                keep.append(d)  # merge inside; a missing or non-folder target is replaced whole
-        dirnames[:] = keep
+        # merge inside dest's folders; a missing or non-folder target is replaced whole
+        dirnames[:] = [d for d in dirnames if _is_folder(_lstat_mode(os.path.join(dest, rel, d)))]
         for f in filenames:
             target = os.path.normpath(os.path.join(dest, rel, f))
-            try:
-                st = os.lstat(target)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
+            if _is_folder(_lstat_mode(target)):
                 raise InvalidInputError(
                     f"cannot extract: {target!r} is a folder and the archive has a file there; "
                     "nothing was written"
@@ -246,18 +246,14 @@ def _merge(tmp: str, dest: str) -> None:
         rel = os.path.relpath(dirpath, tmp)
         keep: list[str] = []
         for d in dirnames:
-            src = os.path.join(dirpath, d)
             target = os.path.normpath(os.path.join(dest, rel, d))
-            try:
-                st = os.lstat(target)
-            except FileNotFoundError:
-                os.rename(src, target)
-                continue
-            if stat.S_ISDIR(st.st_mode):
+            mode = _lstat_mode(target)
+            if _is_folder(mode):
                 keep.append(d)
-            else:
+                continue
+            if mode is not None:
                 os.unlink(target)  # a file or a symlink (never followed) where a folder goes
-                os.rename(src, target)
+            os.rename(os.path.join(dirpath, d), target)
         dirnames[:] = keep
         for f in filenames:
             os.replace(os.path.join(dirpath, f), os.path.normpath(os.path.join(dest, rel, f)))

@@ -116,7 +116,8 @@ def write_archive(
     for a, b in itertools.pairwise(ordered):
         if a.name == b.name:
             raise InvalidInputError(f"two archive entries are both named {a.name!r}")
-    with TarPacker(out, compresslevel=compresslevel, threads=threads) as packer:
+    packer = TarPacker(out, compresslevel=compresslevel, threads=threads)
+    try:
         for entry in ordered:
             info = _tarinfo(entry)
             if info.type != tarfile.REGTYPE:
@@ -130,6 +131,8 @@ def write_archive(
             else:
                 raise InvalidInputError(f"archive entry {entry.name!r} has no content")
         return packer.finish()
+    finally:
+        packer.abort()
 
 
 def pack_to_tempfile(
