@@ -43,7 +43,7 @@ from workflows import LocalSandbox
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("workflows", "klavis_emulator", "klavis_sandbox_client")
+PACKAGES = ("klavis_archive", "workflows", "klavis_emulator", "klavis_sandbox_client")
 EMULATOR_MISSING = missing_message(EXTRA_MODULES)
 MCP_MISSING = (
     "talking to MCP servers needs the mcp extra (mcp>=1.12,<3): pip install 'klavis-sandbox[mcp]'"
@@ -170,7 +170,7 @@ WHERE = textwrap.dedent(
     """
     import importlib, importlib.resources, json
     found = {}
-    for name in ("workflows", "klavis_emulator", "klavis_sandbox_client"):
+    for name in ("klavis_archive", "workflows", "klavis_emulator", "klavis_sandbox_client"):
         module = importlib.import_module(name)
         typed = importlib.resources.files(name).joinpath("py.typed").is_file()
         found[name] = [module.__file__, typed]
