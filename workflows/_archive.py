@@ -13,7 +13,10 @@ outside the workspace is left out with a warning instead of failing the whole du
 
 Writing archives is :mod:`workflows._pack`; extracting one to disk (on top of
 :func:`iter_archive_files`) is :mod:`workflows._extract`. What both of them share with reading
-lives here.
+lives here. The library and the emulator share the contract and the archive core
+(:mod:`klavis_archive`): the bounded tar reader, the fixed limits, the link rules and the fast
+headers are its, and its refusals become :class:`~workflows.UnsafeArchiveError` here
+(:func:`_unsafe`), in the library's words.
 """
 
 from __future__ import annotations
