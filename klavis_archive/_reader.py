@@ -22,7 +22,7 @@ from isal import isal_zlib
 from . import _limits
 from ._errors import HeaderChainTooLong, HeaderTooLarge, NegativeSize, SparseMember
 from ._tar_header import FastTarInfo
-from ._tarfile_shim import HookedTarInfo
+from ._tarfile_shim import ForwardTarFile, HookedTarInfo
 
 # What corrupt or truncated data raises from the decompressor or tarfile while reading.
 CORRUPT: tuple[type[BaseException], ...] = (
@@ -38,7 +38,7 @@ _EXTENDED_HEADERS = frozenset(
 ) - {tarfile.GNUTYPE_SPARSE}
 
 
-class BoundedTarFile(tarfile.TarFile):
+class BoundedTarFile(ForwardTarFile):
     """A streaming reader that counts the extended headers it meets (see BoundedTarInfo)."""
 
     chain = 0  # extended headers in a row before the next member

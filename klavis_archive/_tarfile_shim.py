@@ -66,6 +66,22 @@ def sparse_member_name(member: tarfile.TarInfo, args: tuple[Any, ...]) -> str:
     return records.get("GNU.sparse.name") or records.get("path") or member.name
 
 
+class ForwardTarFile(tarfile.TarFile):
+    """A ``TarFile`` reading a stream that seeks forwards only, on every interpreter.
+
+    After an archive with no member (only its end blocks), Python 3.10's ``next`` seeks back
+    one byte before reading on (3.11 returns None there first): on a forward-only stream that
+    raised ``io.UnsupportedOperation``, and the library refused the empty archives it packs.
+    """
+
+    def next(self) -> tarfile.TarInfo | None:
+        first = self.firstmember  # type: ignore[attr-defined]
+        stream = self.fileobj
+        if self.offset == 0 and first is None and stream is not None and stream.tell() != 0:
+            return None  # what 3.11+ return here
+        return super().next()
+
+
 class HookedTarInfo(tarfile.TarInfo):
     """A ``TarInfo`` that shows every header to :meth:`before_member` before tarfile reads what
     it declares, and refuses sparse members of every PAX format (raise :class:`SparseMember`
