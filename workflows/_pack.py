@@ -1,7 +1,7 @@
 """Pack the workspace archives (tar.gz): streaming and reproducible.
 
 :func:`write_archive` and :func:`pack_to_tempfile` turn planned
-:class:`~workflows._seed_plan.SourceFile` entries into a reproducible tar.gz compressed with ISA-L
+:class:`~workflows._seed.SourceFile` entries into a reproducible tar.gz compressed with ISA-L
 (``isal``), reading file contents in 1 MiB chunks so memory stays flat.
 """
 
