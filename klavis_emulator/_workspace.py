@@ -36,14 +36,12 @@ import os
 import secrets
 import stat
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final, Literal, cast
+from typing import Final, Literal
 
-from isal import igzip_threaded
-
-from klavis_archive import MAX_PATH_BYTES, FastTarInfo
+from klavis_archive import MAX_PATH_BYTES, FastTarInfo, TarPacker
 
 __all__ = ["FOLDER_DESCRIPTORS", "WalkEntry", "copy_tree", "make_archive", "remove_tree", "walk"]
 
@@ -60,11 +58,6 @@ _COPY_CHUNK: Final = 1024 * 1024
 # 59.9 MB (+6 %), ISA-L 2 2.8 s for 59.6 MB, ISA-L 0 2.0 s for 71.8 MB. The client library
 # packs at 1 too. With the rest of make_archive, interleaved: 3.62 s before, 0.36 s after.
 _DUMP_COMPRESSLEVEL: Final = 1
-# Blocks of the compression thread and of tarfile's writes (the library's pack uses 256 KiB).
-_DUMP_BLOCK: Final = 256 * 1024
-
-# isal's Python modules are untyped
-_threaded_open: Callable[..., Any] = igzip_threaded.open
 
 Kind = Literal["folder", "file", "link", "end"]
 
@@ -306,23 +299,6 @@ def _copy_data(source: int, target: int) -> None:
 # ---------------------------------------------------------------------- dumps
 
 
-class _Sink:
-    """What tarfile writes a dump to: the compressor, with the ``tell`` tarfile asks for
-    (tarfile's own stream mode re-buffers every write: 0.3 s of 5,000 small files)."""
-
-    def __init__(self, out: IO[bytes]) -> None:
-        self._out = out
-        self._pos = 0
-
-    def write(self, data: bytes) -> int:
-        self._out.write(data)
-        self._pos += len(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self._pos
-
-
 class _Exactly(io.RawIOBase):
     """``size`` bytes of an open file, as tarfile copies them into a member: the file's bytes,
     cut at ``size`` if it grew since its header was made, and zeros after its end if it shrank
@@ -388,39 +364,30 @@ def make_archive(root: Path, destination: Path) -> int:
     name within each folder; regular files, folders and symbolic links are kept (a file's
     further hard links as hard links). Returns the number of members.
 
-    Compression is ISA-L at level 1 on one background thread, so reading the files overlaps
-    with compressing them; each header is built here from the entry's ``fstat`` (``gettarinfo``
-    looked up the owner's name of every file, then we replaced it).
+    Packed by the archive core's :class:`~klavis_archive.TarPacker`, the library's packer:
+    ISA-L at level 1 on one background thread, so reading the files overlaps with compressing
+    them; each header is built here from the entry's ``fstat`` (``gettarinfo`` looked up the
+    owner's name of every file, then we replaced it).
     """
     count = 0
     inodes: dict[tuple[int, int], str] = {}
-    with (
-        open(destination, "wb") as raw,
-        cast(
-            "IO[bytes]",
-            _threaded_open(
-                raw, "wb", compresslevel=_DUMP_COMPRESSLEVEL, threads=1, block_size=_DUMP_BLOCK
-            ),
-        ) as gz,
-        tarfile.TarFile(
-            fileobj=cast("IO[bytes]", _Sink(gz)),
-            mode="w",
-            format=tarfile.PAX_FORMAT,
-            copybufsize=_COPY_CHUNK,
-        ) as tar,
-    ):
-        for entry in walk(root):
-            if entry.kind == "end":
-                continue
-            info = _dump_info(entry, inodes)
-            if info.type == tarfile.REGTYPE:
-                tar.addfile(info, cast("IO[bytes]", _Exactly(entry.fd, info.size)))
-                if entry.stat.st_nlink > 1:
-                    inodes[(entry.stat.st_dev, entry.stat.st_ino)] = entry.arcname
-            else:
-                tar.addfile(info)
-            tar.members.clear()  # type: ignore[attr-defined]  # tarfile keeps every TarInfo
-            count += 1
+    with open(destination, "wb") as raw:
+        packer = TarPacker(raw, compresslevel=_DUMP_COMPRESSLEVEL, threads=1)
+        try:
+            for entry in walk(root):
+                if entry.kind == "end":
+                    continue
+                info = _dump_info(entry, inodes)
+                if info.type == tarfile.REGTYPE:
+                    packer.add(info, _Exactly(entry.fd, info.size))
+                    if entry.stat.st_nlink > 1:
+                        inodes[(entry.stat.st_dev, entry.stat.st_ino)] = entry.arcname
+                else:
+                    packer.add(info)
+                count += 1
+            packer.finish()
+        finally:
+            packer.abort()
     return count
 
 
