@@ -15,9 +15,9 @@ from __future__ import annotations
 import importlib.metadata as _metadata
 
 from ._acquire import AcquireOptions, AttachOptions, ConnectionOptions, ReleaseOptions
-from ._archive import ArchiveLimits
 from ._async_sandbox import AsyncLocalSandbox, PendingSandbox, async_list_sandboxes
 from ._config import API_KEY_ENV, BASE_URL_ENV, DEFAULT_BASE_URL, ApiKey, Settings
+from ._dump._archive import ArchiveLimits
 from ._errors import (
     AcquireAmbiguousError,
     ApiConnectionError,

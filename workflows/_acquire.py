@@ -25,8 +25,8 @@ else:  # pragma: no cover - Python 3.10
     from typing_extensions import Unpack
 
 if TYPE_CHECKING:
-    from ._archive import ArchiveLimits
     from ._config import ApiKey
+    from ._dump._archive import ArchiveLimits
     from ._ownership import Ledger
 
 __all__ = [

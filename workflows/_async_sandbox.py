@@ -24,8 +24,8 @@ from ._acquire import (
     resolve_acquire,
     resolve_connection,
 )
-from ._archive import ArchiveLimits
 from ._drivers import AsyncDriver
+from ._dump._archive import ArchiveLimits
 from ._execution import AsyncExecution
 from ._flows import (
     acquire_attempt,

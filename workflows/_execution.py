@@ -18,8 +18,8 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
-from ._archive import ArchiveLimits, read_snapshot
 from ._drivers import AsyncDriver, SyncDriver
+from ._dump._archive import ArchiveLimits, read_snapshot
 from ._errors import ApiError, ExecutionTimeoutError, InvalidInputError, NotFoundError
 from ._flows import Blocking, Call, Flow, Sleep, download_signed, upload_signed
 from ._models import body_dict

@@ -30,8 +30,10 @@ from typing import IO, Any, Protocol, TypeVar
 from klavis_sandbox_client.types import Response
 
 from . import _ownership
-from ._archive import ArchiveLimits, read_snapshot
 from ._config import Settings
+from ._dump._archive import ArchiveLimits, read_snapshot
+from ._dump._extract import Destination, prepare_destination
+from ._dump._paths import check_destination
 from ._errors import (
     AcquireAmbiguousError,
     ApiConnectionError,
@@ -42,7 +44,6 @@ from ._errors import (
     NotFoundError,
     TransferError,
 )
-from ._extract import Destination, prepare_destination
 from ._models import (
     AcquireRequest,
     SandboxInfo,
@@ -53,7 +54,6 @@ from ._models import (
 )
 from ._ownership import Ledger, LedgerEntry, _reconcile
 from ._pack import pack_to_tempfile
-from ._paths import check_destination
 from ._progress import Progress, progress_bar
 from ._seed import SourceFile
 from ._snapshot import Snapshot
@@ -446,8 +446,9 @@ class ArchiveTarget:
 def dump_to_target(path: object) -> ArchiveTarget:
     """Where ``dump_to(path)`` writes: a ``.tar.gz``/``.tgz`` file kept as is, or a folder.
 
-    Only the path itself is checked here (see :func:`~workflows._paths.check_destination`); the
-    disk is checked by :func:`dump_to_flow`'s first step, before anything is asked of the API.
+    Only the path itself is checked here (see
+    :func:`~workflows._dump._paths.check_destination`); the disk is checked by
+    :func:`dump_to_flow`'s first step, before anything is asked of the API.
 
     >>> dump_to_target("out/ws.tar.gz").keep_archive, dump_to_target("out/ws").keep_archive
     (True, False)

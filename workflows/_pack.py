@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import IO, BinaryIO, cast
 
 from klavis_archive import FastTarInfo, TarPacker
-from workflows._archive import ARCHIVE_MTIME, ProgressCallback
+from workflows._dump._archive import ARCHIVE_MTIME, ProgressCallback
 from workflows._errors import InvalidInputError
 from workflows._seed import SourceFile
 

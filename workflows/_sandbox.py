@@ -19,8 +19,8 @@ from ._acquire import (
     resolve_acquire,
     resolve_connection,
 )
-from ._archive import ArchiveLimits
 from ._drivers import SyncDriver, sync_driver_for
+from ._dump._archive import ArchiveLimits
 from ._execution import Execution
 from ._flows import (
     acquire_attempt,

@@ -9,8 +9,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._archive import ArchiveLimits
 from ._config import Settings
+from ._dump._archive import ArchiveLimits
 from ._errors import InvalidInputError
 from ._execution import check_execution_name, execution_files, start_flow
 from ._flows import (

@@ -13,8 +13,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, NamedTuple
 
+from workflows._dump._paths import link_target_in_tree
 from workflows._errors import InvalidInputError
-from workflows._paths import link_target_in_tree
 from workflows._seed import DEFAULT_MAX_FILE_SIZE, SeedContent, plan_directory, plan_mapping
 
 __all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
@@ -82,7 +82,7 @@ class Snapshot(Mapping[str, bytes]):
 
     Build one from a mapping (``Snapshot({"a.txt": "hi"})``, contents kept in memory; str
     values are encoded as UTF-8, keys are checked and normalised like seed keys) or get one from
-    ``sb.dump()`` / :func:`workflows._archive.read_snapshot`, which keeps the contents in one
+    ``sb.dump()`` / :func:`workflows._dump._archive.read_snapshot`, which keeps the contents in one
     anonymous temporary file and only an index in memory, so a large dump costs little memory;
     reading a file reads it from there.
 

@@ -27,8 +27,8 @@ from klavis_archive import (
 from klavis_archive._tarfile_shim import HOOKS, missing_hooks, sparse_member_name
 from klavis_emulator._archive import extract_archive as emulator_extract
 from tests import crafted
+from workflows._dump._extract import extract_archive as library_extract
 from workflows._errors import UnsafeArchiveError
-from workflows._extract import extract_archive as library_extract
 
 Tree = dict[str, Any]  # relative path -> bytes (a file), ("link", target) or "dir"
 MTIME = 1_700_000_000

@@ -19,17 +19,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests import crafted
-from workflows._archive import (
+from workflows._dump._archive import (
     ARCHIVE_MTIME,
     CHUNK_SIZE,
     ArchiveLimits,
     iter_archive_files,
     read_snapshot,
 )
+from workflows._dump._extract import extract_archive, prepare_destination
+from workflows._dump._paths import normalize_member_name
 from workflows._errors import InvalidInputError, UnsafeArchiveError
-from workflows._extract import extract_archive, prepare_destination
 from workflows._pack import pack_to_tempfile, write_archive
-from workflows._paths import normalize_member_name
 from workflows._seed import SourceFile, plan_directory, plan_mapping
 
 # --- helpers -----------------------------------------------------------------------------------

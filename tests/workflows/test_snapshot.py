@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workflows._archive import read_snapshot
+from workflows._dump._archive import read_snapshot
 from workflows._errors import InvalidInputError, InvalidSeedPathError
 from workflows._pack import pack_to_tempfile
 from workflows._seed import plan_directory, plan_mapping

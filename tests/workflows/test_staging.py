@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from workflows._staging import STAGING_PREFIX, make_staging, remove_stale
+from workflows._dump._staging import STAGING_PREFIX, make_staging, remove_stale
 
 
 @pytest.fixture

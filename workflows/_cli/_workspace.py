@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from klavis_archive import igzip_file
+from workflows._dump._paths import check_destination, shown_path
+from workflows._dump._staging import make_staging
 from workflows._errors import InvalidInputError, LocalWriteError
-from workflows._paths import check_destination, shown_path
 from workflows._sandbox import LocalSandbox
-from workflows._staging import make_staging
 
 from ._output import EXIT_OK, Output, progress_choice
 

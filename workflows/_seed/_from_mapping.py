@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from workflows._errors import InvalidInputError, InvalidSeedPathError
-from workflows._paths import (
+from workflows._dump._paths import (
     PATH_MAX,
     SANDBOX_WORKSPACE,
     link_escapes,
@@ -17,6 +16,7 @@ from workflows._paths import (
     normalize_seed_key,
     shown_path,
 )
+from workflows._errors import InvalidInputError, InvalidSeedPathError
 
 from ._entries import FILE_MODE, LINK_MODE, SourceFile
 
@@ -36,7 +36,7 @@ def _as_bytes(key: str, value: object) -> bytes:
 
 
 def _claim_name(key: str, taken: dict[str, str], clash: str) -> str:
-    """The entry name of ``key`` (:func:`~workflows._paths.normalize_seed_key`), recorded in
+    """The entry name of ``key`` (:func:`~workflows._dump._paths.normalize_seed_key`), recorded in
     ``taken`` (name -> key); a key naming an entry that another key names already raises
     :class:`InvalidSeedPathError` (``clash`` says how, between the two keys and the name)."""
     name = normalize_seed_key(key)
@@ -53,7 +53,7 @@ def plan_mapping(
 ) -> list[SourceFile]:
     """Plan the archive for a ``{path: content}`` mapping, sorted by name.
 
-    Keys are checked and normalised with :func:`~workflows._paths.normalize_seed_key`; values
+    Keys are checked and normalised with :func:`~workflows._dump._paths.normalize_seed_key`; values
     must be ``str`` (encoded as UTF-8) or bytes-like. Raises :class:`InvalidSeedPathError` for a
     bad key, two keys that normalise to the same path, or a key that is also the folder of another
     (``"a"`` and ``"a/b"``), and :class:`InvalidInputError` for a value of another type. Every
@@ -105,7 +105,7 @@ def plan_links(links: Mapping[str, str], taken: dict[str, str]) -> list[SourceFi
     and receives the links'.
 
     Names are checked like seed keys. A target must be a non-empty ``str`` without NUL, at most
-    :data:`~workflows._paths.PATH_MAX` bytes, and stay inside the workspace: relative and
+    :data:`~workflows._dump._paths.PATH_MAX` bytes, and stay inside the workspace: relative and
     resolving inside the tree (following the other links), or absolute inside the sandbox's
     workspace (``/data`` or below, as ``ln -s /data/a.txt link`` makes). Anything else raises
     :class:`InvalidSeedPathError` naming the link. Targets are kept as given.

@@ -54,7 +54,7 @@ from workflows import (
     Snapshot,
     UnsafeArchiveError,
 )
-from workflows._archive import read_snapshot
+from workflows._dump._archive import read_snapshot
 from workflows._errors import TransferError, TransferTimeoutError
 
 MiB = 1024 * 1024

@@ -38,7 +38,7 @@ from workflows import (
     Snapshot,
     UnsafeArchiveError,
 )
-from workflows._extract import extract_archive
+from workflows._dump._extract import extract_archive
 
 # --------------------------------------------------------------------------- harness
 

@@ -1,12 +1,12 @@
 """Extract the workspace archives (tar.gz) to disk, safely.
 
 :func:`extract_archive` and :meth:`Destination.extract` write what
-:func:`~workflows._archive.iter_archive_files` yields, so every check of reading applies, into a
-temporary folder beside the destination, and move it into place only once all of the archive
-passed: a refused archive leaves the disk as it was. :func:`prepare_destination` checks (by
+:func:`~workflows._dump._archive.iter_archive_files` yields, so every check of reading applies,
+into a temporary folder beside the destination, and move it into place only once all of the
+archive passed: a refused archive leaves the disk as it was. :func:`prepare_destination` checks (by
 making it) where ``dump_to`` will write before anything is downloaded. The temporary entries are
-those of :mod:`workflows._staging`: named for this process, and removed by a later dump into the
-same folder once that process is gone.
+those of :mod:`workflows._dump._staging`: named for this process, and removed by a later dump
+into the same folder once that process is gone.
 
 A write that fails for want of room (a full disk or quota, a file size limit, a failing disk:
 :data:`~workflows._errors.NO_ROOM`) raises :class:`~workflows.LocalWriteError`; one the path
@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, BinaryIO
 
-from workflows._archive import (
+from workflows._dump._archive import (
     ARCHIVE_MTIME,
     CHUNK_SIZE,
     ArchiveLimits,
@@ -35,9 +35,9 @@ from workflows._archive import (
     iter_archive_files,
     warn_skipped,
 )
+from workflows._dump._paths import link_target_in_tree, shown_path
+from workflows._dump._staging import Staging, make_staging
 from workflows._errors import InvalidInputError, KlavisError, write_error
-from workflows._paths import link_target_in_tree, shown_path
-from workflows._staging import Staging, make_staging
 
 __all__ = [
     "Destination",
@@ -279,7 +279,7 @@ class Destination:
 
     ``real`` is the destination's own entry (its parent resolved, its name never followed);
     ``staging`` is a temporary folder (extraction) or file (a kept ``.tar.gz``) beside it, locked
-    while in use (:mod:`workflows._staging`); ``made`` lists the parent folders made for it,
+    while in use (:mod:`workflows._dump._staging`); ``made`` lists the parent folders made for it,
     removed again by :meth:`discard` when the dump fails, so a refused dump leaves the disk as
     it was.
     """
@@ -551,15 +551,15 @@ def extract_archive(
 ) -> list[str]:
     """Safely extract the tar.gz ``src`` (a file object or a path) into the folder ``dest``.
 
-    Every check of :func:`~workflows._archive.iter_archive_files` applies. The archive is extracted
-    into a temporary folder next to ``dest`` and moved into place only once all of it passed, so a
-    refused archive leaves ``dest`` exactly as it was (and the parents made for it are removed
-    again), and nothing is ever written outside ``dest``. ``dest`` is created (with its parents) if
-    missing (see :func:`prepare_destination`). When ``dest`` already has content, members replace
-    the files, symlinks (never followed) and folders-versus-file entries of the same name, and
-    everything else is left alone; a member that is a file where ``dest`` has a folder raises
-    :class:`InvalidInputError` before anything is moved. So does a member the destination cannot
-    hold (a path too long under it), naming it.
+    Every check of :func:`~workflows._dump._archive.iter_archive_files` applies. The archive is
+    extracted into a temporary folder next to ``dest`` and moved into place only once all of it
+    passed, so a refused archive leaves ``dest`` exactly as it was (and the parents made for it are
+    removed again), and nothing is ever written outside ``dest``. ``dest`` is created (with its
+    parents) if missing (see :func:`prepare_destination`). When ``dest`` already has content,
+    members replace the files, symlinks (never followed) and folders-versus-file entries of the same
+    name, and everything else is left alone; a member that is a file where ``dest`` has a folder
+    raises :class:`InvalidInputError` before anything is moved. So does a member the destination
+    cannot hold (a path too long under it), naming it.
 
     Files get mode 0o644, or 0o755 when the member's owner exec bit is set (less the umask), and
     the member's mtime; symlinks are created as stored (they were checked to stay inside), or,

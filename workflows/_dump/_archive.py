@@ -8,11 +8,11 @@ symlink, devices and fifos, sparse members, and archives over the :class:`Archiv
 (members, bytes, and the ratio of bytes written to compressed bytes read).
 
 A dump is the sandbox's workspace, mounted there at ``/data``: read with ``workspace_links=True``,
-a link to ``/data/...`` is workspace content (see :mod:`workflows._paths`), and a link leading
+a link to ``/data/...`` is workspace content (see :mod:`workflows._dump._paths`), and a link leading
 outside the workspace is left out with a warning instead of failing the whole dump.
 
 Writing archives is :mod:`workflows._pack`; extracting one to disk (on top of
-:func:`iter_archive_files`) is :mod:`workflows._extract`. What both of them share with reading
+:func:`iter_archive_files`) is :mod:`workflows._dump._extract`. What both of them share with reading
 lives here. The library and the emulator share the contract and the archive core
 (:mod:`klavis_archive`): the bounded tar reader, the fixed limits, the link rules and the fast
 headers are its, and its refusals become :class:`~workflows.UnsafeArchiveError` here
@@ -48,9 +48,9 @@ from klavis_archive import (
     link_target_in_tree,
     open_tar,
 )
-from workflows._archive_limits import ArchiveLimits
+from workflows._dump._limits import ArchiveLimits
+from workflows._dump._paths import normalize_member_name
 from workflows._errors import UnsafeArchiveError
-from workflows._paths import normalize_member_name
 from workflows._snapshot import Snapshot, _SnapshotWriter
 
 __all__ = [
@@ -234,7 +234,7 @@ def iter_archive_files(
 
     ``workspace_links=True`` reads a workspace dump: a link to ``/data`` or below is inside (it
     resolves as the archive's root plus the rest; see
-    :func:`~workflows._paths.link_target_in_tree`). ``on_skipped_link(name, target)``, when
+    :func:`~workflows._dump._paths.link_target_in_tree`). ``on_skipped_link(name, target)``, when
     given, receives every link that leads outside (after the last member, in name order)
     instead of an error, and such links are not yielded.
 

@@ -1,7 +1,7 @@
 """Temporary entries beside a destination, and the removal of those a killed process left.
 
 A dump is written into a temporary folder (or file) beside its destination, on the same file
-system, and moved into place once whole (see :mod:`workflows._extract` and the CLI's
+system, and moved into place once whole (see :mod:`workflows._dump._extract` and the CLI's
 ``dump --force``). An error, Ctrl-C and SIGTERM (which the library turns into ``SystemExit``,
 see :func:`workflows._ownership.unwind_on_sigterm`) remove it on the way out; SIGKILL, the OOM
 killer or a power cut cannot, and one such kill left 144 MB behind. So every entry is named for
@@ -31,7 +31,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 
-from ._ownership import process_running
+from .._ownership import process_running
 
 __all__ = ["STAGING_PREFIX", "Staging", "make_staging", "remove_stale"]
 

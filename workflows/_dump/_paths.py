@@ -200,7 +200,7 @@ def check_destination(path: object, *, what: str = "dump_to") -> Path:
     path, the empty string (it once meant "extract into the current folder, replacing files":
     write ``"."`` to mean that), a NUL character, a part over :data:`NAME_MAX` bytes, or a path
     over :data:`PATH_MAX` bytes once made absolute. Whether the folders on the way exist and are
-    writable is checked by trying (see :func:`workflows._extract.prepare_destination`).
+    writable is checked by trying (see :func:`workflows._dump._extract.prepare_destination`).
 
     >>> check_destination("out/ws.tar.gz")
     PosixPath('out/ws.tar.gz')
