@@ -79,7 +79,18 @@ def operations(spec: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     }
 
 
+GENERATOR_PYTHON = (3, 11)  # openapi-python-client 0.29.1's Requires-Python
+
+
 def run_regenerate(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``scripts/regenerate`` with this interpreter; skip where the generator cannot
+    install (Python 3.10: the dev extra leaves it out there). Where it can, a missing
+    generator is a failure of the setup, not a skip."""
+    if sys.version_info < GENERATOR_PYTHON:
+        pytest.skip(
+            "openapi-python-client 0.29.1 needs Python 3.11 or newer; this is "
+            f"{sys.version.split()[0]} (the generator's checks run on the main venv)"
+        )
     return subprocess.run(
         [sys.executable, str(REGENERATE), *args],
         capture_output=True,
