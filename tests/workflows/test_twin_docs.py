@@ -39,6 +39,7 @@ FUNCTIONS = [
     "round_trip_dump",
     "bulk_acquire",
     "bulk_release",
+    "reap",
 ]
 # what returns an awaitable without being a coroutine function: await it or ``async with`` it
 AWAITABLE = {"acquire", "attach"}

@@ -165,7 +165,17 @@ async def async_reap(
     concurrency: int = 16,
     progress: bool | None = None,
 ) -> list[ReleaseResult]:
-    """The async twin of :func:`reap`."""
+    """Release every sandbox :func:`held_sandboxes` lists (sandboxes already gone count as
+    released), and the sandboxes that acquires which ended ambiguously left behind: each such
+    acquire was recorded before it was sent, and the sandbox that appeared after it with the
+    servers it asked for, unknown to the ledger, is taken for its orphan (at most one each).
+    An acquire ended once it raised, though its process may still run (a notebook kernel);
+    one still waiting for its answer keeps what it may be about to record. With ``dry_run``,
+    release nothing and report what would be released.
+
+    >>> [r.sandbox_id for r in await async_reap(dry_run=True)]  # doctest: +SKIP
+    []
+    """
     plan = _plan(api_key, base_url, ledger, include_live)
     listed: list[SandboxInfo] = []
     if plan.attempts:
