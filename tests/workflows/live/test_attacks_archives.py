@@ -329,10 +329,11 @@ def test_a_trickle_without_a_timeout_is_ended_as_too_slow(
 ) -> None:
     # the form: the timeout given when acquiring, then a plain dump(): no deadline for
     # the whole transfer, but under 64 KiB within a window of the sandbox's timeout ends it
+    # (4 s: the same timeout bounds the API calls, which a busy machine may be slow to answer)
     hostile.storage.trickle(GZIP_HEAD + b"\x00" * 4000, interval=0.25)
-    with hostile.acquire(face, timeout=2) as sandbox:
+    with hostile.acquire(face, timeout=4) as sandbox:
         action = sandbox.dump if how == "dump" else (lambda: sandbox.dump_to(hostile.dest))
-        _raised(action, TransferTimeoutError, "fewer than 65,536 bytes in 2 s")
+        _raised(action, TransferTimeoutError, "fewer than 65,536 bytes in 4 s")
     assert hostile.storage.wait_idle()
     assert hostile.storage.bytes_sent < 4000  # it hung up long before the end
     assert not hostile.dest.exists()
@@ -343,16 +344,18 @@ def test_a_trickle_without_a_timeout_is_ended_as_too_slow(
 def test_a_slow_but_working_download_has_no_deadline_without_timeout(
     face: Face, hostile: World, keep: bool
 ) -> None:
-    # a steady 512 KiB/s for longer than the sandbox's timeout: a 60 s whole-transfer default
-    # once failed every workspace that took over a minute to download, whatever its speed
+    # a steady 256 KiB/s for longer than the sandbox's timeout: a 60 s whole-transfer default
+    # once failed every workspace that took over a minute to download, whatever its speed. The
+    # timeout also bounds each API call (acquire, GET /dump), which a loaded CI machine once
+    # took over 2 s to answer: 5 s leaves them room, and the download takes ~6 s
     payload = os.urandom(1536 * 1024)  # incompressible: the archive is about as big
     archive = tar_gz([file("big.bin", payload)])
-    hostile.storage.paced(archive, piece=128 * 1024, interval=0.25)  # ~2.75 s in all
+    hostile.storage.paced(archive, piece=128 * 1024, interval=0.55)  # ~6 s in all
     dest = hostile.dest.with_name("dest.tar.gz") if keep else hostile.dest
-    with hostile.acquire(face, timeout=2) as sandbox:
+    with hostile.acquire(face, timeout=5) as sandbox:
         assert sandbox.dump_to(dest) == dest
         hostile.storage.reset()
-        hostile.storage.paced(archive, piece=128 * 1024, interval=0.25)
+        hostile.storage.paced(archive, piece=128 * 1024, interval=0.55)
         snapshot = sandbox.dump()
     assert snapshot["big.bin"] == payload
     if keep:
@@ -423,7 +426,7 @@ def test_a_stall_without_a_timeout_ends_at_the_per_read_timeout(face: Face, host
     # no deadline for the whole transfer, but no read waits longer than the sandbox's timeout
     # (an ordinary read timeout, retried like any; one attempt here)
     hostile.storage.stall(GZIP_HEAD, seconds=120)
-    with hostile.acquire(face, timeout=1) as sandbox:
+    with hostile.acquire(face, timeout=3) as sandbox:  # room for the API calls on a busy machine
         _raised(lambda: sandbox.dump_to(hostile.dest), TransferError, "ReadTimeout")
     hostile.storage.end_pauses()
     assert hostile.storage.wait_idle()
