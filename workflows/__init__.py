@@ -48,7 +48,14 @@ from ._execution import AsyncExecution, Execution
 from ._mcp import McpSession, ToolInfo, ToolResult
 from ._models import BENCHMARKS, SERVER_NAMES, SandboxInfo, ServerInfo
 from ._ownership import AcquireAttempt, Ledger, LedgerEntry, default_ledger
-from ._ownership._reap import async_reap, held_sandboxes, reap
+from ._ownership._reap import (
+    ReapOptions,
+    ReapResults,
+    ServiceEntries,
+    async_reap,
+    held_sandboxes,
+    reap,
+)
 from ._pool import AsyncSandboxPool, PoolResults, SandboxPool, TaskResult
 from ._recipes import (
     AcquireResult,
@@ -130,6 +137,9 @@ __all__ = [
     "AcquireAttempt",
     "Ledger",
     "LedgerEntry",
+    "ReapOptions",
+    "ReapResults",
+    "ServiceEntries",
     "async_reap",
     "default_ledger",
     "held_sandboxes",
