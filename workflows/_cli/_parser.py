@@ -53,9 +53,10 @@ def _ttl(text: str) -> int | None:
     return value
 
 
-class _Help(argparse.HelpFormatter):
-    """Help that shows each option's default where it has one worth showing (not None, False
-    or empty), unless its help already says it."""
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Help that keeps the paragraphs of a description and an epilog (filled by
+    :func:`_paragraphs`) and shows each option's default where it has one worth showing (not
+    None, False or empty), unless its help already says it."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -66,8 +67,10 @@ class _Help(argparse.HelpFormatter):
         return text
 
 
-class _TopHelp(argparse.RawDescriptionHelpFormatter, _Help):
-    """The top-level help: its epilog's columns kept as written, defaults shown."""
+def _paragraphs(text: str) -> str:
+    """``text``'s paragraphs (apart by a blank line) filled to 78 columns each."""
+    paragraphs = text.split("\n\n")
+    return "\n\n".join(textwrap.fill(p, 78, break_on_hyphens=False) for p in paragraphs)
 
 
 def _epilog() -> str:
@@ -80,7 +83,13 @@ def _epilog() -> str:
         f"JSON. {CAPABILITY_NOTE}.",
         78,
     )
-    return f"{prose}\n\nexit status:\n{codes}"
+    options = textwrap.fill(
+        "--base-url and -q go before or after the command (klavis-sandbox list --base-url URL); "
+        "given in both places, the later one wins.",
+        78,
+        break_on_hyphens=False,
+    )
+    return f"{prose}\n\n{options}\n\nexit status:\n{codes}"
 
 
 def _command(
@@ -90,6 +99,7 @@ def _command(
     parents: list[argparse.ArgumentParser],
     summary: str,
     description: str | None = None,
+    epilog: str | None = None,
 ) -> argparse.ArgumentParser:
     """Add the command ``name``, which runs ``run``; ``summary`` is its line in ``--help``.
 
@@ -100,7 +110,8 @@ def _command(
         name,
         parents=[*shared, *parents],
         help=summary,
-        description=description or f"{summary[:1].upper()}{summary[1:]}.",
+        description=_paragraphs(description or f"{summary[:1].upper()}{summary[1:]}."),
+        epilog=epilog,
         formatter_class=_Help,
     )
     command.set_defaults(run=run)
@@ -150,10 +161,12 @@ def parser() -> argparse.ArgumentParser:
 
     top = argparse.ArgumentParser(
         prog="klavis-sandbox",
-        description="Acquire, seed, dump and release Klavis local sandboxes. "
-        f"The API key comes from {API_KEY_ENV} or a .env file.",
+        description=_paragraphs(
+            "Acquire, seed, dump and release Klavis local sandboxes. "
+            f"The API key comes from {API_KEY_ENV} or a .env file."
+        ),
         epilog=_epilog(),
-        formatter_class=_TopHelp,
+        formatter_class=_Help,
         parents=[_globals(top=True), _quiet(top=True)],
     )
     top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -291,16 +304,19 @@ def parser() -> argparse.ArgumentParser:
         both,
         "release what the local ledger says is still held",
         "Release what the local ledger says this key still holds at the service (--base-url): "
-        "sandboxes acquired and never released by a process that has ended, and those that "
-        "acquires which ended without an answer left behind. A sandbox the ledger recorded "
-        "for another base URL is released here too if this service lists it (an emulator "
-        "restarted on another port). What is recorded for services reap cannot release at "
-        "is reported apart, per base URL, and kept: another service that answers (reap "
-        "--base-url URL releases it), or one that does not; --forget drops the entries of a "
-        "service proven gone (connection refused, or no such host), never of one that "
-        "answers. Exit status: 0 when nothing failed (entries of other services, kept, do "
-        "not count); 1 when a release failed, or the service it was pointed at did not "
-        "answer and its entries were kept.",
+        "sandboxes acquired by processes that have ended and never released, and those that "
+        "acquires which ended without an answer left behind.\n\n"
+        "The ledger records each sandbox with the base URL it was acquired from. One recorded "
+        "for another URL is released here too when this service lists it (an emulator "
+        "restarted on another port over the same data folder). The rest is reported apart, "
+        "per base URL, and kept: another service that answers (reap --base-url URL releases "
+        "it there), or one that does not. --forget drops the entries of a service proven gone "
+        "(connection refused, no such host), never those of a service that answers. The key "
+        "is sent to this service only; the others are probed without it.",
+        "exit status:\n"
+        "  0    nothing failed (what other services hold, kept, does not count)\n"
+        "  1    a release failed, or this service did not answer and its entries were kept\n"
+        "  and the other statuses of klavis-sandbox --help",
     )
     p.add_argument("--dry-run", action="store_true", help="only print the ids it would release")
     p.add_argument(

@@ -71,10 +71,17 @@ def cmd_release(args: argparse.Namespace, ui: Output) -> int:
         results = bulk_release(None, base_url=args.base_url, progress=False)
         return _report_releases(results, ui, args)
     settings = resolve_settings(None, args.base_url)
-    held = default_ledger().held(base_url=settings.base_url, key=settings.api_key.fingerprint)
-    ours = {entry.sandbox_id for entry in held}
+    book, key = default_ledger(), settings.api_key.fingerprint
+    held = book.held(key=key)
+    ours = {entry.sandbox_id for entry in held if entry.base_url == settings.base_url}
     ids = list(dict.fromkeys(args.ids))
     results = bulk_release(ids, base_url=args.base_url, progress=False)
+    # released here by id: an entry of this key recorded for another base URL (the service
+    # before a restart on another port) is settled too, or reap would keep reporting it
+    done = {r.sandbox_id for r in results if r.ok and not r.already_released}
+    for entry in held:
+        if entry.sandbox_id in done and entry.base_url != settings.base_url:
+            book.record("released", entry.sandbox_id, base_url=entry.base_url, key=key)
     return _report_releases(results, ui, args, ours)
 
 

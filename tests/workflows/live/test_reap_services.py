@@ -209,3 +209,17 @@ def test_a_probe_tells_gone_from_answering_without_the_key(
     monkeypatch.delenv("HTTP_PROXY")
     reach = probe("http://no-such-host.invalid")  # RFC 6761: .invalid never resolves
     assert (reach.answered, reach.reason, reach.gone) == (False, "no such host", True)
+
+
+def test_release_by_id_after_a_restart_settles_the_old_entry(key: str, restartable: Path) -> None:
+    from klavis_emulator import EmulatorConfig, EmulatorServer
+
+    config = EmulatorConfig(data_dir=restartable, mcp_at_acquire=False)
+    with EmulatorServer(config) as first:
+        old = first.base_url
+        sandbox_id = cli("acquire", "git", "-q", "--base-url", old).out.strip()
+    with EmulatorServer(config) as second:
+        new = second.base_url
+        assert cli("release", sandbox_id, "--base-url", new) == (0, "", f"released {sandbox_id}\n")
+    assert _held(default_ledger(), key) == []  # reap has nothing left to report
+    assert cli("reap", "--base-url", new) == (0, "", "nothing to release\n")
