@@ -223,3 +223,18 @@ def test_release_by_id_after_a_restart_settles_the_old_entry(key: str, restartab
         assert cli("release", sandbox_id, "--base-url", new) == (0, "", f"released {sandbox_id}\n")
     assert _held(default_ledger(), key) == []  # reap has nothing left to report
     assert cli("reap", "--base-url", new) == (0, "", "nothing to release\n")
+
+
+def test_reap_takes_its_keywords_once_and_refuses_others(face: Face) -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'forget'"):
+        face.reap(forget=True)
+    assert set(workflows.ReapOptions.__optional_keys__) == {
+        "api_key",
+        "base_url",
+        "ledger",
+        "include_live",
+        "dry_run",
+        "forget_unreachable",
+        "concurrency",
+        "progress",
+    }
