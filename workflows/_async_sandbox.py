@@ -42,7 +42,7 @@ from ._mcp import (
     async_list_tools,
     open_session,
 )
-from ._models import SandboxInfo, check_sandbox_id
+from ._models import SandboxInfo, ServerNames, check_sandbox_id
 from ._ownership import Ledger, disown, own
 from ._sandbox_base import SandboxBase
 from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
@@ -128,7 +128,7 @@ class AsyncLocalSandbox(SandboxBase):
     @classmethod
     def acquire(
         cls,
-        server_names: Sequence[str] | str,
+        server_names: ServerNames,
         *,
         _driver: AsyncDriver | None = None,
         **options: Unpack[AcquireOptions],

@@ -25,8 +25,12 @@ from ._retry_rules import Outcome, PoolClosed, task_flow
 __all__ = ["SandboxPool"]
 
 R = TypeVar("R")
-Task = Callable[[LocalSandbox, Any], R]
-"""What the sync pool runs: ``fn(sandbox, task)``."""
+T = TypeVar("T")
+TaskFn = Callable[[LocalSandbox, T], R]
+"""What the sync pool runs: ``fn(sandbox, task)``, ``task`` one of the tasks (a type checker holds
+the function and the tasks to the same ``T``)."""
+Task = TaskFn[Any, R]
+"""A run's function, once the task type no longer matters."""
 
 
 class SandboxPool(PoolBase):
@@ -127,7 +131,12 @@ class SandboxPool(PoolBase):
 
     # ----------------------------------------------------------------- running tasks
     def map(
-        self, fn: Task[R], tasks: Iterable[Any], *, timeout: float | None = None, retries: int = 0
+        self,
+        fn: TaskFn[T, R],
+        tasks: Iterable[T],
+        *,
+        timeout: float | None = None,
+        retries: int = 0,
     ) -> PoolResults[R]:
         """Run ``fn(sandbox, task)`` for every task, ``size`` at a time; one result per task,
         in the order of ``tasks``. A task's failure is recorded in its result, never raised.
@@ -142,7 +151,12 @@ class SandboxPool(PoolBase):
         return self._summary(done, started, before)
 
     def imap_unordered(
-        self, fn: Task[R], tasks: Iterable[Any], *, timeout: float | None = None, retries: int = 0
+        self,
+        fn: TaskFn[T, R],
+        tasks: Iterable[T],
+        *,
+        timeout: float | None = None,
+        retries: int = 0,
     ) -> Iterator[TaskResult[R]]:
         """Like :meth:`map`, but yield each :class:`TaskResult` as soon as its task ends
         (``result.index`` is the task's position). Closing the iterator early stops the
