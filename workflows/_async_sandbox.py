@@ -189,8 +189,9 @@ class AsyncLocalSandbox(SandboxBase):
     def attach(cls, local_sandbox_id: str, **options: Unpack[AttachOptions]) -> PendingSandbox:
         """Wrap an existing sandbox without owning it; NotFoundError if it is not there.
 
-        Await it, or use it in ``async with`` (which closes the connections but does not
-        release the sandbox)::
+        The way to pick up a sandbox acquired elsewhere (``klavis-sandbox acquire``, another
+        process); call :meth:`release` to end it. Await it, or use it in ``async with`` (which
+        closes the connections but does not release the sandbox)::
 
             async with AsyncLocalSandbox.attach(sandbox_id) as sb:
                 snap = await sb.dump()

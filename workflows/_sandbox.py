@@ -135,7 +135,13 @@ class LocalSandbox(SandboxBase):
     def attach(cls, local_sandbox_id: str, **options: Unpack[AttachOptions]) -> LocalSandbox:
         """Wrap an existing sandbox without owning it: leaving ``with`` does not release it.
 
-        Raises NotFoundError if it does not exist, was released, or belongs to another key.
+        The way to pick up a sandbox acquired elsewhere (``klavis-sandbox acquire``, another
+        process); call :meth:`release` to end it. Raises NotFoundError if it does not exist,
+        was released, or belongs to another key::
+
+            # ID=$(klavis-sandbox acquire filesystem git --ttl 600)
+            with LocalSandbox.attach(os.environ["ID"]) as sb:
+                snap = sb.dump()
         """
         check_keywords("attach", options, AttachOptions)
         check_sandbox_id(local_sandbox_id)

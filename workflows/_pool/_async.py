@@ -59,8 +59,9 @@ class AsyncSandboxPool(PoolBase):
     (:class:`~workflows.AcquireOptions`), checked before anything is sent;
     ``health_check_after``: seconds a sandbox may sit idle before it is checked again. Its
     sandboxes share one connection pool, closed with the pool. A timed-out task's coroutine
-    is cancelled (and its sandbox replaced). How the pool behaves is described in
-    :mod:`workflows._pool`.
+    is cancelled (and its sandbox replaced). Otherwise it behaves as :class:`~workflows.SandboxPool`
+    (lazy bounded acquire, a reset between tasks, health checks, retries, release on exit): see
+    its docstring.
     """
 
     def _start(self) -> None:
