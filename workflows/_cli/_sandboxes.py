@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import cast
 
+from workflows._models import ServerNames
 from workflows._ownership import forget
 from workflows._sandbox import LocalSandbox, list_sandboxes
 
@@ -12,7 +14,8 @@ from ._output import CAPABILITY_NOTE, EXIT_ERROR, EXIT_OK, Output, info_json
 
 
 def cmd_acquire(args: argparse.Namespace, ui: Output) -> int:
-    names: list[str] | str = "ALL" if args.servers == ["ALL"] else list(args.servers)
+    # the names typed on the command line are sent as they are (the service judges them)
+    names = cast("ServerNames", "ALL" if args.servers == ["ALL"] else list(args.servers))
     sb = LocalSandbox.acquire(
         names,
         ttl_seconds=args.ttl,  # None: never (--ttl never)
