@@ -17,8 +17,12 @@ import pytest
 
 from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer
 from klavis_emulator._exec.requirements import RequirementsRefused, check_requirements
+from klavis_emulator._exec.run_log import read_log
 from klavis_emulator._state import tenant_for_token
 from tests.helpers import Executions, require_confinement
+
+#: the last line of a run whose main.py exited 0 (the library reads it: Execution.exit_code)
+EXITED_0 = "[emulator] main.py exited with status 0.\n"
 
 WAIT_FOR_GO = """
 import os, pathlib, sys, time
@@ -88,7 +92,9 @@ def test_status_goes_pending_running_completed(
     assert "still running" in export.json()["detail"]
     _go(emulator, sandbox_id)
     assert executions.wait(sandbox_id, "slow") == "completed"
-    assert executions.logs(sandbox_id, "slow")["logs"].endswith("started\nfinished\n")
+    assert executions.logs(sandbox_id, "slow")["logs"].endswith(
+        "started\nfinished\n" + EXITED_0
+    )  # the last line says how main.py ended (Execution.exit_code reads it)
 
 
 def test_non_zero_exit_fails_with_a_log_line(executions: Executions) -> None:
@@ -334,10 +340,10 @@ def test_log_cursor_sees_every_byte_once_and_splits_only_whole_characters(
     _go(emulator, sandbox_id)
     executions.wait(sandbox_id, "utf8")
     rest = executions.logs(sandbox_id, "utf8", first["cursor"])
-    assert rest["logs"] == "€ wörld ✓\n"
+    assert rest["logs"] == "€ wörld ✓\n" + EXITED_0
     assert rest["cursor"] == log_file.stat().st_size
     assert seen + rest["logs"] == log_file.read_bytes().decode()
-    assert (seen + rest["logs"]).endswith("héllo € wörld ✓\n")
+    assert (seen + rest["logs"]).endswith("héllo € wörld ✓\n" + EXITED_0)
     # At the end: nothing more, the cursor stays; past the end: the same.
     assert executions.logs(sandbox_id, "utf8", rest["cursor"])["logs"] == ""
     past = executions.logs(sandbox_id, "utf8", rest["cursor"] + 100)
@@ -352,11 +358,15 @@ def test_invalid_utf8_output_decodes_with_replacement(executions: Executions) ->
     main = "import sys\nsys.stdout.buffer.write(b'bad \\xff\\xfe bytes, cut \\xe2\\x82')"
     assert executions.run(sandbox_id, "binary", {"main.py": main}) == "completed"
     logs = executions.logs(sandbox_id, "binary")
-    # Finished: even the incomplete tail is returned (nothing more will come).
-    assert logs["logs"].endswith("bad \ufffd\ufffd bytes, cut \ufffd")
+    # The emulator's last line starts a line of its own, after the cut character.
+    assert logs["logs"].endswith("bad \ufffd\ufffd bytes, cut \ufffd\n" + EXITED_0)
     log_file = executions.emulator.state.execution_path(sandbox_id, "binary") / "output.log"
-    assert log_file.read_bytes().endswith(b"bad \xff\xfe bytes, cut \xe2\x82")
+    assert log_file.read_bytes().endswith(b"bad \xff\xfe bytes, cut \xe2\x82\n" + EXITED_0.encode())
     assert logs["cursor"] == log_file.stat().st_size
+    # Once a run is over, even an incomplete tail is returned (nothing more will come).
+    log_file.write_bytes(b"cut \xe2\x82")
+    assert read_log(log_file, 0, final=True) == ("cut \ufffd", 6)
+    assert read_log(log_file, 0, final=False) == ("cut ", 4)
 
 
 def test_bad_execution_input(executions: Executions) -> None:
