@@ -3,12 +3,9 @@ requirements in a per-execution venv, failures, time limits, and bad input."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import io
 import os
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +16,7 @@ from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer
 from klavis_emulator._exec.requirements import RequirementsRefused, check_requirements
 from klavis_emulator._exec.run_log import read_log
 from klavis_emulator._state import tenant_for_token
-from tests.helpers import Executions, require_confinement
+from tests.helpers import Executions, require_confinement, tiny_wheel
 
 #: the last line of a run whose main.py exited 0 (the library reads it: Execution.exit_code)
 EXITED_0 = "[emulator] main.py exited with status 0.\n"
@@ -121,28 +118,6 @@ def test_packages_txt_is_reported_as_not_installed(executions: Executions) -> No
     assert "NOT installed" in logs
 
 
-def _tiny_wheel() -> bytes:
-    """A pure-Python wheel of the package ``tinypkg`` 0.1, built by hand (no network)."""
-    files = {
-        "tinypkg/__init__.py": "VALUE = 42\n",
-        "tinypkg-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 0.1\n",
-        "tinypkg-0.1.dist-info/WHEEL": (
-            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        ),
-    }
-    record = []
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as wheel:
-        for name, text in files.items():
-            wheel.writestr(name, text)
-            digest = hashlib.sha256(text.encode()).digest()
-            encoded = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-            record.append(f"{name},sha256={encoded},{len(text)}")
-        record.append("tinypkg-0.1.dist-info/RECORD,,")
-        wheel.writestr("tinypkg-0.1.dist-info/RECORD", "\n".join(record) + "\n")
-    return buffer.getvalue()
-
-
 def test_requirements_are_installed_into_a_per_execution_venv(
     executions: Executions, emulator: EmulatorServer
 ) -> None:
@@ -150,7 +125,7 @@ def test_requirements_are_installed_into_a_per_execution_venv(
     files: dict[str, bytes | str] = {
         "main.py": "import tinypkg\nprint('value', tinypkg.VALUE)",
         "requirements.txt": "--no-index\n./tinypkg-0.1-py3-none-any.whl\n",
-        "tinypkg-0.1-py3-none-any.whl": _tiny_wheel(),
+        "tinypkg-0.1-py3-none-any.whl": tiny_wheel(),
     }
     assert executions.run(sandbox_id, "reqs", files) == "completed"
     logs = executions.logs(sandbox_id, "reqs")["logs"]
@@ -184,7 +159,7 @@ def test_a_name_is_installed_from_a_wheel_folder_in_the_archive(executions: Exec
             "# vendored\n--no-index --find-links ./wheels\n"
             'tinypkg==0.1 ; python_version >= "3"  # pinned\n'
         ),
-        "wheels/tinypkg-0.1-py3-none-any.whl": _tiny_wheel(),
+        "wheels/tinypkg-0.1-py3-none-any.whl": tiny_wheel(),
     }
     assert executions.run(sandbox_id, "wheeldir", files) == "completed"
     logs = executions.logs(sandbox_id, "wheeldir")["logs"]
