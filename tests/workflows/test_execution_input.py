@@ -17,10 +17,11 @@ from workflows._execution_input import (
     read_requirements_file,
     requirement_lines,
 )
+from workflows._seed import SourceFile
 
 
-def _names(entries: list[object]) -> list[str]:
-    return [e.name for e in entries]  # type: ignore[attr-defined]
+def _names(entries: list[SourceFile]) -> list[str]:
+    return [e.name for e in entries]
 
 
 def test_a_requirements_file_is_read_as_pip_reads_it(tmp_path: Path) -> None:
