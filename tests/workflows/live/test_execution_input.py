@@ -94,7 +94,7 @@ def test_refusals_name_the_right_argument_and_send_nothing(
     (tmp_path / "requirements.txt").write_text("-c constraints.txt\n")
     (tmp_path / "nomain").mkdir()
     with face.acquire(["filesystem"], **conn) as sb:
-        refused: list[tuple[str, dict[str, Any], str]] = [
+        refused: list[tuple[str | Path, dict[str, Any], str]] = [
             (
                 "print(1)",
                 {"files": {"requirements.txt": "httpx\n"}},
