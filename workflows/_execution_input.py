@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ._dump._paths import normalize_seed_key
-from ._errors import InvalidInputError
+from ._errors import InvalidInputError, InvalidSeedPathError
 from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._seed._entries import EXEC_MODE, FILE_MODE
 
@@ -223,6 +223,14 @@ def _from_disk(key: str, name: str, path: Path) -> list[SourceFile]:
     return [SourceFile(name=name, size=st.st_size, mode=mode, path=path)]
 
 
+def _as_files_error(exc: InvalidInputError) -> InvalidInputError:
+    """The seeding planner's refusal, worded for ``files=`` (``files key``, not ``seed key``)."""
+    message = str(exc).replace("seed key", "files key").replace("seed value", "files value")
+    if isinstance(exc, InvalidSeedPathError):
+        return InvalidSeedPathError(message, path=exc.path)
+    return InvalidInputError(message)
+
+
 def _extra_files(files: object) -> list[SourceFile]:
     """The entries of ``files=``, each checked, none named ``main.py`` or
     ``requirements.txt``."""
@@ -236,7 +244,16 @@ def _extra_files(files: object) -> list[SourceFile]:
     in_memory: dict[str, object] = {}
     entries: list[SourceFile] = []
     for key, value in files.items():
-        name = normalize_seed_key(key)
+        if isinstance(key, str) and key.strip("/") in ("", "."):
+            raise InvalidInputError(
+                f"files key {key!r} names the archive's top folder: to send a folder with its "
+                "main.py, use execute_directory(folder); to send one beside main.py, name it "
+                "(files={'lib': Path('lib')})"
+            )
+        try:
+            name = normalize_seed_key(key)
+        except InvalidInputError as exc:  # its message speaks of seeding: say files=
+            raise _as_files_error(exc) from None
         if name == _MAIN:
             raise InvalidInputError(f"files must not contain {key!r}: {_MAIN_HINT}")
         if name == _REQUIREMENTS:
@@ -245,7 +262,10 @@ def _extra_files(files: object) -> list[SourceFile]:
             entries.extend(_from_disk(key, name, Path(value)))
         else:
             in_memory[key] = value
-    entries.extend(plan_mapping(in_memory))  # type: ignore[arg-type]  # it checks the values
+    try:
+        entries.extend(plan_mapping(in_memory))  # type: ignore[arg-type]  # it checks the values
+    except InvalidInputError as exc:  # its messages speak of seeding: say files=
+        raise _as_files_error(exc) from None
     return entries
 
 

@@ -108,6 +108,9 @@ def test_requirements_refusals_name_the_argument(requirements: object, message: 
         ({"x.csv": "x", "./x.csv": Path("x.csv")}, "two files in the execution archive are nam"),
         ({"data": Path("no-such-folder")}, r"files\['data'\] = 'no-such-folder' does not exist"),
         ([Path("x.csv")], r"files must be a mapping .* not a list"),
+        ({".": Path(".")}, r"names the archive's top folder: .*execute_directory\(folder\)"),
+        ({"../up.txt": "x"}, r"^files key '../up.txt'"),
+        ({"n.txt": 3}, r"^files value for 'n.txt' is a int"),
     ],
 )
 def test_files_refusals_name_the_argument(files: object, message: str) -> None:
