@@ -7,7 +7,11 @@ from pathlib import Path
 
 from workflows._errors import InvalidInputError
 from workflows._execution import Execution
-from workflows._execution_input import read_requirements_file
+from workflows._execution_input import (
+    directory_execution_files,
+    execution_files,
+    read_requirements_file,
+)
 from workflows._ownership import forget
 from workflows._sandbox import LocalSandbox, list_sandboxes
 
@@ -134,7 +138,13 @@ def cmd_exec(args: argparse.Namespace, ui: Output) -> int:
             f"{args.script} has a requirements.txt, which is installed: drop -r/--with "
             "(or list them in that file)"
         )
-    # every argument is checked before the first request (attach is one)
+    try:  # every argument is checked before the first request (attach is one)
+        if script.is_dir():
+            directory_execution_files(script, requirements=requirements, files=files)
+        else:
+            execution_files(script, requirements=requirements, files=files)
+    except InvalidInputError as exc:
+        raise UsageError(str(exc)) from None
     sb = LocalSandbox.attach(args.id, base_url=args.base_url, progress=False)
     if script.is_dir():
         run = sb.execute_directory(script, requirements=requirements, files=files, name=args.name)
