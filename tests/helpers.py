@@ -205,6 +205,39 @@ def make_chain(root: Path, depth: int, name: str = "d") -> None:
         os.close(fd)
 
 
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "HOME": "/nonexistent",
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run the git program in ``repo`` (no user or system configuration); its output."""
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], env=_GIT_ENV, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def git_repo(folder: Path, *, object_format: str = "sha1") -> Path:
+    """A repository in ``folder`` with one commit of five files (shared path prefixes, a name of
+    16 bytes, an executable); ``folder`` is made."""
+    folder.mkdir()
+    git(folder, "init", "-q", f"--object-format={object_format}")
+    for rel in ["a.txt", "src/pkg/module_one.py", "src/pkg/module_two.py", "x" * 16, "run.sh"]:
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{rel}\n")
+    (folder / "run.sh").chmod(0o755)
+    git(folder, "add", ".")
+    git(folder, "commit", "-qm", "first")
+    return folder
+
+
 def listed_sandboxes(base_url: str, token: str) -> list[str]:
     """The ids of the sandboxes the emulator lists for ``token``, read with plain httpx."""
     response = httpx.get(

@@ -43,7 +43,7 @@ from ._mcp import (
     async_list_tools,
     open_session,
 )
-from ._models import SandboxInfo, check_sandbox_id
+from ._models import SandboxInfo, ServerNames, check_sandbox_id
 from ._ownership import Ledger, disown, own
 from ._sandbox_base import SandboxBase
 from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
@@ -129,7 +129,7 @@ class AsyncLocalSandbox(SandboxBase):
     @classmethod
     def acquire(
         cls,
-        server_names: Sequence[str] | str,
+        server_names: ServerNames,
         *,
         _driver: AsyncDriver | None = None,
         **options: Unpack[AcquireOptions],
@@ -190,8 +190,9 @@ class AsyncLocalSandbox(SandboxBase):
     def attach(cls, local_sandbox_id: str, **options: Unpack[AttachOptions]) -> PendingSandbox:
         """Wrap an existing sandbox without owning it; NotFoundError if it is not there.
 
-        Await it, or use it in ``async with`` (which closes the connections but does not
-        release the sandbox)::
+        The way to pick up a sandbox acquired elsewhere (``klavis-sandbox acquire``, another
+        process); call :meth:`release` to end it. Await it, or use it in ``async with`` (which
+        closes the connections but does not release the sandbox)::
 
             async with AsyncLocalSandbox.attach(sandbox_id) as sb:
                 snap = await sb.dump()

@@ -39,7 +39,7 @@ from ._mcp import (
     list_tools,
     open_session,
 )
-from ._models import SandboxInfo, check_sandbox_id
+from ._models import SandboxInfo, ServerNames, check_sandbox_id
 from ._ownership import Ledger, disown, own
 from ._sandbox_base import SandboxBase
 from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
@@ -94,9 +94,7 @@ class LocalSandbox(SandboxBase):
 
     # ----------------------------------------------------------------- construction
     @classmethod
-    def acquire(
-        cls, server_names: Sequence[str] | str, **options: Unpack[AcquireOptions]
-    ) -> LocalSandbox:
+    def acquire(cls, server_names: ServerNames, **options: Unpack[AcquireOptions]) -> LocalSandbox:
         """Acquire a sandbox with these MCP servers (a list of names, or ``"ALL"``).
 
         The keywords are :class:`~workflows.AcquireOptions`' (``benchmark``, ``ttl_seconds``,
@@ -138,7 +136,13 @@ class LocalSandbox(SandboxBase):
     def attach(cls, local_sandbox_id: str, **options: Unpack[AttachOptions]) -> LocalSandbox:
         """Wrap an existing sandbox without owning it: leaving ``with`` does not release it.
 
-        Raises NotFoundError if it does not exist, was released, or belongs to another key.
+        The way to pick up a sandbox acquired elsewhere (``klavis-sandbox acquire``, another
+        process); call :meth:`release` to end it. Raises NotFoundError if it does not exist,
+        was released, or belongs to another key::
+
+            # ID=$(klavis-sandbox acquire filesystem git --ttl 600)
+            with LocalSandbox.attach(os.environ["ID"]) as sb:
+                snap = sb.dump()
         """
         check_keywords("attach", options, AttachOptions)
         check_sandbox_id(local_sandbox_id)

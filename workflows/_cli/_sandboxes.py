@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import cast
 
 from workflows._errors import InvalidInputError
 from workflows._execution import Execution
@@ -12,6 +13,7 @@ from workflows._execution_input import (
     execution_files,
     read_requirements_file,
 )
+from workflows._models import ServerNames
 from workflows._ownership import forget
 from workflows._sandbox import LocalSandbox, list_sandboxes
 
@@ -19,7 +21,8 @@ from ._output import CAPABILITY_NOTE, EXIT_ERROR, EXIT_OK, Output, UsageError, i
 
 
 def cmd_acquire(args: argparse.Namespace, ui: Output) -> int:
-    names: list[str] | str = "ALL" if args.servers == ["ALL"] else list(args.servers)
+    # the names typed on the command line are sent as they are (the service judges them)
+    names = cast("ServerNames", "ALL" if args.servers == ["ALL"] else list(args.servers))
     sb = LocalSandbox.acquire(
         names,
         ttl_seconds=None if args.ttl == 0 else args.ttl,
