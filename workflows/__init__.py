@@ -56,7 +56,14 @@ from ._models import (
     ServerNames,
 )
 from ._ownership import AcquireAttempt, Ledger, LedgerEntry, default_ledger
-from ._ownership._reap import async_reap, held_sandboxes, reap
+from ._ownership._reap import (
+    ReapOptions,
+    ReapResults,
+    ServiceEntries,
+    async_reap,
+    held_sandboxes,
+    reap,
+)
 from ._pool import AsyncSandboxPool, PoolResults, SandboxPool, TaskResult
 from ._recipes import (
     AcquireResult,
@@ -141,6 +148,9 @@ __all__ = [
     "AcquireAttempt",
     "Ledger",
     "LedgerEntry",
+    "ReapOptions",
+    "ReapResults",
+    "ServiceEntries",
     "async_reap",
     "default_ledger",
     "held_sandboxes",

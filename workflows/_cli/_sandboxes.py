@@ -25,7 +25,7 @@ def cmd_acquire(args: argparse.Namespace, ui: Output) -> int:
     names = cast("ServerNames", "ALL" if args.servers == ["ALL"] else list(args.servers))
     sb = LocalSandbox.acquire(
         names,
-        ttl_seconds=None if args.ttl == 0 else args.ttl,
+        ttl_seconds=args.ttl,  # None: never (--ttl never)
         benchmark=args.benchmark,
         base_url=args.base_url,
         progress=False,
@@ -42,7 +42,7 @@ def cmd_acquire(args: argparse.Namespace, ui: Output) -> int:
         raise
     # the sandbox outlives this command: hand it over to the ledger and to `release`
     forget(sb.id, sb.settings)
-    ttl = "no TTL" if args.ttl == 0 else f"TTL {args.ttl} s"
+    ttl = "no TTL" if args.ttl is None else f"TTL {args.ttl} s"
     ui.note(
         f"acquired {sb.id} ({', '.join(s.name for s in sb.servers)}; {ttl}); "
         f"release it with: klavis-sandbox release {sb.id}"
