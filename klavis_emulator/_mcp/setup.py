@@ -1,38 +1,32 @@
 """Installing and finding the real MCP servers the emulator hosts (no FastAPI, no fastmcp here).
 
-Generic over :data:`~klavis_emulator._mcp.catalog.CATALOG`, by install kind:
+Generic over :data:`~klavis_emulator._mcp.catalog.CATALOG`, by install kind, everything in the
+per-user tools folder (``$KLAVIS_EMULATOR_TOOLS_DIR``, else
+``platformdirs.user_cache_dir("klavis-emulator")``), nothing in the installed package:
 
-- npm packages (filesystem, localmemory, code-runner, desktop-commander, playwright): pinned by
-  ``mcp_servers/package.json`` + ``package-lock.json`` beside this module, all installed by
-  one ``npm ci`` into ``mcp_servers/node_modules`` (or, when the package folder is not
-  writable, into ``<tools dir>/node``);
-- own virtual environments (terminal, excel, word, powerpoint, arxiv, pdf-tools): one per
-  server under ``<tools dir>/venvs/``, built from the server's fully pinned
-  ``mcp_servers/<name>-requirements.txt``, named after its pins and the interpreter: the
-  emulator's own, or, for a server that needs a newer Python (pdf-tools: 3.12), a
-  ``python3.X`` already on the machine (:func:`find_python`; never downloaded). Where there
-  is none, setup skips that server and ``missing`` names the Python it needs;
+- npm packages (filesystem, localmemory, code-runner, desktop-commander, playwright): one tree
+  each, pinned by ``mcp_servers/npm/<server>/package.json`` + ``package-lock.json``, installed
+  by ``npm ci`` in ``<tools dir>/node/<server>-<version>-<pins digest>/``;
+- own virtual environments (terminal, excel, word, powerpoint, arxiv, pdf-tools,
+  poste_email_toolathlon): ``<tools dir>/venvs/<name>-<version>-py3X-<pins digest>/``, built
+  from ``mcp_servers/<name>-requirements.txt`` with uv (pip without it) by the emulator's
+  interpreter, or a ``python3.X`` on the machine when the server needs a newer one
+  (:func:`find_python`; never downloaded; none: setup skips it and ``missing`` names it). A
+  venv serves every interpreter the emulator runs on;
 - the emulator's own interpreter (git): a dependency of the emulator extra, nothing to do.
 
-The tools dir is ``$KLAVIS_EMULATOR_TOOLS_DIR`` or the per-user cache folder
-(``platformdirs.user_cache_dir("klavis-emulator")``). :func:`setup_mcp_servers` installs
-what is missing (all installable servers, or ``only`` some) and is fast when everything is
-already there.
+:func:`setup_mcp_servers` installs what is missing (all, or ``only`` some), four at a time,
+each under a lock of its own; the host installs a missing server on first need
+(:mod:`.on_demand`). Steps are in :mod:`.installs`.
 
-Measured on a 2-core machine, fresh tools dir and ``node_modules``, warm pip and npm caches:
-``npm ci`` of the three npm servers 4.3 s (5.5 s for the filesystem server alone before),
-the terminal venv 10.8 s, excel 11.9 s (33 pins), word 18.9 s (82 pins): 46.5 s in all, up
-from about 17 s for filesystem + terminal; 0.5 s when everything is installed.
-desktop-commander brings 620 more npm packages (puppeteer, sharp, pdf and office libraries):
-``npm ci`` of the lock then took 57.1 s on the same machine (warm npm cache), +53 s. The venvs are
-built one after another (building them in parallel is not tried yet: on two cores the pip
-installs would compete for the CPU). powerpoint (41 pins), arxiv (47) and pdf-tools (75, with
-pyenv's Python 3.12.1) add 48 s, 62 s and 32 s on that machine while other jobs shared its
-cores: 142 s (172 s on a second fresh tools dir, of which 48 s CPU time in setup's own
-processes), so a fresh setup now takes about three times as long.
-playwright adds three npm packages (``@playwright/mcp``, ``playwright``, ``playwright-core``;
-no browser: the distribution's Chromium is used); ``npm ci`` of that lock took 33.6 s on a
-2-core machine with a warm npm cache.
+Measured on a 2-core machine with three other jobs on it (load average 7 to 9), warm npm and
+uv caches. Before (commit 79a869e: one ``npm ci`` of all five npm servers into the package,
+then one pip venv after another): a fresh full setup 890 s (278 s on the idle machine of issue
+25), 1,202 MB (an 894 MB tools folder and 308 MB of ``node_modules`` in the package). Now: 88 s
+and 749 MB (``scripts/bench --only footprint``); filesystem + git + terminal 19 s; the three
+venvs terminal, excel and word 3.8 s with uv, terminal alone 59 s with pip; 3.6 s when all is
+installed. desktop-commander's tree: 500 packages and 179 MB instead of 685 and 277 MB (its
+md-to-pdf, which brings puppeteer, and sharp are stand-ins: see its package.json).
 """
 
 from __future__ import annotations
