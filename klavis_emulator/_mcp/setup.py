@@ -80,7 +80,7 @@ _DONE_MARKER: Final = DONE_MARKER
 
 def setup_fix(server: str) -> str:
     """The command that installs ``server`` (named in every "not installed" message)."""
-    return f"run `klavis-emulator setup --only {server}` (or `python -m klavis_emulator setup`)"
+    return f"run `klavis-emulator setup --only {server}` (or `python -m klavis_emulator setup ...`)"
 
 
 def default_tools_dir() -> Path:
