@@ -473,6 +473,10 @@ def test_the_readme_cli_walkthrough_runs_as_a_script(
     (tmp_path / "project" / "a.txt").write_text("A")
     (tmp_path / "project" / "noise.log").write_text("left out")
     (tmp_path / "main.py").write_text("print('hi from main.py')\n")
+    (tmp_path / "requirements.txt").write_text("# nothing to install offline\n")
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "main.py").write_text("print('job read', open('data.csv').read())\n")
+    (tmp_path / "data.csv").write_text("a,b\n")
     scripts_dir = Path(sys.executable).parent  # where the install put `klavis-sandbox`
     assert (scripts_dir / "klavis-sandbox").exists()
     done = subprocess.run(
@@ -485,7 +489,8 @@ def test_the_readme_cli_walkthrough_runs_as_a_script(
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "hi from main.py" in done.stdout
+    assert done.stdout.count("hi from main.py") == 2
+    assert "job read a,b" in done.stdout
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.txt"]
     assert json.loads((tmp_path / "sandbox.json").read_text())["servers"][0]["name"] == "git"
     assert list_sandboxes(api_key=conn["api_key"], base_url=conn["base_url"]) == []
