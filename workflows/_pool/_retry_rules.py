@@ -9,9 +9,12 @@ coroutine ones, so the rules below hold alike in both:
 
 * a task runs on a clean sandbox; after it the sandbox is reset, or retired if its reset fails
   or the task ran past its timeout (an abandoned attempt may still be using it);
-* a failed or timed-out attempt is retried on a clean sandbox up to ``retries`` times, unless
-  the pool is stopping; the result keeps the last attempt and counts them;
-* a failure to get a sandbox is that attempt's failure, retried the same way;
+* a failed attempt is classified (:func:`~workflows._pool._failures.failure_kind`): an
+  ``"infrastructure"`` failure (no sandbox could be got, the attempt timed out, or the function
+  let through one of the library's infrastructure errors) is retried on a clean sandbox up to
+  ``retries`` times, unless the pool is stopping; a ``"task"`` failure (the function's own
+  exception) only with ``retry_on="any"``; the result keeps the last attempt, its kind, and
+  counts the attempts;
 * :class:`PoolClosed` (the pool was closed, or the run stopped) ends the flow at once.
 """
 
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from .._flows import Act, Flow
+from ._failures import FailureKind, RetryOn, failure_kind, should_retry
 from ._results import TaskResult, failed
 
 __all__ = ["Hands", "Outcome", "PoolClosed", "task_flow"]
@@ -72,10 +76,15 @@ def task_flow(
     timeout: float | None,
     retries: int,
     stopping: Callable[[], bool],
+    retry_on: RetryOn = "infrastructure",
 ) -> Flow[tuple[TaskResult[Any], S | None]]:
     """Run task ``index`` on ``sandbox`` (or on one it takes); return its result and the
     sandbox the worker keeps (None when it was retired)."""
     attempts = 0
+
+    def last(kind: FailureKind) -> bool:
+        return attempts > retries or stopping() or not should_retry(kind, retry_on)
+
     while True:
         attempts += 1
         if sandbox is None:
@@ -84,8 +93,11 @@ def task_flow(
             except PoolClosed:
                 raise
             except Exception as exc:  # noqa: BLE001 - the attempt fails with it
-                result = failed(index, task, exc, sandbox_id=None, seconds=0.0, attempts=attempts)
-                if attempts > retries or stopping():
+                kind: FailureKind = "infrastructure"  # whatever the error: no task ran
+                result = failed(
+                    index, task, exc, failure=kind, sandbox_id=None, seconds=0.0, attempts=attempts
+                )
+                if last(kind):
                     return result, None
                 continue
         outcome: Outcome = yield Act(hands.attempt, (sandbox,))
@@ -114,10 +126,12 @@ def task_flow(
                 attempts=attempts,
             )
             return result, sandbox
+        kind = "infrastructure" if outcome.timed_out else failure_kind(outcome.error)
         result = failed(
             index,
             task,
             outcome.error,
+            failure=kind,
             sandbox_id=sandbox_id,
             seconds=outcome.seconds,
             attempts=attempts,
@@ -125,5 +139,5 @@ def task_flow(
         )
         if reset_seconds:
             result = dataclasses.replace(result, reset_seconds=reset_seconds)
-        if attempts > retries or stopping():
+        if last(kind):
             return result, sandbox
