@@ -232,3 +232,11 @@ def test_an_infrastructure_failure_is_retried_until_retries_run_out(driver: Sync
 )
 def test_failure_kind_of_what_a_task_function_raises(exc: BaseException, kind: str) -> None:
     assert failure_kind(exc) == kind
+    assert failure_kind(exc, sandbox_id="sb-1") == kind  # none of them is about sandbox sb-1
+
+
+def test_a_404_about_the_tasks_own_sandbox_is_infrastructure() -> None:
+    gone = NotFoundError("Local sandbox sb-1 not found", status_code=404, sandbox_id="sb-1")
+    assert failure_kind(gone, sandbox_id="sb-1") == "infrastructure"  # it vanished under the task
+    assert failure_kind(gone, sandbox_id="sb-2") == "task"  # the function asked about another
+    assert failure_kind(gone) == "task"

@@ -8,8 +8,10 @@ retries only the second kind (``retry_on="infrastructure"``).
 Where the failure happened decides first: a sandbox that could not be acquired, or an attempt
 that ran past its ``timeout``, is infrastructure whatever the error. An exception raised out of
 the task's function is the task's, unless it is one of the library's errors listed in
-:data:`INFRASTRUCTURE` (raised by a sandbox call inside the function and let through), or an
-exception group made only of such errors. Not followed: ``__cause__`` (an error the function
+:data:`INFRASTRUCTURE` (raised by a sandbox call inside the function and let through), a
+:class:`~workflows.NotFoundError` about the very sandbox the task was lent (it disappeared under
+the task: its TTL ran out, or something released it), or an exception group made only of such
+errors. Not followed: ``__cause__`` (an error the function
 wrapped in its own is the function's choice; re-raise the library's error to keep its kind).
 """
 
@@ -21,6 +23,7 @@ from .._errors import (
     AcquireAmbiguousError,
     ApiConnectionError,
     McpError,
+    NotFoundError,
     RateLimitError,
     ServerError,
     TaskTimeoutError,
@@ -47,15 +50,17 @@ INFRASTRUCTURE: tuple[type[BaseException], ...] = (
 """The library's errors that are infrastructure failures when a task's function lets one
 through. An :class:`~workflows.McpError` is one too when its ``connection_lost`` is true (the
 session ended, or its request timed out); one from a tool that reported ``is_error`` or from a
-server's JSON-RPC error answer is the task's. Everything else is the task's, among them
-:class:`~workflows.InvalidInputError` (a bad call of the function's), the 4xx answers
-(:class:`~workflows.NotFoundError`, :class:`~workflows.ConflictError`, ...: the request was
+server's JSON-RPC error answer is the task's. So is a :class:`~workflows.NotFoundError` when the
+task's sandbox is gone (its API or its MCP servers answer 404). Everything else is the task's,
+among them :class:`~workflows.InvalidInputError` (a bad call of the function's), the other 4xx
+answers (:class:`~workflows.ConflictError`, a 404 about something else, ...: the request was
 refused as made), :class:`~workflows.LocalWriteError` (this machine's disk), and any exception of
 the function's own."""
 
 
-def failure_kind(exc: BaseException) -> FailureKind:
-    """Whose fault ``exc``, raised out of a task's function, is (see :data:`INFRASTRUCTURE`).
+def failure_kind(exc: BaseException, *, sandbox_id: str | None = None) -> FailureKind:
+    """Whose fault ``exc``, raised out of a task's function that was lent the sandbox
+    ``sandbox_id``, is (see :data:`INFRASTRUCTURE`).
 
     >>> from workflows import ServerError, McpError
     >>> failure_kind(ValueError("wrong answer")), failure_kind(ServerError("x", status_code=503))
@@ -67,9 +72,11 @@ def failure_kind(exc: BaseException) -> FailureKind:
         return "infrastructure" if exc.connection_lost else "task"
     if isinstance(exc, INFRASTRUCTURE):
         return "infrastructure"
+    if isinstance(exc, NotFoundError) and sandbox_id is not None:
+        return "infrastructure" if exc.sandbox_id == sandbox_id else "task"
     inner = getattr(exc, "exceptions", None)  # an exception group (Python 3.11+, or its backport)
     if isinstance(inner, tuple) and inner and all(isinstance(e, BaseException) for e in inner):
-        kinds = {failure_kind(e) for e in inner}
+        kinds = {failure_kind(e, sandbox_id=sandbox_id) for e in inner}
         return "infrastructure" if kinds == {"infrastructure"} else "task"
     return "task"
 

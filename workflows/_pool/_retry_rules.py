@@ -126,7 +126,11 @@ def task_flow(
                 attempts=attempts,
             )
             return result, sandbox
-        kind = "infrastructure" if outcome.timed_out else failure_kind(outcome.error)
+        kind = (
+            "infrastructure"
+            if outcome.timed_out
+            else failure_kind(outcome.error, sandbox_id=sandbox_id)
+        )
         result = failed(
             index,
             task,

@@ -80,9 +80,11 @@ class SandboxPool(PoolBase):
       :class:`~workflows.ApiTimeoutError`, :class:`~workflows.ServerError`,
       :class:`~workflows.RateLimitError`, :class:`~workflows.TransferError`,
       :class:`~workflows.AcquireAmbiguousError`, an :class:`~workflows.McpError` whose
-      ``connection_lost`` is true). Anything else the function raises is ``"task"``: its result
-      (an :class:`~workflows.InvalidInputError` of a bad call, a 4xx answer, a tool's failure
-      turned into an :class:`~workflows.McpError`, the function's own exceptions).
+      ``connection_lost`` is true, a :class:`~workflows.NotFoundError` about the task's own
+      sandbox: it disappeared under the task). Anything else the function raises is ``"task"``:
+      its result (an :class:`~workflows.InvalidInputError` of a bad call, another 4xx answer, a
+      tool's failure turned into an :class:`~workflows.McpError`, the function's own
+      exceptions).
       ``retries=n`` runs a task that failed on infrastructure up to ``n`` more times, each on a
       clean sandbox; a task's own exception is not retried unless ``retry_on="any"``. The result
       is the last attempt's, with ``attempts``. ``summary()`` counts both kinds;

@@ -1,6 +1,7 @@
 """Whose fault a pool's failed task is, against the emulator, both faces: a task's own exception
 is ``failure="task"`` and is not retried unless ``retry_on="any"``; an acquire that fails, a
-sandbox call that fails on the service's side, a timeout are ``"infrastructure"`` and retried;
+sandbox call that fails on the service's side, a sandbox that vanishes under its task, a
+timeout are ``"infrastructure"`` and retried;
 ``summary()`` counts both; ``to_pandas(failed_value=0)`` makes a mean count the failures.
 
 Service failures are scripted with :mod:`tests.faulty_proxy` (a real HTTP proxy in front of the
@@ -13,12 +14,20 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.faulty_proxy import Decision, faulty_proxy
 from tests.helpers import listed_sandboxes
 from tests.workflows.live.pool_handle import PoolHandle
-from workflows import InvalidInputError, PoolResults, ServerError, TaskResult, TaskTimeoutError
+from workflows import (
+    InvalidInputError,
+    NotFoundError,
+    PoolResults,
+    ServerError,
+    TaskResult,
+    TaskTimeoutError,
+)
 
 
 class Calls:
@@ -130,6 +139,37 @@ def test_a_service_failure_inside_the_task_is_infrastructure_and_retried(
     assert failed.exception.status_code == 503
     assert any(outcome == "before 503" for _, _, outcome in proxy.seen)
     assert listed_sandboxes(emulator_url, token) == []
+
+
+def test_a_sandbox_that_vanishes_under_its_task_is_infrastructure_and_retried(
+    make_pool: Callable[..., PoolHandle], conn: dict[str, str], token: str
+) -> None:
+    """The first attempt's sandbox is released behind the pool's back (as by its TTL or a
+    reaper) before the task calls an MCP tool: its MCP server answers 404 about that very
+    sandbox; the retry runs on a new one."""
+    calls = Calls()
+
+    def run(sb: Any, task: int) -> str:
+        if calls() == 1:
+            httpx.delete(
+                f"{conn['base_url']}/local-sandbox/{sb.id}",
+                headers={"Authorization": f"Bearer {token}"},
+            ).raise_for_status()
+        return str(sb.call_tool("filesystem", "list_allowed_directories").text)
+
+    with make_pool(["filesystem"], size=1, **conn) as pool:
+        first = pool.map(run, [0])
+        calls.count = 0
+        retried = pool.map(run, [0], retries=1)
+    (lost,) = first
+    assert (lost.ok, lost.failure, lost.error_type) == (False, "infrastructure", "NotFoundError")
+    assert isinstance(lost.exception, NotFoundError)
+    assert lost.exception.sandbox_id == lost.sandbox_id
+    (ok,) = retried
+    assert (ok.ok, ok.attempts, ok.failure) == (True, 2, None)
+    assert "/data" in str(ok.value)
+    assert first.sandboxes_replaced == retried.sandboxes_replaced == 1  # its reset failed: 404
+    assert listed_sandboxes(conn["base_url"], token) == []
 
 
 def test_summary_counts_both_kinds_and_failed_value_makes_the_mean_count_failures(
