@@ -175,6 +175,21 @@ def test_a_tasks_own_exception_is_its_result_not_retried_by_default(driver: Sync
     assert (result.ok, result.failure, result.attempts, kept) == (False, "task", 1, a)
 
 
+def test_a_retry_is_logged_with_the_kind_of_failure(
+    driver: SyncDriver, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = Box("a")
+    down = ServerError("bad gateway", status_code=502)
+    hands = Hands(attempt=[Outcome(None, down, False, 0.1), Outcome(1, None, False, 0.1)])
+    flow = task_flow(8, "t", a, hands, timeout=None, retries=3, stopping=lambda: False)
+    with caplog.at_level(logging.INFO, logger="workflows"):
+        result, _ = driver.run(flow)
+    assert (result.ok, result.attempts) == (True, 2)
+    assert "task 8: attempt 1 of 4 failed (infrastructure, ServerError: 502: bad gateway)" in (
+        caplog.text
+    )
+
+
 def test_retry_on_any_retries_a_tasks_own_exception_too(driver: SyncDriver) -> None:
     a = Box("a")
     wrong = ValueError("wrong answer")

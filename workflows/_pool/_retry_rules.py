@@ -32,6 +32,8 @@ from ._results import TaskResult, failed
 
 __all__ = ["Hands", "Outcome", "PoolClosed", "task_flow"]
 
+log = logging.getLogger("workflows")
+
 S = TypeVar("S")
 """The pool's sandbox type (LocalSandbox or AsyncLocalSandbox)."""
 
@@ -82,8 +84,30 @@ def task_flow(
     sandbox the worker keeps (None when it was retired)."""
     attempts = 0
 
-    def last(kind: FailureKind) -> bool:
-        return attempts > retries or stopping() or not should_retry(kind, retry_on)
+    def last(result: TaskResult[Any]) -> bool:
+        """Whether the failed ``result`` stands (else the task is retried: logged)."""
+        kind: FailureKind = result.failure or "task"
+        if attempts > retries or stopping():
+            return True
+        if not should_retry(kind, retry_on):
+            log.debug(
+                "task %d failed (%s: %s), not retried: a task failure (retry_on=%r)",
+                index,
+                result.error_type,
+                result.error,
+                retry_on,
+            )
+            return True
+        log.info(
+            "task %d: attempt %d of %d failed (%s, %s: %s); retrying",
+            index,
+            attempts,
+            retries + 1,
+            kind,
+            result.error_type,
+            result.error,
+        )
+        return False
 
     while True:
         attempts += 1
@@ -93,11 +117,16 @@ def task_flow(
             except PoolClosed:
                 raise
             except Exception as exc:  # noqa: BLE001 - the attempt fails with it
-                kind: FailureKind = "infrastructure"  # whatever the error: no task ran
-                result = failed(
-                    index, task, exc, failure=kind, sandbox_id=None, seconds=0.0, attempts=attempts
+                result = failed(  # infrastructure, whatever the error: no task ran
+                    index,
+                    task,
+                    exc,
+                    failure="infrastructure",
+                    sandbox_id=None,
+                    seconds=0.0,
+                    attempts=attempts,
                 )
-                if last(kind):
+                if last(result):
                     return result, None
                 continue
         outcome: Outcome = yield Act(hands.attempt, (sandbox,))
@@ -126,7 +155,7 @@ def task_flow(
                 attempts=attempts,
             )
             return result, sandbox
-        kind = (
+        kind: FailureKind = (
             "infrastructure"
             if outcome.timed_out
             else failure_kind(outcome.error, sandbox_id=sandbox_id)
@@ -143,5 +172,5 @@ def task_flow(
         )
         if reset_seconds:
             result = dataclasses.replace(result, reset_seconds=reset_seconds)
-        if last(kind):
+        if last(result):
             return result, sandbox
