@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import numbers
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -246,8 +247,9 @@ def check_pool_size(size: int, health_check_after: float) -> None:
 
 
 def check_failed_value(value: object) -> None:
-    """Refuse a ``failed_value`` that is not a plain scalar (a number, bool, str or None)."""
-    if value is not None and not isinstance(value, bool | int | float | str):
+    """Refuse a ``failed_value`` that is not a scalar: a number (numpy's too), bool, str or
+    None."""
+    if value is not None and not isinstance(value, numbers.Number | str):
         raise InvalidInputError(
             f"failed_value must be a number, a bool or a str, got {type(value).__name__}"
         )

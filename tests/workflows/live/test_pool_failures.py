@@ -220,6 +220,7 @@ def test_failed_value_fills_the_value_columns_of_failed_tasks_only() -> None:
     assert "score" not in results.to_rows()[1]  # no failed_value: nothing filled
     plain = PoolResults([TaskResult(0, "a", True, value=7), TaskResult(1, "b", False)])
     assert [row.get("value") for row in plain.to_rows(failed_value=-1)] == [7, -1]
-    for bad in ([0], {"score": 0}, object()):
+    assert plain.to_rows(failed_value=False)[1]["value"] is False
+    for bad in ([0], {"score": 0}, object(), b"0"):
         with pytest.raises(InvalidInputError, match="failed_value"):
             plain.to_rows(failed_value=bad)  # type: ignore[arg-type]
