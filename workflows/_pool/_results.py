@@ -34,9 +34,18 @@ __all__ = [
 
 R = TypeVar("R")
 
-_COLUMNS: tuple[str, ...] = ("task", "sandbox_id", "ok", "failure", "error_type", "error")
-_COLUMNS += ("seconds",)
-_COLUMNS += ("reset_seconds", "attempts", "timed_out")
+_COLUMNS: tuple[str, ...] = (
+    "task",
+    "sandbox_id",
+    "ok",
+    "failure",
+    "error_type",
+    "error",
+    "seconds",
+    "reset_seconds",
+    "attempts",
+    "timed_out",
+)
 
 
 @dataclass(frozen=True)
