@@ -322,7 +322,13 @@ def _tools_command(argv: Sequence[str]) -> int:
         description="Install (setup) or report (check) the MCP servers the emulator hosts.",
     )
     parser.add_argument("command", choices=["setup", "check"])
-    parser.add_argument("--tools-dir", type=Path, default=None, help="where the venvs go")
+    parser.add_argument(
+        "--tools-dir",
+        type=Path,
+        default=None,
+        help="where the npm trees and venvs go (default: $KLAVIS_EMULATOR_TOOLS_DIR, else the "
+        "per-user cache folder)",
+    )
     parser.add_argument(
         "--only",
         type=lambda text: [name.strip() for name in text.split(",") if name.strip()],

@@ -4,8 +4,10 @@ conftest."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import builtins
 import contextlib
+import hashlib
 import inspect
 import io
 import os
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import zipfile
 from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -143,6 +146,28 @@ class Executions:
         download = httpx.get(response.json()["download_url"])
         assert download.status_code == 200, download.text
         return read_tar_gz(download.content)
+
+
+def tiny_wheel() -> bytes:
+    """A pure-Python wheel of the package ``tinypkg`` 0.1, built by hand (no network)."""
+    files = {
+        "tinypkg/__init__.py": "VALUE = 42\n",
+        "tinypkg-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 0.1\n",
+        "tinypkg-0.1.dist-info/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = []
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+            digest = hashlib.sha256(text.encode()).digest()
+            encoded = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+            record.append(f"{name},sha256={encoded},{len(text)}")
+        record.append("tinypkg-0.1.dist-info/RECORD,,")
+        wheel.writestr("tinypkg-0.1.dist-info/RECORD", "\n".join(record) + "\n")
+    return buffer.getvalue()
 
 
 def tree_of_every_header(root: Path) -> Path:

@@ -275,13 +275,42 @@ def parser() -> argparse.ArgumentParser:
         "exec",
         cmd_exec,
         [quiet],
-        "run a Python script in a sandbox, streaming its output",
-        "Run a Python script in a sandbox; its output goes to stdout. Exit status 1 when the "
-        "script fails.",
+        "run a Python script (or a folder's main.py) in a sandbox, streaming its output",
+        "Run a Python script in a sandbox; its output goes to stdout. SCRIPT is a .py file (sent "
+        "as main.py) or a folder holding main.py (all of it is sent, .gitignore and "
+        ".sandboxignore honoured, .git left out; its requirements.txt is installed). "
+        "Exit status 1 when the script fails: the service reports only completed or failed, "
+        "never the script's own exit status; on the emulator, which logs it, the message "
+        "names it.",
     )
     p.add_argument("id", help="the sandbox's id")
-    p.add_argument("script", help="the main.py to run")
-    p.add_argument("-r", "--requirement", action="append", default=[], help="pip requirement")
+    p.add_argument("script", help="the script to run as main.py, or a folder holding main.py")
+    p.add_argument(
+        "-r",
+        "--requirement",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="install from this requirements file first, as pip -r does (nested -r files "
+        "are read relative to it); repeatable",
+    )
+    p.add_argument(
+        "--with",
+        dest="with_requirements",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="install this requirement first, e.g. --with 'httpx==0.28.1'; repeatable",
+    )
+    p.add_argument(
+        "--file",
+        dest="files",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="also send this file or folder, beside main.py under its own name "
+        "(a folder's .gitignore honoured); repeatable",
+    )
     p.add_argument("--name", default=None, help="execution name (default: generated)")
 
     p = _command(
