@@ -64,7 +64,7 @@ from ._ownership._reap import (
     held_sandboxes,
     reap,
 )
-from ._pool import AsyncSandboxPool, PoolResults, SandboxPool, TaskResult
+from ._pool import AsyncSandboxPool, FailureKind, PoolResults, RetryOn, SandboxPool, TaskResult
 from ._recipes import (
     AcquireResult,
     AsyncSandboxBatch,
@@ -141,7 +141,9 @@ __all__ = [
     "seed_from_dict",
     # the pool: many tasks over a few sandboxes
     "AsyncSandboxPool",
+    "FailureKind",
     "PoolResults",
+    "RetryOn",
     "SandboxPool",
     "TaskResult",
     # what this user holds: the ledger and reaping

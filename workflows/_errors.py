@@ -247,6 +247,10 @@ class McpError(KlavisError):
         code: the JSON-RPC error code (None for a tool's own failure, see ``result``).
         tool: the tool called, when there was one.
         result: the failed :class:`~workflows.ToolResult` (from ``ToolResult.raise_for_error``).
+        connection_lost: true when the session, not the server's answer, failed: it ended
+            during the call or before it (closed by the other side, not by the caller), or the
+            SDK's own request timed out (JSON-RPC ``CONNECTION_CLOSED`` / ``REQUEST_TIMEOUT``).
+            A pool counts such a failure as ``"infrastructure"``, any other as ``"task"``.
     """
 
     def __init__(
@@ -256,11 +260,13 @@ class McpError(KlavisError):
         code: int | None = None,
         tool: str | None = None,
         result: ToolResult | None = None,
+        connection_lost: bool = False,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.tool = tool
         self.result = result
+        self.connection_lost = connection_lost
 
 
 class ExecutionTimeoutError(KlavisError, TimeoutError):

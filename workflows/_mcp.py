@@ -159,6 +159,11 @@ def _exceptions_of(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+_CONNECTION_CODES = frozenset({-32000, -32001, 408})
+"""The SDK's JSON-RPC codes for a session that failed rather than answered: connection closed
+(-32000), request timed out (-32001 in ``mcp`` 2.x, 408 in 1.x)."""
+
+
 def _translate(exc: BaseException, url: str, errors: _HttpErrors) -> KlavisError | None:
     """Our error for a failure of the SDK while talking to ``url``, or None to re-raise."""
     timeouts, transport_errors = _compat.http_errors()
@@ -186,7 +191,8 @@ def _translate(exc: BaseException, url: str, errors: _HttpErrors) -> KlavisError
             )
         code = _compat.jsonrpc_error_code(inner)
         if code is not None:
-            return McpError(f"MCP server at {where}: {inner}", code=code)
+            lost = code in _CONNECTION_CODES
+            return McpError(f"MCP server at {where}: {inner}", code=code, connection_lost=lost)
     return None
 
 
@@ -476,12 +482,13 @@ class McpSession:
         with self._lock:
             if not self._live or self._loop is None:
                 state = "was closed" if self._closed or self._thread else "is not open"
-                raise McpError(f"the MCP session {state}; open a new one")
+                lost = not self._closed and self._thread is not None  # it ended on its own
+                raise McpError(f"the MCP session {state}; open a new one", connection_lost=lost)
             future = asyncio.run_coroutine_threadsafe(self._guarded(work), self._loop)
         try:
             return future.result(self._wait)
         except concurrent.futures.CancelledError:
-            raise McpError("the MCP session ended during the call") from None
+            raise McpError("the MCP session ended during the call", connection_lost=True) from None
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise ApiTimeoutError("the MCP call did not finish in time") from None

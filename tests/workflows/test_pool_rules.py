@@ -4,17 +4,39 @@ pools themselves are tested live)."""
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Any
 
 import pytest
 
+from workflows import (
+    ApiConnectionError,
+    ApiTimeoutError,
+    ConflictError,
+    InvalidInputError,
+    LocalWriteError,
+    McpError,
+    NotFoundError,
+    RateLimitError,
+    ServerError,
+    TaskTimeoutError,
+    TransferError,
+    TransferTimeoutError,
+)
 from workflows._config import ApiKey, Settings
 from workflows._drivers import SyncDriver
 from workflows._flows import Act
+from workflows._pool._failures import failure_kind
 from workflows._pool._retry_rules import Outcome, PoolClosed, task_flow
+
+# the built-in of Python 3.11+; on 3.10, the backport pytest depends on there
+Group: Any = (
+    getattr(builtins, "ExceptionGroup", None) or import_module("exceptiongroup").ExceptionGroup
+)
 
 
 @dataclass(frozen=True)
@@ -81,8 +103,9 @@ def test_a_failed_reset_retires_the_sandbox_and_a_retry_takes_a_clean_one(
 ) -> None:
     a, b = Box("a"), Box("b")
     boom = RuntimeError("reset failed")
+    lost = ServerError("service unavailable", status_code=503)  # a sandbox call in the task
     hands = Hands(
-        attempt=[Outcome(None, ValueError("bad"), False, 0.1), Outcome("ok", None, False, 0.2)],
+        attempt=[Outcome(None, lost, False, 0.1), Outcome("ok", None, False, 0.2)],
         reset=[boom, 0.1],
         take=[b],
     )
@@ -116,6 +139,7 @@ def test_a_timed_out_attempt_retires_without_a_reset_and_no_retry_once_stopping(
         ("retire", a, "task 2 ran past its timeout of 5.0 s", logging.INFO),
     ]
     assert (result.ok, result.timed_out, result.attempts, kept) == (False, True, 1, None)
+    assert result.failure == "infrastructure"
 
 
 def test_failing_to_get_a_sandbox_is_the_attempts_failure(driver: SyncDriver) -> None:
@@ -131,6 +155,7 @@ def test_failing_to_get_a_sandbox_is_the_attempts_failure(driver: SyncDriver) ->
         None,
         None,
     )
+    assert result.failure == "infrastructure"  # whatever the acquire raised: no task ran
 
 
 def test_a_closed_pool_ends_the_flow_instead_of_failing_the_attempt(driver: SyncDriver) -> None:
@@ -139,3 +164,94 @@ def test_a_closed_pool_ends_the_flow_instead_of_failing_the_attempt(driver: Sync
     with pytest.raises(PoolClosed):
         driver.run(flow)
     assert hands.steps == [("take",)]
+
+
+def test_a_tasks_own_exception_is_its_result_not_retried_by_default(driver: SyncDriver) -> None:
+    a = Box("a")
+    hands = Hands(attempt=[Outcome(None, ValueError("wrong answer"), False, 0.1)], reset=[0.1])
+    flow = task_flow(5, "t", a, hands, timeout=None, retries=2, stopping=lambda: False)
+    result, kept = driver.run(flow)
+    assert hands.steps == [("attempt", a), ("reset", a)]
+    assert (result.ok, result.failure, result.attempts, kept) == (False, "task", 1, a)
+
+
+def test_a_retry_is_logged_with_the_kind_of_failure(
+    driver: SyncDriver, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = Box("a")
+    down = ServerError("bad gateway", status_code=502)
+    hands = Hands(attempt=[Outcome(None, down, False, 0.1), Outcome(1, None, False, 0.1)])
+    flow = task_flow(8, "t", a, hands, timeout=None, retries=3, stopping=lambda: False)
+    with caplog.at_level(logging.INFO, logger="workflows"):
+        result, _ = driver.run(flow)
+    assert (result.ok, result.attempts) == (True, 2)
+    assert "task 8: attempt 1 of 4 failed (infrastructure, ServerError: 502: bad gateway)" in (
+        caplog.text
+    )
+
+
+def test_retry_on_any_retries_a_tasks_own_exception_too(driver: SyncDriver) -> None:
+    a = Box("a")
+    wrong = ValueError("wrong answer")
+    hands = Hands(
+        attempt=[Outcome(None, wrong, False, 0.1), Outcome(None, wrong, False, 0.1)],
+        reset=[0.1, 0.1],
+    )
+    flow = task_flow(
+        6, "t", a, hands, timeout=None, retries=1, stopping=lambda: False, retry_on="any"
+    )
+    result, _ = driver.run(flow)
+    assert [step[0] for step in hands.steps] == ["attempt", "reset", "attempt", "reset"]
+    assert (result.ok, result.failure, result.attempts) == (False, "task", 2)
+
+
+def test_an_infrastructure_failure_is_retried_until_retries_run_out(driver: SyncDriver) -> None:
+    a = Box("a")
+    down = ApiConnectionError("could not reach the API")
+    hands = Hands(attempt=[Outcome(None, down, False, 0.1)] * 3, reset=[0.1] * 3)
+    flow = task_flow(7, "t", a, hands, timeout=None, retries=2, stopping=lambda: False)
+    result, _ = driver.run(flow)
+    assert (result.ok, result.failure, result.attempts, result.error_type) == (
+        False,
+        "infrastructure",
+        3,
+        "ApiConnectionError",
+    )
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (ValueError("the agent's answer is wrong"), "task"),
+        (AssertionError(), "task"),
+        (InvalidInputError("a bad path the function passed"), "task"),
+        (NotFoundError("no such file", status_code=404), "task"),
+        (ConflictError("not in that state", status_code=409), "task"),
+        (LocalWriteError("disk full", path="out"), "task"),
+        (McpError("tool 'write' failed: denied", tool="write"), "task"),
+        (McpError("MCP server at u: invalid params", code=-32602), "task"),
+        (McpError("the MCP session ended during the call", connection_lost=True), "infrastructure"),
+        (ApiConnectionError("refused"), "infrastructure"),
+        (ApiTimeoutError("no answer"), "infrastructure"),
+        (ServerError("bad gateway", status_code=502), "infrastructure"),
+        (RateLimitError("slow down", status_code=429), "infrastructure"),
+        (TransferError("upload failed", status_code=503), "infrastructure"),
+        (TransferTimeoutError("download too slow", timeout=5.0), "infrastructure"),
+        (TaskTimeoutError("past its timeout"), "infrastructure"),
+        (
+            Group("both", [ServerError("x", status_code=500), ApiTimeoutError("y")]),
+            "infrastructure",
+        ),
+        (Group("mixed", [ServerError("x", status_code=500), ValueError("z")]), "task"),
+    ],
+)
+def test_failure_kind_of_what_a_task_function_raises(exc: BaseException, kind: str) -> None:
+    assert failure_kind(exc) == kind
+    assert failure_kind(exc, sandbox_id="sb-1") == kind  # none of them is about sandbox sb-1
+
+
+def test_a_404_about_the_tasks_own_sandbox_is_infrastructure() -> None:
+    gone = NotFoundError("Local sandbox sb-1 not found", status_code=404, sandbox_id="sb-1")
+    assert failure_kind(gone, sandbox_id="sb-1") == "infrastructure"  # it vanished under the task
+    assert failure_kind(gone, sandbox_id="sb-2") == "task"  # the function asked about another
+    assert failure_kind(gone) == "task"

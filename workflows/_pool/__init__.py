@@ -13,13 +13,15 @@ timeouts, release) is in :class:`SandboxPool`'s docstring, where an editor shows
 Where it is written: the retry and reset rules, once for both pools, in
 :mod:`~workflows._pool._retry_rules` (a flow, run by the library's drivers); the sync pool in
 :mod:`~workflows._pool._sync`, the async one in :mod:`~workflows._pool._async`, what they share
-in :mod:`~workflows._pool._base`; the results in :mod:`~workflows._pool._results`.
+in :mod:`~workflows._pool._base`; the results in :mod:`~workflows._pool._results`; whose fault
+a failure is (task or infrastructure) in :mod:`~workflows._pool._failures`.
 Progress: a ``tqdm.auto`` bar (tasks done, failures, sandboxes live); logging through the
 ``workflows`` logger.
 """
 
 from ._async import AsyncSandboxPool
+from ._failures import FailureKind, RetryOn
 from ._results import PoolResults, TaskResult
 from ._sync import SandboxPool
 
-__all__ = ["AsyncSandboxPool", "PoolResults", "SandboxPool", "TaskResult"]
+__all__ = ["AsyncSandboxPool", "FailureKind", "PoolResults", "RetryOn", "SandboxPool", "TaskResult"]

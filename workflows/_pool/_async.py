@@ -16,6 +16,7 @@ from .._drivers import AsyncDriver
 from .._errors import TaskTimeoutError
 from .._recipes import ReleaseResult, async_bulk_release
 from ._base import HEALTHY_STATUS, Book, Idle, PoolBase, Run, log, report_release
+from ._failures import RetryOn
 from ._results import PoolResults, TaskBar, TaskResult
 from ._retry_rules import Outcome, PoolClosed, task_flow
 
@@ -60,8 +61,9 @@ class AsyncSandboxPool(PoolBase):
     ``health_check_after``: seconds a sandbox may sit idle before it is checked again. Its
     sandboxes share one connection pool, closed with the pool. A timed-out task's coroutine
     is cancelled (and its sandbox replaced). Otherwise it behaves as :class:`~workflows.SandboxPool`
-    (lazy bounded acquire, a reset between tasks, health checks, retries, release on exit): see
-    its docstring.
+    (lazy bounded acquire, a reset between tasks, health checks, failures classified as
+    ``"task"`` or ``"infrastructure"``, retries of infrastructure failures, release on exit):
+    see its docstring.
     """
 
     def _start(self) -> None:
@@ -163,9 +165,12 @@ class AsyncSandboxPool(PoolBase):
         *,
         timeout: float | None = None,
         retries: int = 0,
+        retry_on: RetryOn = "infrastructure",
     ) -> PoolResults[R]:
         """Run ``await fn(sandbox, task)`` for every task, ``size`` at a time; one result per
         task, in the order of ``tasks``. A task's failure is recorded in its result, never raised.
+        ``timeout`` bounds each attempt; ``retries`` runs a failed task again, on a clean
+        sandbox, when its failure is ``"infrastructure"`` (any failure with ``retry_on="any"``).
 
         >>> results = await pool.map(run_task, tasks, timeout=120)  # doctest: +SKIP
         >>> [r.index for r in results.failures]  # doctest: +SKIP
@@ -175,7 +180,7 @@ class AsyncSandboxPool(PoolBase):
         before = self._book.replaced
         done: list[TaskResult[R]] = []
         async with contextlib.aclosing(
-            self.imap_unordered(fn, tasks, timeout=timeout, retries=retries)
+            self.imap_unordered(fn, tasks, timeout=timeout, retries=retries, retry_on=retry_on)
         ) as results:
             async for result in results:
                 done.append(result)
@@ -188,11 +193,12 @@ class AsyncSandboxPool(PoolBase):
         *,
         timeout: float | None = None,
         retries: int = 0,
+        retry_on: RetryOn = "infrastructure",
     ) -> AsyncGenerator[TaskResult[R], None]:
         """Like :meth:`map`, but yield each :class:`TaskResult` as soon as its task ends.
         Leaving the loop early: close the iterator (``contextlib.aclosing``) to cancel the
         workers at once; each cancelled task's sandbox is replaced."""
-        run = self._run(fn, tasks, timeout, retries)
+        run = self._run(fn, tasks, timeout, retries, retry_on)
         self._check_open()
         return self._results(run)
 
@@ -250,6 +256,7 @@ class AsyncSandboxPool(PoolBase):
             hands,
             timeout=run.timeout,
             retries=run.retries,
+            retry_on=run.retry_on,
             stopping=lambda: False,  # a stopping async pool cancels its workers instead
         )
         if self._driver is None:

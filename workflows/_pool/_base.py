@@ -16,6 +16,7 @@ from .._errors import InvalidInputError
 from .._models import ServerNames
 from .._ownership import install_exit_handlers
 from .._recipes import ReleaseResult
+from ._failures import RetryOn
 from ._results import PoolResults, TaskBar, TaskResult, check_pool_size, check_run
 from ._retry_rules import PoolClosed
 
@@ -72,13 +73,14 @@ class Book(Generic[S]):
 class Run(Generic[F]):
     """One run's work: the function, the tasks with their positions (``todo``: those no worker
     took yet; the workers pop them, a deque being safe across threads), how many there are,
-    each attempt's timeout and the retries of a failed task."""
+    each attempt's timeout, the retries of a failed task and the failures they apply to."""
 
     fn: F
     todo: deque[tuple[int, Any]]
     count: int
     timeout: float | None
     retries: int
+    retry_on: RetryOn
 
     def next_task(self) -> tuple[int, Any] | None:
         """The next task no worker took yet, with its position; None when none is left."""
@@ -122,11 +124,13 @@ class PoolBase:
         """The connection settings (the key inside never shows in a repr)."""
         return self._settings
 
-    def _run(self, fn: F, tasks: Iterable[Any], timeout: float | None, retries: int) -> Run[F]:
+    def _run(
+        self, fn: F, tasks: Iterable[Any], timeout: float | None, retries: int, retry_on: RetryOn
+    ) -> Run[F]:
         """A run's arguments, checked (the tasks are read now, once)."""
-        check_run(fn, timeout, retries)
+        check_run(fn, timeout, retries, retry_on)
         todo = deque(enumerate(tasks))
-        return Run(fn, todo, len(todo), timeout, retries)
+        return Run(fn, todo, len(todo), timeout, retries, retry_on)
 
     def _check_open(self) -> None:
         if self._book.closed:

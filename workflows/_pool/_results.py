@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import numbers
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -16,16 +17,35 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .._errors import InvalidInputError, MissingExtraError
 from .._models import ResultList
 from .._progress import progress_enabled
+from ._failures import FailureKind, RetryOn
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["PoolResults", "TaskBar", "TaskResult", "check_pool_size", "check_run", "failed"]
+__all__ = [
+    "PoolResults",
+    "TaskBar",
+    "TaskResult",
+    "check_failed_value",
+    "check_pool_size",
+    "check_run",
+    "failed",
+]
 
 R = TypeVar("R")
 
-_COLUMNS: tuple[str, ...] = ("task", "sandbox_id", "ok", "error_type", "error", "seconds")
-_COLUMNS += ("reset_seconds", "attempts", "timed_out")
+_COLUMNS: tuple[str, ...] = (
+    "task",
+    "sandbox_id",
+    "ok",
+    "failure",
+    "error_type",
+    "error",
+    "seconds",
+    "reset_seconds",
+    "attempts",
+    "timed_out",
+)
 
 
 @dataclass(frozen=True)
@@ -33,8 +53,10 @@ class TaskResult(Generic[R]):
     """The outcome of one task of a pool run.
 
     ``ok`` is true when the task's function returned (its return value is ``value``); otherwise
-    ``error_type`` and ``error`` (the message) say why, and ``exception`` holds the exception
-    itself (``timed_out``: the task ran past the run's ``timeout``). ``seconds`` is the wall
+    ``failure`` says whose fault it was (``"task"``: the function raised; ``"infrastructure"``:
+    the sandbox or the service failed it, see :data:`~workflows.FailureKind`), ``error_type``
+    and ``error`` (the message) say why, and ``exception`` holds the exception itself
+    (``timed_out``: the task ran past the run's ``timeout``). ``seconds`` is the wall
     time of the last attempt, ``reset_seconds`` the time resetting its sandbox took afterwards
     (0 when the sandbox was replaced instead), ``sandbox_id`` the sandbox that ran it (None when
     no sandbox could be acquired), ``attempts`` how many times it ran (``retries`` + 1 at most).
@@ -51,6 +73,7 @@ class TaskResult(Generic[R]):
     reset_seconds: float = 0.0
     attempts: int = 1
     timed_out: bool = False
+    failure: FailureKind | None = None
     exception: BaseException | None = field(default=None, repr=False, compare=False)
 
 
@@ -59,12 +82,13 @@ def failed(
     task: Any,
     exc: BaseException,
     *,
+    failure: FailureKind,
     sandbox_id: str | None,
     seconds: float,
     attempts: int,
     timed_out: bool = False,
 ) -> TaskResult[Any]:
-    """The result of a task that raised ``exc`` (or timed out)."""
+    """The result of a task that raised ``exc`` (or timed out), a ``failure`` of that kind."""
     return TaskResult(
         index,
         task,
@@ -75,6 +99,7 @@ def failed(
         seconds=seconds,
         attempts=attempts,
         timed_out=timed_out,
+        failure=failure,
         exception=exc,
     )
 
@@ -83,8 +108,9 @@ class PoolResults(ResultList[TaskResult[R]]):
     """One :class:`TaskResult` per task, in the order of the tasks (``pool.map``'s result).
 
     >>> results.summary()  # doctest: +SKIP
-    '20 tasks on 4 sandboxes: 19 ok, 1 failed (AssertionError: 1); ...'
-    >>> df = results.to_pandas()  # doctest: +SKIP
+    '20 tasks on 4 sandboxes: 19 ok, 1 failed (task 1: AssertionError 1; infrastructure 0); ...'
+    >>> df = results.to_pandas(failed_value=0)  # doctest: +SKIP
+    >>> df["score"].mean()  # a failed task counts as 0, not skipped  # doctest: +SKIP
     """
 
     def __init__(
@@ -119,11 +145,11 @@ class PoolResults(ResultList[TaskResult[R]]):
         return f"PoolResults({len(self)} tasks, {len(self.failures)} failed)"
 
     def summary(self) -> str:
-        """One line: counts, the errors by type, replacements and times.
+        """One line: counts, the failures by kind then by error type, replacements and times.
 
-        For example ``20 tasks on 4 sandboxes: 18 ok, 2 failed (TaskTimeoutError: 1,
-        ValueError: 1); 1 sandbox replaced; 3.1 s in all, task 0.12 s median (max 1.5 s),
-        reset 0.03 s median``.
+        For example ``20 tasks on 4 sandboxes: 17 ok, 3 failed (task 1: ValueError 1;
+        infrastructure 2: ServerError 1, TaskTimeoutError 1); 1 sandbox replaced; 3.1 s in all,
+        task 0.12 s median (max 1.5 s), reset 0.03 s median``.
         """
         count = len(self._results)
         noun = "task" if count == 1 else "tasks"
@@ -132,8 +158,13 @@ class PoolResults(ResultList[TaskResult[R]]):
         failures = self.failures
         text += f"{count - len(failures)} ok, {len(failures)} failed"
         if failures:
-            kinds = Counter(r.error_type or "?" for r in failures)
-            text += " (" + ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items())) + ")"
+            parts = []
+            for kind in ("task", "infrastructure"):
+                mine = [r for r in failures if (r.failure or "task") == kind]
+                types = Counter(r.error_type or "?" for r in mine)
+                listed = ", ".join(f"{name} {n}" for name, n in sorted(types.items()))
+                parts.append(f"{kind} {len(mine)}" + (f": {listed}" if listed else ""))
+            text += " (" + "; ".join(parts) + ")"
         replaced = self.sandboxes_replaced
         text += f"; {replaced} sandbox{'' if replaced == 1 else 'es'} replaced"
         if count:
@@ -147,14 +178,17 @@ class PoolResults(ResultList[TaskResult[R]]):
                 text += f", reset {statistics.median(resets):.2f} s median"
         return text
 
-    def to_rows(self) -> list[dict[str, Any]]:
-        """One dict per task: the columns of :meth:`to_pandas`."""
+    def to_rows(self, *, failed_value: bool | float | str | None = None) -> list[dict[str, Any]]:
+        """One dict per task: the columns of :meth:`to_pandas` (``failed_value`` as there)."""
+        check_failed_value(failed_value)
         rows = []
+        value_columns: dict[str, None] = {}  # every task's, in order of first appearance
         for r in self._results:
             row: dict[str, Any] = {
                 "task": r.index,
                 "sandbox_id": r.sandbox_id,
                 "ok": r.ok,
+                "failure": r.failure,
                 "error_type": r.error_type,
                 "error": r.error,
                 "seconds": r.seconds,
@@ -165,17 +199,33 @@ class PoolResults(ResultList[TaskResult[R]]):
             if isinstance(r.value, Mapping):
                 for key, value in r.value.items():
                     name = str(key)
-                    row[f"value.{name}" if name in _COLUMNS else name] = value
+                    name = f"value.{name}" if name in _COLUMNS else name
+                    row[name] = value
+                    value_columns[name] = None
             elif r.value is not None:
                 row["value"] = r.value
+                value_columns["value"] = None
             rows.append(row)
+        if failed_value is not None:
+            for row in rows:
+                if not row["ok"]:
+                    row.update(dict.fromkeys(value_columns, failed_value))
         return rows
 
-    def to_pandas(self) -> pd.DataFrame:
+    def to_pandas(self, *, failed_value: bool | float | str | None = None) -> pd.DataFrame:
         """A DataFrame, one row per task, indexed by ``task`` (the task's position):
-        ``sandbox_id, ok, error_type, error, seconds, reset_seconds, attempts, timed_out``, then
-        what the function returned: one column per key when it returned a mapping (a key that
-        clashes with a column above is prefixed ``value.``), else a ``value`` column.
+        ``sandbox_id, ok, failure, error_type, error, seconds, reset_seconds, attempts,
+        timed_out``, then what the function returned: one column per key when it returned a
+        mapping (a key that clashes with a column above is prefixed ``value.``), else a
+        ``value`` column.
+
+        A failed task has no value: its value columns hold NaN, which ``mean()`` and the like
+        skip, so 21 passes out of 24 tasks would average 1.0. ``failed_value`` puts a value of
+        your choice there instead (for example ``0`` for a score, ``False`` for a pass), in
+        every value column any task filled::
+
+            df = results.to_pandas(failed_value=0)
+            df["score"].mean()          # the failed tasks count as 0
 
         Needs pandas (``pip install 'klavis-sandbox[pandas]'``, which brings pandas-stubs too, so
         that ``mypy`` checks what you do with the frame).
@@ -184,7 +234,7 @@ class PoolResults(ResultList[TaskResult[R]]):
             import pandas as pd
         except ImportError as exc:
             raise MissingExtraError("PoolResults.to_pandas()", extra="pandas") from exc
-        frame = pd.DataFrame(self.to_rows())
+        frame = pd.DataFrame(self.to_rows(failed_value=failed_value))
         if frame.empty:
             frame = pd.DataFrame(columns=list(_COLUMNS))
         indexed: pd.DataFrame = frame.set_index("task")  # the stubs leave this overload Any
@@ -205,7 +255,18 @@ def check_pool_size(size: int, health_check_after: float) -> None:
         )
 
 
-def check_run(fn: Callable[..., Any], timeout: float | None, retries: int) -> None:
+def check_failed_value(value: object) -> None:
+    """Refuse a ``failed_value`` that is not a scalar: a number (numpy's too), bool, str or
+    None."""
+    if value is not None and not isinstance(value, numbers.Number | str):
+        raise InvalidInputError(
+            f"failed_value must be a number, a bool or a str, got {type(value).__name__}"
+        )
+
+
+def check_run(
+    fn: Callable[..., Any], timeout: float | None, retries: int, retry_on: RetryOn
+) -> None:
     """Refuse a function that is not callable, a timeout that is not positive, bad retries."""
     if not callable(fn):
         raise InvalidInputError(f"fn must be callable (sandbox, task), got {type(fn).__name__}")
@@ -215,6 +276,8 @@ def check_run(fn: Callable[..., Any], timeout: float | None, retries: int) -> No
         raise InvalidInputError(f"timeout must be a positive number of seconds, got {timeout!r}")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise InvalidInputError(f"retries must be a whole number >= 0, got {retries!r}")
+    if retry_on not in ("infrastructure", "any"):
+        raise InvalidInputError(f"retry_on must be 'infrastructure' or 'any', got {retry_on!r}")
 
 
 class TaskBar:

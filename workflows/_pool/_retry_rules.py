@@ -9,9 +9,12 @@ coroutine ones, so the rules below hold alike in both:
 
 * a task runs on a clean sandbox; after it the sandbox is reset, or retired if its reset fails
   or the task ran past its timeout (an abandoned attempt may still be using it);
-* a failed or timed-out attempt is retried on a clean sandbox up to ``retries`` times, unless
-  the pool is stopping; the result keeps the last attempt and counts them;
-* a failure to get a sandbox is that attempt's failure, retried the same way;
+* a failed attempt is classified (:func:`~workflows._pool._failures.failure_kind`): an
+  ``"infrastructure"`` failure (no sandbox could be got, the attempt timed out, or the function
+  let through one of the library's infrastructure errors) is retried on a clean sandbox up to
+  ``retries`` times, unless the pool is stopping; a ``"task"`` failure (the function's own
+  exception) only with ``retry_on="any"``; the result keeps the last attempt, its kind, and
+  counts the attempts;
 * :class:`PoolClosed` (the pool was closed, or the run stopped) ends the flow at once.
 """
 
@@ -24,9 +27,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from .._flows import Act, Flow
+from ._failures import FailureKind, RetryOn, failure_kind, should_retry
 from ._results import TaskResult, failed
 
 __all__ = ["Hands", "Outcome", "PoolClosed", "task_flow"]
+
+log = logging.getLogger("workflows")
 
 S = TypeVar("S")
 """The pool's sandbox type (LocalSandbox or AsyncLocalSandbox)."""
@@ -72,10 +78,37 @@ def task_flow(
     timeout: float | None,
     retries: int,
     stopping: Callable[[], bool],
+    retry_on: RetryOn = "infrastructure",
 ) -> Flow[tuple[TaskResult[Any], S | None]]:
     """Run task ``index`` on ``sandbox`` (or on one it takes); return its result and the
     sandbox the worker keeps (None when it was retired)."""
     attempts = 0
+
+    def last(result: TaskResult[Any]) -> bool:
+        """Whether the failed ``result`` stands (else the task is retried: logged)."""
+        kind: FailureKind = result.failure or "task"
+        if attempts > retries or stopping():
+            return True
+        if not should_retry(kind, retry_on):
+            log.debug(
+                "task %d failed (%s: %s), not retried: a task failure (retry_on=%r)",
+                index,
+                result.error_type,
+                result.error,
+                retry_on,
+            )
+            return True
+        log.info(
+            "task %d: attempt %d of %d failed (%s, %s: %s); retrying",
+            index,
+            attempts,
+            retries + 1,
+            kind,
+            result.error_type,
+            result.error,
+        )
+        return False
+
     while True:
         attempts += 1
         if sandbox is None:
@@ -84,8 +117,16 @@ def task_flow(
             except PoolClosed:
                 raise
             except Exception as exc:  # noqa: BLE001 - the attempt fails with it
-                result = failed(index, task, exc, sandbox_id=None, seconds=0.0, attempts=attempts)
-                if attempts > retries or stopping():
+                result = failed(  # infrastructure, whatever the error: no task ran
+                    index,
+                    task,
+                    exc,
+                    failure="infrastructure",
+                    sandbox_id=None,
+                    seconds=0.0,
+                    attempts=attempts,
+                )
+                if last(result):
                     return result, None
                 continue
         outcome: Outcome = yield Act(hands.attempt, (sandbox,))
@@ -114,10 +155,16 @@ def task_flow(
                 attempts=attempts,
             )
             return result, sandbox
+        kind: FailureKind = (
+            "infrastructure"
+            if outcome.timed_out
+            else failure_kind(outcome.error, sandbox_id=sandbox_id)
+        )
         result = failed(
             index,
             task,
             outcome.error,
+            failure=kind,
             sandbox_id=sandbox_id,
             seconds=outcome.seconds,
             attempts=attempts,
@@ -125,5 +172,5 @@ def task_flow(
         )
         if reset_seconds:
             result = dataclasses.replace(result, reset_seconds=reset_seconds)
-        if attempts > retries or stopping():
+        if last(result):
             return result, sandbox

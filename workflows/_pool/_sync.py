@@ -19,6 +19,7 @@ from .._errors import TaskTimeoutError
 from .._recipes import ReleaseResult, bulk_release
 from .._sandbox import LocalSandbox
 from ._base import HEALTHY_STATUS, Book, Idle, PoolBase, Run, log, report_release
+from ._failures import RetryOn
 from ._results import PoolResults, TaskBar, TaskResult
 from ._retry_rules import Outcome, PoolClosed, task_flow
 
@@ -70,18 +71,33 @@ class SandboxPool(PoolBase):
       its TTL may have run out) is checked before its next task with one cheap request, a GET of
       its details (``refresh()``): healthy when it answers and its status is ``occupied``.
       Otherwise it is replaced. No MCP call: servers restart on reset anyway.
-    * **Failures stay with their task.** A task that raises is recorded (``ok=False``, the error's
-      type and message) and the batch goes on. ``retries=n`` runs a failed task up to ``n`` more
-      times, each on a clean sandbox; its result is the last attempt's, with ``attempts``. An
-      acquire that fails (after the library's own retries of transient errors) fails the attempt
-      that needed the sandbox, with that error.
+    * **Failures stay with their task, and say whose fault they are.** A task that fails is
+      recorded (``ok=False``, the error's type and message) and the batch goes on. Its
+      ``failure`` is ``"infrastructure"`` when the sandbox or the service failed it: no sandbox
+      could be acquired (after the library's own retries of transient errors), the attempt ran
+      past its timeout, or the function let through one of the library's infrastructure errors
+      from a sandbox call (:class:`~workflows.ApiConnectionError` and
+      :class:`~workflows.ApiTimeoutError`, :class:`~workflows.ServerError`,
+      :class:`~workflows.RateLimitError`, :class:`~workflows.TransferError`,
+      :class:`~workflows.AcquireAmbiguousError`, an :class:`~workflows.McpError` whose
+      ``connection_lost`` is true, a :class:`~workflows.NotFoundError` about the task's own
+      sandbox: it disappeared under the task). Anything else the function raises is ``"task"``:
+      its result (an :class:`~workflows.InvalidInputError` of a bad call, another 4xx answer, a
+      tool's failure turned into an :class:`~workflows.McpError`, the function's own
+      exceptions).
+      ``retries=n`` runs a task that failed on infrastructure up to ``n`` more times, each on a
+      clean sandbox; a task's own exception is not retried unless ``retry_on="any"``. The result
+      is the last attempt's, with ``attempts``. ``summary()`` counts both kinds;
+      ``to_pandas(failed_value=0)`` counts a failed task as 0 (not a skipped NaN) in averages.
     * **Timeouts.** ``timeout=`` bounds each attempt. The async pool cancels the coroutine. The
       sync pool runs each attempt in a thread of its own when a timeout is given, and a Python
       thread cannot be killed: a timed-out attempt is *abandoned*. Its sandbox is released at once
       (so the thread's later calls fail instead of touching a sandbox another task got) and
       replaced; whatever the thread returns later is ignored; the thread runs until the function
       returns (it is a daemon thread: it never keeps the interpreter from exiting). Either way
-      the result says ``timed_out`` with a :class:`~workflows.TaskTimeoutError`.
+      the result says ``timed_out`` with a :class:`~workflows.TaskTimeoutError`, an
+      ``"infrastructure"`` failure (retried: the next attempt may be faster; a task that is
+      slow by nature fails each attempt, so keep ``retries`` small with a ``timeout``).
     * **Release.** Every sandbox is acquired with ``LocalSandbox.acquire`` (or its async twin), so
       it is in the ledger and in the process's registry of owned sandboxes, which releases it at
       interpreter exit and on SIGTERM. Leaving the ``with`` block (or ``close()``) releases them
@@ -170,9 +186,12 @@ class SandboxPool(PoolBase):
         *,
         timeout: float | None = None,
         retries: int = 0,
+        retry_on: RetryOn = "infrastructure",
     ) -> PoolResults[R]:
         """Run ``fn(sandbox, task)`` for every task, ``size`` at a time; one result per task,
         in the order of ``tasks``. A task's failure is recorded in its result, never raised.
+        ``timeout`` bounds each attempt; ``retries`` runs a failed task again, on a clean
+        sandbox, when its failure is ``"infrastructure"`` (any failure with ``retry_on="any"``).
 
         >>> results = pool.map(run_task, tasks, timeout=120)  # doctest: +SKIP
         >>> [r.index for r in results.failures]  # doctest: +SKIP
@@ -180,7 +199,9 @@ class SandboxPool(PoolBase):
         """
         started = time.perf_counter()
         before = self._book.replaced
-        done = list(self.imap_unordered(fn, tasks, timeout=timeout, retries=retries))
+        done = list(
+            self.imap_unordered(fn, tasks, timeout=timeout, retries=retries, retry_on=retry_on)
+        )
         return self._summary(done, started, before)
 
     def imap_unordered(
@@ -190,12 +211,13 @@ class SandboxPool(PoolBase):
         *,
         timeout: float | None = None,
         retries: int = 0,
+        retry_on: RetryOn = "infrastructure",
     ) -> Iterator[TaskResult[R]]:
         """Like :meth:`map`, but yield each :class:`TaskResult` as soon as its task ends
         (``result.index`` is the task's position). Closing the iterator early stops the
         workers after their current task.
         """
-        run = self._run(fn, tasks, timeout, retries)
+        run = self._run(fn, tasks, timeout, retries, retry_on)
         with self._cond:
             self._check_open()
         return self._results(run)
@@ -269,6 +291,7 @@ class SandboxPool(PoolBase):
             hands,
             timeout=run.timeout,
             retries=run.retries,
+            retry_on=run.retry_on,
             stopping=stop.is_set,
         )
         return sync_driver_for(self._settings).run(flow)

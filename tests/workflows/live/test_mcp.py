@@ -73,13 +73,17 @@ def test_a_blocking_session_serves_many_calls(conn: dict[str, str]) -> None:
             assert not wrote.is_error, wrote.text
             assert fs.call_tool("read_text_file", {"path": f"{root}/a.txt"}).text == "by agent"
             assert fs.call_tool("no_such_tool").is_error  # a tool's failure is a result
+            with pytest.raises(McpError) as failed:
+                fs.call_tool("no_such_tool").raise_for_error()
+            assert failed.value.connection_lost is False
             with ThreadPoolExecutor(4) as pool:  # calls from several threads share the session
                 texts = list(pool.map(lambda _: fs.call_tool("list_allowed_directories"), "abcd"))
             assert {t.text for t in texts} == {fs.call_tool("list_allowed_directories").text}
             assert _session_threads()
         assert "closed" in repr(fs)
-        with pytest.raises(McpError, match="closed"):
+        with pytest.raises(McpError, match="closed") as closed:
             fs.call_tool("list_allowed_directories")
+        assert closed.value.connection_lost is False  # the caller closed it: a pool's "task"
         assert sb.dump()["a.txt"] == b"by agent"
     assert not _session_threads()  # closing ends the helper thread
 
@@ -179,3 +183,27 @@ def test_a_seeded_repository_dumped_untouched_diffs_empty(
         sb.call_tool("filesystem", "write_file", {"path": f"{root}/a.txt", "content": "new\n"})
         sb.call_tool("git", "git_add", {"repo_path": root, "files": ["a.txt"]})
         assert local.diff(sb.dump()).modified == (".git/index", "a.txt")
+
+
+def _sdk_error(code: int, message: str) -> BaseException:
+    """The SDK's own JSON-RPC error (its class and constructor differ between 1.x and 2.x)."""
+    if _mcp_compat.is_legacy():
+        error_data: Any = importlib.import_module("mcp.types").ErrorData
+        legacy: Any = importlib.import_module("mcp.shared.exceptions").McpError
+        return legacy(error_data(code=code, message=message))  # type: ignore[no-any-return]
+    sdk: Any = importlib.import_module("mcp").MCPError
+    return sdk(code=code, message=message)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("code", "lost"),
+    [(-32000, True), (-32001, True), (408, True), (-32602, False), (-32603, False)],
+)
+def test_a_jsonrpc_error_says_whether_the_connection_failed(code: int, lost: bool) -> None:
+    """Connection closed and request timed out are the session failing (a pool counts them as
+    infrastructure); an error the server answered is not."""
+    url = "http://127.0.0.1:9/filesystem/mcp/?local_sandbox_id=sb-1"
+    error = _mcp._translate(_sdk_error(code, "from the SDK"), url, _mcp._HttpErrors())
+    assert isinstance(error, McpError)
+    assert (error.code, error.connection_lost) == (code, lost)
+    assert "local_sandbox_id" not in str(error)

@@ -2,14 +2,13 @@
 failures isolated, sandboxes replaced (failed reset, health check, timeout), everything released
 (normal exit, an error or Ctrl-C in the ``with`` body, SIGINT and SIGTERM in a child process).
 
-Task bodies are written once, as sync functions of a sandbox: under the async face the pool's
-coroutine runs them with ``asyncio.to_thread`` on a blocking wrapper of the async sandbox.
+Task bodies are written once, as sync functions of a sandbox (see
+:mod:`tests.workflows.live.pool_handle`; the fixtures are in this folder's conftest).
 Blocked tasks wait on a ``threading.Event`` the test sets at the end, never on a sleep.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -17,9 +16,8 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -27,89 +25,9 @@ import pytest
 
 import workflows
 from tests.faulty_proxy import Decision, faulty_proxy
-from tests.helpers import Blocking, Face, LoopThread, listed_sandboxes
+from tests.helpers import listed_sandboxes
+from tests.workflows.live.pool_handle import PoolHandle
 from workflows import InvalidInputError, PoolResults, TaskResult, TaskTimeoutError
-
-Fn = Callable[[Any, Any], Any]
-
-
-class PoolHandle:
-    """A pool of one face behind sync names: ``map``, ``first_result``, ``with``."""
-
-    def __init__(self, loop: LoopThread | None, pool: Any) -> None:
-        self._loop = loop
-        self.pool = pool
-        self._stream: Any = None
-
-    def _fn(self, fn: Fn) -> Any:
-        if self._loop is None:
-            return fn
-        loop = self._loop
-
-        async def run(sb: workflows.AsyncLocalSandbox, task: Any) -> Any:
-            return await asyncio.to_thread(fn, Blocking(loop, sb), task)
-
-        return run
-
-    def map(self, fn: Fn, tasks: Any, **kwargs: Any) -> PoolResults[Any]:
-        if self._loop is None:
-            results: PoolResults[Any] = self.pool.map(fn, tasks, **kwargs)
-            return results
-        return self._loop.run(self.pool.map(self._fn(fn), tasks, **kwargs))
-
-    def first_result(self, fn: Fn, tasks: Any) -> TaskResult[Any]:
-        """Start ``imap_unordered`` and return its first result, leaving the rest running."""
-        self._stream = self.pool.imap_unordered(self._fn(fn), tasks)
-        if self._loop is None:
-            first: TaskResult[Any] = next(self._stream)
-            return first
-        stream = self._stream
-
-        async def first_on_the_loop() -> TaskResult[Any]:
-            result: TaskResult[Any] = await stream.__anext__()
-            return result
-
-        return self._loop.run(first_on_the_loop())
-
-    def close(self) -> Any:
-        if self._loop is None:
-            return self.pool.close()
-        return self._loop.run(self.pool.close())
-
-    def __enter__(self) -> PoolHandle:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._loop is None:
-            self.pool.__exit__(exc_type, exc, tb)
-        else:
-            self._loop.run(self.pool.__aexit__(exc_type, exc, tb))
-
-
-@pytest.fixture
-def make_pool(face: Face) -> Callable[..., PoolHandle]:
-    loop: LoopThread | None = face._loop
-
-    def make(*args: Any, **kwargs: Any) -> PoolHandle:
-        kwargs.setdefault("progress", False)
-        if loop is None:
-            return PoolHandle(None, workflows.SandboxPool(*args, **kwargs))
-        return PoolHandle(loop, workflows.AsyncSandboxPool(*args, **kwargs))
-
-    return make
-
-
-@pytest.fixture
-def gate() -> Iterator[threading.Event]:
-    """What blocked tasks wait for; set when the test ends, so their threads finish."""
-    event = threading.Event()
-    yield event
-    event.set()
 
 
 def _held(conn: dict[str, str]) -> list[str]:
@@ -144,7 +62,8 @@ def test_results_in_order_failures_isolated_nothing_left(
     assert results.sandboxes_replaced == 0
     summary = results.summary()
     assert summary.startswith(f"12 tasks on {len(results.sandbox_ids)} sandbox")
-    assert "10 ok, 2 failed (ValueError: 2)" in summary
+    assert "10 ok, 2 failed (task 2: ValueError 2; infrastructure 0)" in summary
+    assert {r.failure for r in results} == {None, "task"}
     df = results.to_pandas()
     assert list(df.index) == list(range(12))
     assert list(df["ok"]) == [r.ok for r in results]
@@ -248,6 +167,7 @@ def test_a_timed_out_task_is_abandoned_and_its_sandbox_replaced(
     assert not results[0].ok
     assert results[0].error_type == "TaskTimeoutError"
     assert isinstance(results[0].exception, TaskTimeoutError)
+    assert results[0].failure == "infrastructure"
     assert results[1].ok
     assert results[1].sandbox_id == results[1].value != abandoned
     assert results.sandboxes_replaced == 1
@@ -271,10 +191,11 @@ def test_retries_run_a_failed_task_again_on_a_clean_sandbox(
         return files
 
     with make_pool(["filesystem"], size=2, **conn) as pool:
-        results = pool.map(flaky, range(3), retries=1)
-        once = pool.map(flaky, [9], retries=0)
+        results = pool.map(flaky, range(3), retries=1, retry_on="any")
+        once = pool.map(flaky, [9], retries=0, retry_on="any")
     assert [(r.ok, r.attempts, r.value) for r in results] == [(True, 2, [])] * 3
     assert (once[0].ok, once[0].attempts, once[0].error_type) == (False, 1, "RuntimeError")
+    assert once[0].failure == "task"
 
 
 @pytest.mark.parametrize("error", [ZeroDivisionError, KeyboardInterrupt])
@@ -352,7 +273,13 @@ def test_bad_arguments_are_refused_before_anything_is_sent(
     with pytest.raises(InvalidInputError):
         make_pool(["no-such-server"], **conn)
     with make_pool(["filesystem"], size=1, **conn) as pool:
-        for kwargs in ({"timeout": 0}, {"timeout": "1"}, {"retries": -1}, {"retries": 1.5}):
+        for kwargs in (
+            {"timeout": 0},
+            {"timeout": "1"},
+            {"retries": -1},
+            {"retries": 1.5},
+            {"retry_on": "task"},
+        ):
             with pytest.raises(InvalidInputError):
                 pool.map(lambda sb, task: task, [1], **kwargs)
         with pytest.raises(InvalidInputError):
