@@ -31,6 +31,23 @@ def _seconds(text: str) -> float:
     return value
 
 
+NEVER = ("never", "none")
+"""The words ``--ttl`` takes for the library's ``ttl_seconds=None`` (no automatic release)."""
+
+
+def _ttl(text: str) -> int | None:
+    """argparse type of ``--ttl``: whole seconds (0: never, deprecated), or ``never``/``none``."""
+    if text.strip().lower() in NEVER:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds or 'never': {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 60..86400 seconds or 'never': {text!r}")
+    return value
+
+
 def _epilog() -> str:
     codes = "\n".join(
         textwrap.fill(meaning, 78, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
@@ -99,7 +116,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "servers", nargs="+", help=f"server names, or ALL; one of: {', '.join(SERVER_NAMES)}"
     )
-    p.add_argument("--ttl", type=int, default=7200, help="seconds until auto-release (0 = never)")
+    p.add_argument(
+        "--ttl",
+        type=_ttl,
+        default=7200,
+        metavar="SECONDS|never",
+        help="seconds until the service releases it (60..86400), or 'never' as the library's "
+        "ttl_seconds=None (0 still means never but is deprecated) (default: %(default)s)",
+    )
     p.add_argument("--benchmark", default=None)
 
     _command(

@@ -13,9 +13,13 @@ from ._output import CAPABILITY_NOTE, EXIT_ERROR, EXIT_OK, Output, info_json
 
 def cmd_acquire(args: argparse.Namespace, ui: Output) -> int:
     names: list[str] | str = "ALL" if args.servers == ["ALL"] else list(args.servers)
+    ttl: int | None = args.ttl
+    if ttl == 0:  # the older spelling of never, kept working
+        ui.note("--ttl 0 is deprecated: it means never, which is now spelled --ttl never")
+        ttl = None
     sb = LocalSandbox.acquire(
         names,
-        ttl_seconds=None if args.ttl == 0 else args.ttl,
+        ttl_seconds=ttl,
         benchmark=args.benchmark,
         base_url=args.base_url,
         progress=False,
@@ -32,9 +36,9 @@ def cmd_acquire(args: argparse.Namespace, ui: Output) -> int:
         raise
     # the sandbox outlives this command: hand it over to the ledger and to `release`
     forget(sb.id, sb.settings)
-    ttl = "no TTL" if args.ttl == 0 else f"TTL {args.ttl} s"
+    lifetime = "no TTL: never released by the service" if ttl is None else f"TTL {ttl} s"
     ui.note(
-        f"acquired {sb.id} ({', '.join(s.name for s in sb.servers)}; {ttl}); "
+        f"acquired {sb.id} ({', '.join(s.name for s in sb.servers)}; {lifetime}); "
         f"release it with: klavis-sandbox release {sb.id}"
     )
     return EXIT_OK
