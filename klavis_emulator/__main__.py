@@ -5,7 +5,10 @@
 [--only NAMES] [--force] [-q]`` installs the MCP servers it hosts (all, or the named ones)
 and ``klavis-emulator check`` prints a table of every server of the contract: installed,
 version, confined, or why it is not available; then which of the commands a sandbox's
-processes run by name (``python``, ``node``, ``git``...) they would not find.
+processes run by name (``python``, ``node``, ``git``...) they would not find. The table goes
+to stdout whole, problems included (``check 2>/dev/null`` still shows them); the exit code
+says whether a hosted server is unavailable, with one summary line on stderr. ``--help``
+lists the three commands and every option's default.
 
 Without the emulator extra it prints one line naming it and exits with code 1 (see ``_extra``).
 """
@@ -472,8 +475,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ``klavis-emulator setup [--only NAMES] [--force] [-q]`` installs the MCP servers it
     hosts instead (``npm ci`` for the npm servers, a venv each for terminal, excel and word);
-    ``check [--only NAMES]`` prints a table: server, installed, version, confined (or why
-    it is not available), and the commands a sandbox's processes would not find.
+    ``check [--only NAMES]`` prints a table on stdout: server, installed, version, confined
+    (or why it is not available), and the commands a sandbox's processes would not find
+    (exit code 1 if a hosted server is not available).
     """
     rest = list(sys.argv[1:] if argv is None else argv)
     if rest and rest[0] in ("setup", "check"):
