@@ -4,8 +4,9 @@ Why a process in another environment: the emulator hosts its MCP servers with ``
 ``fastmcp``, while benchmark harnesses pin ``mcp`` 1.x (MCP-Atlas and MCPMark lock 1.12.1).
 ``pip install 'klavis-sandbox[emulator,mcp]' mcp==1.12.1`` is therefore a resolver conflict,
 and no single venv holds both. The harness's venv gets the library only
-(``pip install 'klavis-sandbox[mcp]' mcp==1.12.1`` resolves), and the emulator is installed as
-a tool (``pipx install 'klavis-sandbox[emulator]'`` or ``uv tool install
+(``pip install 'klavis-sandbox[mcp]' mcp==1.12.1 'pydantic<2.12'`` resolves; the pydantic pin
+because 1.12.1 imports a private pydantic name that 2.12 removed), and the emulator is installed
+as a tool (``pipx install 'klavis-sandbox[emulator]'`` or ``uv tool install
 'klavis-sandbox[emulator]'``, then ``klavis-emulator setup``) or lives in any other venv::
 
     from workflows import EmulatorProcess, LocalSandbox
@@ -32,6 +33,9 @@ object being collected or the interpreter exiting all end it: SIGTERM, then SIGK
 not stopped after ``stop_timeout`` seconds.
 
 Rejected: importing the emulator (the library never does: its dependencies are the conflict),
+a private venv that the library would make and install the emulator into (pipx and uv tool
+already do that, with upgrades and uninstall the user controls, and without the library
+reaching an index at run time),
 a fixed port (collisions between runs), a port file or polling ``/_emulator/health`` (the
 printed URL is the readiness signal the command already gives), and a new session for the
 child (a Ctrl-C would then reach only the parent: the child would outlive a parent that hangs).
