@@ -108,11 +108,14 @@ def test_access_log_hides_signatures(tmp_path: Path) -> None:
     with running(args) as (url, process):
         headers = {"Authorization": "Bearer log-test"}
         sandbox = httpx.post(
-            f"{url}/local-sandbox", json={"server_names": ["git"]}, headers=headers
+            f"{url}/local-sandbox", json={"server_names": ["git"]}, headers=headers, timeout=60
         )
         sandbox_id = sandbox.json()["local_sandbox_id"]
-        dump = httpx.get(f"{url}/local-sandbox/{sandbox_id}/dump", headers=headers).json()
-        assert httpx.get(dump["download_url"]).status_code == 200
+        # httpx's 5 s default timed out on a loaded machine (the suite's full run)
+        dump = httpx.get(
+            f"{url}/local-sandbox/{sandbox_id}/dump", headers=headers, timeout=60
+        ).json()
+        assert httpx.get(dump["download_url"], timeout=60).status_code == 200
         signature = dump["download_url"].split("signature=")[1]
     assert process.stdout is not None
     assert process.stderr is not None
