@@ -21,11 +21,11 @@ from __future__ import annotations
 import time
 
 from benchmarks._common import BenchContext, EmulatorProcess, Figure, median, new_token
-from workflows import LocalSandbox
+from workflows import LocalSandbox, ServerName
 
 __all__ = ["run"]
 
-SERVERS = ("filesystem", "git", "terminal")
+SERVERS: tuple[ServerName, ...] = ("filesystem", "git", "terminal")
 REPEATS = 3
 PAUSE_S = 2.0  # between acquire and the agent's first call, as the scenario has it
 CALLS = 20

@@ -32,7 +32,7 @@ from benchmarks._common import (
     median,
     new_token,
 )
-from workflows import LocalSandbox, SandboxPool
+from workflows import LocalSandbox, SandboxPool, ServerName
 
 __all__ = ["ACQUIRE_DELAY", "SIZE", "TASKS", "WORK_S", "run"]
 
@@ -40,7 +40,7 @@ TASKS = 200
 SIZE = 8
 ACQUIRE_DELAY = 2.0
 WORK_S = 0.25
-SERVERS = ["filesystem"]
+SERVERS: list[ServerName] = ["filesystem"]
 
 
 def tiny(sb: LocalSandbox, task: int) -> int:

@@ -4,8 +4,10 @@ conftest."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import builtins
 import contextlib
+import hashlib
 import inspect
 import io
 import os
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import zipfile
 from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -146,6 +149,28 @@ class Executions:
         return read_tar_gz(download.content)
 
 
+def tiny_wheel() -> bytes:
+    """A pure-Python wheel of the package ``tinypkg`` 0.1, built by hand (no network)."""
+    files = {
+        "tinypkg/__init__.py": "VALUE = 42\n",
+        "tinypkg-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 0.1\n",
+        "tinypkg-0.1.dist-info/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = []
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+            digest = hashlib.sha256(text.encode()).digest()
+            encoded = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+            record.append(f"{name},sha256={encoded},{len(text)}")
+        record.append("tinypkg-0.1.dist-info/RECORD,,")
+        wheel.writestr("tinypkg-0.1.dist-info/RECORD", "\n".join(record) + "\n")
+    return buffer.getvalue()
+
+
 def tree_of_every_header(root: Path) -> Path:
     """A folder under ``root`` whose archive needs every kind of tar header: plain files in
     folders, an empty folder, an executable, a symbolic link, a hard link, a non-ASCII name and
@@ -179,6 +204,39 @@ def make_chain(root: Path, depth: int, name: str = "d") -> None:
             fd = inner
     finally:
         os.close(fd)
+
+
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "HOME": "/nonexistent",
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run the git program in ``repo`` (no user or system configuration); its output."""
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], env=_GIT_ENV, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def git_repo(folder: Path, *, object_format: str = "sha1") -> Path:
+    """A repository in ``folder`` with one commit of five files (shared path prefixes, a name of
+    16 bytes, an executable); ``folder`` is made."""
+    folder.mkdir()
+    git(folder, "init", "-q", f"--object-format={object_format}")
+    for rel in ["a.txt", "src/pkg/module_one.py", "src/pkg/module_two.py", "x" * 16, "run.sh"]:
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{rel}\n")
+    (folder / "run.sh").chmod(0o755)
+    git(folder, "add", ".")
+    git(folder, "commit", "-qm", "first")
+    return folder
 
 
 def listed_sandboxes(base_url: str, token: str) -> list[str]:

@@ -48,9 +48,24 @@ from ._errors import (
 )
 from ._execution import AsyncExecution, Execution
 from ._mcp import McpSession, ToolInfo, ToolResult
-from ._models import BENCHMARKS, SERVER_NAMES, SandboxInfo, ServerInfo
+from ._models import (
+    BENCHMARKS,
+    SERVER_NAMES,
+    Benchmark,
+    SandboxInfo,
+    ServerInfo,
+    ServerName,
+    ServerNames,
+)
 from ._ownership import AcquireAttempt, Ledger, LedgerEntry, default_ledger
-from ._ownership._reap import async_reap, held_sandboxes, reap
+from ._ownership._reap import (
+    ReapOptions,
+    ReapResults,
+    ServiceEntries,
+    async_reap,
+    held_sandboxes,
+    reap,
+)
 from ._pool import AsyncSandboxPool, PoolResults, SandboxPool, TaskResult
 from ._recipes import (
     AcquireResult,
@@ -104,9 +119,12 @@ __all__ = [
     "DATA_SERVERS",
     "SERVER_NAMES",
     "AsyncExecution",
+    "Benchmark",
     "Execution",
     "McpSession",
     "ServerData",
+    "ServerName",
+    "ServerNames",
     "ToolInfo",
     "ToolResult",
     # recipes: many sandboxes at once
@@ -134,6 +152,9 @@ __all__ = [
     "AcquireAttempt",
     "Ledger",
     "LedgerEntry",
+    "ReapOptions",
+    "ReapResults",
+    "ServiceEntries",
     "async_reap",
     "default_ledger",
     "held_sandboxes",

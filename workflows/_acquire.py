@@ -11,12 +11,12 @@ editors see every keyword and its type (PEP 692); :func:`resolve_acquire` and
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from ._config import Settings, resolve_settings
-from ._models import AcquireRequest, check_acquire
+from ._models import AcquireRequest, Benchmark, ServerNames, check_acquire
 from ._ownership import ledger_of
 
 if sys.version_info >= (3, 11):
@@ -75,7 +75,7 @@ class AcquireOptions(AttachOptions, total=False):
     * ``limits`` (None: the defaults): the :class:`~workflows.ArchiveLimits` of its dumps.
     """
 
-    benchmark: str | None
+    benchmark: Benchmark | None
     ttl_seconds: int | None
     test_account_email: str | None
     ledger: Ledger | bool
@@ -135,7 +135,7 @@ def resolve_connection(where: str, options: ConnectionOptions, kind: Any) -> Set
 
 def resolve_acquire(
     where: str,
-    server_names: Sequence[str] | str,
+    server_names: ServerNames,
     options: AcquireOptions,
     *,
     settings: Settings | None = None,

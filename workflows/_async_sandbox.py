@@ -27,6 +27,7 @@ from ._acquire import (
 from ._drivers import AsyncDriver
 from ._dump._archive import ArchiveLimits
 from ._execution import AsyncExecution
+from ._execution_input import ExecutionFiles, Requirements
 from ._flows import (
     acquire_attempt,
     get_flow,
@@ -42,7 +43,7 @@ from ._mcp import (
     async_list_tools,
     open_session,
 )
-from ._models import SandboxInfo, check_sandbox_id
+from ._models import SandboxInfo, ServerNames, check_sandbox_id
 from ._ownership import Ledger, disown, own
 from ._sandbox_base import SandboxBase
 from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
@@ -128,7 +129,7 @@ class AsyncLocalSandbox(SandboxBase):
     @classmethod
     def acquire(
         cls,
-        server_names: Sequence[str] | str,
+        server_names: ServerNames,
         *,
         _driver: AsyncDriver | None = None,
         **options: Unpack[AcquireOptions],
@@ -189,8 +190,9 @@ class AsyncLocalSandbox(SandboxBase):
     def attach(cls, local_sandbox_id: str, **options: Unpack[AttachOptions]) -> PendingSandbox:
         """Wrap an existing sandbox without owning it; NotFoundError if it is not there.
 
-        Await it, or use it in ``async with`` (which closes the connections but does not
-        release the sandbox)::
+        The way to pick up a sandbox acquired elsewhere (``klavis-sandbox acquire``, another
+        process); call :meth:`release` to end it. Await it, or use it in ``async with`` (which
+        closes the connections but does not release the sandbox)::
 
             async with AsyncLocalSandbox.attach(sandbox_id) as sb:
                 snap = await sb.dump()
@@ -370,23 +372,64 @@ class AsyncLocalSandbox(SandboxBase):
         self,
         main: str | os.PathLike[str],
         *,
-        requirements: Sequence[str] = (),
-        files: Mapping[str, str | bytes] | None = None,
+        requirements: Requirements = (),
+        files: ExecutionFiles | None = None,
         name: str | None = None,
         progress: bool | None = None,
     ) -> AsyncExecution:
         """Run a Python script in the sandbox, in the background; returns its async handle.
 
-        ``main`` is the script's text, or a ``Path`` to a file. ``requirements`` are pip
-        requirement lines installed first; ``files`` adds more files beside ``main.py``. The
+        ``main`` is the script's text, or a ``Path`` to a file; it travels as ``main.py``.
+        ``requirements`` is installed with pip first: a list of requirement lines
+        (``["httpx==0.28.1", "pandas"]``), or a ``Path`` to a requirements file, read as pip
+        reads one (nested ``-r`` files relative to it; ``-c`` constraints are refused).
+        ``files`` adds files beside ``main.py``: ``{"name": text | bytes | Path}``, where a
+        ``Path`` is a file or a folder on disk (a folder's ``.gitignore`` is honoured). The
         script's working directory is exported by ``export_artifacts()``; files it writes under
-        ``os.environ["AGENT_WORKSPACE"]`` land in the workspace the MCP servers see.
+        ``os.environ["AGENT_WORKSPACE"]`` land in the workspace the MCP servers see. Bad input
+        (``main.py`` or ``requirements.txt`` in ``files``, a missing file) raises
+        InvalidInputError naming the argument to use, before anything is sent.
 
-        >>> run = await sb.execute("print('hello')")  # doctest: +SKIP
+        The service reports no exit status, only ``completed`` or ``failed``; the handle's
+        ``exit_code()`` reads the one the emulator logs.
+
+        >>> run = await sb.execute(Path("main.py"), requirements=["httpx"])  # doctest: +SKIP
         >>> async for text in run.logs():  # doctest: +SKIP
         ...     print(text, end="")
+        >>> await run.wait(), await run.exit_code()  # doctest: +SKIP
+        ('completed', 0)
         """
         start, run_name, show = self._start(main, requirements, files, name, progress)
+        await self._driver.run(start)
+        return AsyncExecution(self._driver, self.id, run_name, limits=self.limits, progress=show)
+
+    async def execute_directory(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        requirements: Requirements = (),
+        files: ExecutionFiles | None = None,
+        ignore: Sequence[str] | str = (),
+        gitignore: bool = True,
+        name: str | None = None,
+        progress: bool | None = None,
+    ) -> AsyncExecution:
+        """Run a local folder's ``main.py`` with everything beside it; returns its async handle.
+
+        The folder is packed as :meth:`seed_directory` packs one (``.gitignore`` when
+        ``gitignore``, ``.sandboxignore`` and ``ignore=`` patterns; no symlink out of it),
+        except that ``.git`` folders are left out. Its ``requirements.txt``, if any, is
+        installed first; ``requirements=`` gives one instead (both at once are refused).
+        ``files`` adds more, as in :meth:`execute`. A folder without ``main.py`` at its top
+        raises InvalidInputError before anything is sent.
+
+        >>> run = await sb.execute_directory("./job", ignore=["*.log"])  # doctest: +SKIP
+        >>> await run.wait()  # doctest: +SKIP
+        'completed'
+        """
+        start, run_name, show = self._start_directory(
+            path, requirements, files, ignore, gitignore, name, progress
+        )
         await self._driver.run(start)
         return AsyncExecution(self._driver, self.id, run_name, limits=self.limits, progress=show)
 

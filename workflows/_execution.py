@@ -1,21 +1,26 @@
 """Running a script in a sandbox: the archive, the flows, and the `Execution` handles.
 
-``sb.execute(...)`` packs ``main.py`` (plus ``requirements.txt`` and any extra files) into a
-tar.gz, uploads it to the execution's signed URL and starts it. The returned handle streams the
-logs (following the server's byte cursor, so every byte is seen once), waits for the outcome and
-exports the artifacts the script left in its working directory.
+``sb.execute(...)`` packs ``main.py`` (plus ``requirements.txt`` and any extra files, laid out
+by :mod:`._execution_input`) into a tar.gz, uploads it to the execution's signed URL and starts
+it. The returned handle streams the logs (following the server's byte cursor, so every byte is
+seen once), waits for the outcome and exports the artifacts the script left in its working
+directory.
+
+The service reports no exit status: an execution's status is ``pending``, ``running``,
+``completed`` or ``failed``, nothing more. The emulator knows its process's status and ends
+the log with one line saying it (``[emulator] main.py exited with status 3.``, or ``... was
+killed by signal 9.``); :class:`ExitScan` reads that last line, so ``exit_code()`` answers on
+the emulator and says None on the real service.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ._drivers import AsyncDriver, SyncDriver
@@ -24,7 +29,7 @@ from ._errors import ApiError, ExecutionTimeoutError, InvalidInputError, NotFoun
 from ._flows import Blocking, Call, Flow, Sleep, download_signed, upload_signed
 from ._models import body_dict
 from ._ownership import is_ambiguous
-from ._seed import SourceFile, plan_mapping
+from ._seed import SourceFile
 from ._snapshot import Snapshot
 
 __all__ = [
@@ -33,8 +38,9 @@ __all__ = [
     "Execution",
     "LogFollower",
     "artifacts_flow",
+    "ExitScan",
     "check_execution_name",
-    "execution_files",
+    "exit_code_flow",
     "start_flow",
     "status_flow",
     "wait_flow",
@@ -66,48 +72,6 @@ def check_execution_name(name: str | None) -> str:
             "starting with a letter or digit"
         )
     return name
-
-
-def execution_files(
-    main: str | os.PathLike[str],
-    *,
-    requirements: Sequence[str] = (),
-    files: Mapping[str, str | bytes] | None = None,
-) -> list[SourceFile]:
-    """Check and lay out the execution archive: ``main.py``, ``requirements.txt``, extra files.
-
-    ``main`` is the script's text, or a :class:`pathlib.Path` (any ``os.PathLike``) to a file.
-    """
-    if isinstance(main, os.PathLike):
-        path = Path(main)
-        if not path.is_file():
-            raise InvalidInputError(f"main script {path} does not exist or is not a file")
-        source: str | bytes = path.read_bytes()
-    elif isinstance(main, str):
-        stripped = main.strip()
-        if not stripped:
-            raise InvalidInputError("main is empty: pass the script's text or a Path to it")
-        if "\n" not in stripped and stripped.endswith(".py") and Path(stripped).is_file():
-            raise InvalidInputError(
-                f"main looks like a file name; pass Path({stripped!r}) to run that file "
-                "(a str is taken as the script's text)"
-            )
-        source = main
-    else:
-        raise InvalidInputError(
-            f"main must be the script's text (str) or a Path, got {type(main).__name__}"
-        )
-    if isinstance(requirements, str):
-        raise InvalidInputError("requirements must be a list of requirement lines, not one str")
-    layout: dict[str, str | bytes] = dict(files or {})
-    for reserved in ("main.py", "requirements.txt"):
-        if reserved in layout:
-            raise InvalidInputError(f"files must not contain {reserved!r}; it is built for you")
-    layout["main.py"] = source
-    lines = [str(r).strip() for r in requirements if str(r).strip()]
-    if lines:
-        layout["requirements.txt"] = "\n".join(lines) + "\n"
-    return plan_mapping(layout)
 
 
 def start_flow(
@@ -161,28 +125,100 @@ def logs_flow(sandbox_id: str, name: str, cursor: int) -> Flow[tuple[str, str, i
     return str(data["status"]), str(data.get("logs") or ""), next_cursor
 
 
+# The emulator's last line of a run whose main.py ended (klavis_emulator._exec.run_log): the
+# whole line, at the very end of the log, so a script cannot print it and have it believed (the
+# emulator writes its own line after the script's process has ended, on a line of its own).
+_EXIT_LINE = re.compile(
+    r"(?:\A|\n)\[emulator\] main\.py "
+    r"(?:exited with status (?P<status>\d+)|was killed by signal (?P<signal>\d+))\.\n?\Z"
+)
+_TAIL_CHARS = 512
+
+
+class ExitScan:
+    """The end of an execution's log as read so far, and the exit status its last line tells.
+
+    Fed with every piece of the log read in order (from cursor 0 on); once the execution has
+    finished and the log is read to its end, :attr:`code` is main.py's exit status when the
+    last line is the emulator's ``[emulator] main.py exited with status N.`` (``-N`` for
+    ``... was killed by signal N.``, as :mod:`subprocess` reports it), else None.
+    """
+
+    def __init__(self) -> None:
+        self.cursor = 0
+        self.done = False
+        self.code: int | None = None
+        self._tail = ""
+        self._whole = True  # the tail is the whole log so far
+
+    def feed(self, start: int, text: str, end: int) -> None:
+        """Take the piece of log ``text`` read from byte ``start`` to ``end`` (ignored unless
+        it continues what was fed before)."""
+        if start != self.cursor or self.done:
+            return
+        self.cursor = end
+        tail = self._tail + text
+        if len(tail) > _TAIL_CHARS:
+            tail, self._whole = tail[-_TAIL_CHARS:], False
+        self._tail = tail
+
+    def finish(self) -> None:
+        """The execution has finished and its log was read to the end: read the last line."""
+        if self.done:
+            return
+        self.done = True
+        found = _EXIT_LINE.search(self._tail)
+        if found is None or (not self._whole and found.start() == 0 and found.group()[0] != "\n"):
+            return
+        status, signal = found.group("status"), found.group("signal")
+        self.code = int(status) if status is not None else -int(signal)
+
+
+def exit_code_flow(sandbox_id: str, name: str, scan: ExitScan) -> Flow[int | None]:
+    """main.py's exit status from the end of the log (read from where ``scan`` stopped); None
+    while the execution runs, or when the log's last line does not tell it."""
+    while not scan.done:
+        start = scan.cursor
+        status, text, end = yield from logs_flow(sandbox_id, name, start)
+        scan.feed(start, text, end)
+        if not text:
+            if status not in TERMINAL_STATUSES:
+                return None
+            scan.finish()
+    return scan.code
+
+
 class LogFollower:
     """Where a reader of an execution's logs is: the server's byte cursor (so every byte is seen
-    once) and how long the output has been quiet (polls back off up to 2 s)."""
+    once) and how long the output has been quiet (polls back off up to 2 s). With ``scan``, what
+    it reads also goes to that :class:`ExitScan`."""
 
-    def __init__(self, sandbox_id: str, name: str, *, follow: bool) -> None:
+    def __init__(
+        self, sandbox_id: str, name: str, *, follow: bool, scan: ExitScan | None = None
+    ) -> None:
         self.sandbox_id = sandbox_id
         self.name = name
         self.follow = follow
         self.cursor = 0
         self._idle = 0
+        self._scan = scan
 
     def next_text(self) -> Flow[str | None]:
         """The next piece of output as it arrives; None once no more will come (the execution
         finished, or, without ``follow``, there is nothing new now)."""
         while True:
-            status, text, self.cursor = yield from logs_flow(
-                self.sandbox_id, self.name, self.cursor
-            )
+            start = self.cursor
+            status, text, self.cursor = yield from logs_flow(self.sandbox_id, self.name, start)
+            if self._scan is not None:
+                self._scan.feed(start, text, self.cursor)
             if text:
                 self._idle = 0
                 return text
-            if status in TERMINAL_STATUSES or not self.follow:
+            if status in TERMINAL_STATUSES:
+                if self._scan is not None:
+                    self._scan.finish()
+                return None
+            if not self.follow:
                 return None
             yield Sleep(next_delay(self._idle))
             self._idle += 1
@@ -253,6 +289,7 @@ class _ExecutionBase:
     _: KW_ONLY
     limits: ArchiveLimits
     progress: bool | None
+    _scan: ExitScan = field(default_factory=ExitScan, init=False)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, sandbox_id={self.sandbox_id!r})"
@@ -260,9 +297,19 @@ class _ExecutionBase:
     def _artifacts(self) -> Flow[Snapshot]:
         return artifacts_flow(self.sandbox_id, self.name, self.limits, self.progress)
 
+    def _follower(self, follow: bool) -> LogFollower:
+        return LogFollower(self.sandbox_id, self.name, follow=follow, scan=self._scan)
+
+    def _exit_code(self) -> Flow[int | None]:
+        return exit_code_flow(self.sandbox_id, self.name, self._scan)
+
 
 class Execution(_ExecutionBase):
     """A script running in a sandbox (sync). Get one from ``LocalSandbox.execute``.
+
+    The service reports a status (``pending``, ``running``, ``completed``, ``failed``) and no
+    exit status: ``failed`` is all it says of ``sys.exit(3)``. :meth:`exit_code` reads the
+    status the emulator writes at the end of the log; on the real service it is None.
 
     >>> run = sb.execute("print('hi')")  # doctest: +SKIP
     >>> for text in run.logs():  # doctest: +SKIP
@@ -270,6 +317,8 @@ class Execution(_ExecutionBase):
     hi
     >>> run.wait()  # doctest: +SKIP
     'completed'
+    >>> run.exit_code()  # doctest: +SKIP
+    0
     """
 
     _driver: SyncDriver
@@ -283,16 +332,31 @@ class Execution(_ExecutionBase):
 
         With ``follow=False``, yield what is there now and stop.
         """
-        follower = LogFollower(self.sandbox_id, self.name, follow=follow)
+        follower = self._follower(follow)
         while (text := self._driver.run(follower.next_text())) is not None:
             yield text
 
     def wait(self, timeout: float | None = None) -> str:
         """Block until the execution finishes; returns ``completed`` or ``failed``.
 
-        Raises ExecutionTimeoutError if ``timeout`` seconds pass first.
+        That is all the service says: it reports no exit status (``failed`` covers
+        ``sys.exit(3)``, an exception and a failed pip install alike). On the emulator,
+        :meth:`exit_code` tells main.py's exit status. Raises ExecutionTimeoutError if
+        ``timeout`` seconds pass first (the execution keeps running).
         """
         return self._driver.run(wait_flow(self.sandbox_id, self.name, timeout))
+
+    def exit_code(self) -> int | None:
+        """main.py's exit status, known only on the emulator; None otherwise.
+
+        The real service reports no exit status, so there this is always None. The emulator
+        ends the log with ``[emulator] main.py exited with status N.`` (or ``... was killed
+        by signal N.``, given as ``-N``, as :mod:`subprocess` does), and this reads that last
+        line. None too while the execution runs, and when main.py never ended (pip failed,
+        the time limit). It reads the log from where :meth:`logs` stopped: after reading the
+        logs to the end, at most one request; otherwise the whole log, once.
+        """
+        return self._driver.run(self._exit_code())
 
     def export_artifacts(self) -> Snapshot:
         """The files the script left in its working directory, as a Snapshot.
@@ -309,12 +373,18 @@ class Execution(_ExecutionBase):
 class AsyncExecution(_ExecutionBase):
     """A script running in a sandbox (asyncio). Get one from ``AsyncLocalSandbox.execute``.
 
+    The service reports a status (``pending``, ``running``, ``completed``, ``failed``) and no
+    exit status: ``failed`` is all it says of ``sys.exit(3)``. :meth:`exit_code` reads the
+    status the emulator writes at the end of the log; on the real service it is None.
+
     >>> run = await sb.execute("print('hi')")  # doctest: +SKIP
     >>> async for text in run.logs():  # doctest: +SKIP
     ...     print(text, end="")
     hi
     >>> await run.wait()  # doctest: +SKIP
     'completed'
+    >>> await run.exit_code()  # doctest: +SKIP
+    0
     """
 
     _driver: AsyncDriver
@@ -328,17 +398,31 @@ class AsyncExecution(_ExecutionBase):
 
         With ``follow=False``, yield what is there now and stop.
         """
-        follower = LogFollower(self.sandbox_id, self.name, follow=follow)
+        follower = self._follower(follow)
         while (text := await self._driver.run(follower.next_text())) is not None:
             yield text
 
     async def wait(self, timeout: float | None = None) -> str:
         """Wait until the execution finishes; returns ``completed`` or ``failed``.
 
-        Raises ExecutionTimeoutError if ``timeout`` seconds pass first (the execution keeps
-        running).
+        That is all the service says: it reports no exit status (``failed`` covers
+        ``sys.exit(3)``, an exception and a failed pip install alike). On the emulator,
+        :meth:`exit_code` tells main.py's exit status. Raises ExecutionTimeoutError if
+        ``timeout`` seconds pass first (the execution keeps running).
         """
         return await self._driver.run(wait_flow(self.sandbox_id, self.name, timeout))
+
+    async def exit_code(self) -> int | None:
+        """main.py's exit status, known only on the emulator; None otherwise.
+
+        The real service reports no exit status, so there this is always None. The emulator
+        ends the log with ``[emulator] main.py exited with status N.`` (or ``... was killed
+        by signal N.``, given as ``-N``, as :mod:`asyncio.subprocess` does), and this reads
+        that last line. None too while the execution runs, and when main.py never ended (pip
+        failed, the time limit). It reads the log from where :meth:`logs` stopped: after
+        reading the logs to the end, at most one request; otherwise the whole log, once.
+        """
+        return await self._driver.run(self._exit_code())
 
     async def export_artifacts(self) -> Snapshot:
         """The files the script left in its working directory, as a Snapshot.

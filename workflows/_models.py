@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, Union, get_args, overload
 
 from ._errors import ApiError, InvalidInputError
 
@@ -18,6 +18,9 @@ __all__ = [
     "MAX_TTL_SECONDS",
     "MIN_TTL_SECONDS",
     "SERVER_NAMES",
+    "Benchmark",
+    "ServerName",
+    "ServerNames",
     "AcquireRequest",
     "ResultList",
     "SandboxInfo",
@@ -31,7 +34,7 @@ __all__ = [
     "signed_url_from",
 ]
 
-SERVER_NAMES: tuple[str, ...] = (
+ServerName = Literal[
     "filesystem",
     "git",
     "terminal",
@@ -48,13 +51,24 @@ SERVER_NAMES: tuple[str, ...] = (
     "canvas",
     "localmemory",
     "playwright",
-)
-"""The MCP servers a local sandbox can host (the contract's ``LocalSandboxMCPServer`` enum;
-written out so that importing `workflows` does not load the generated models — a test keeps
-the two equal)."""
+]
+"""The name of an MCP server a local sandbox can host, for type checkers: ``["filesystm"]`` fails
+``mypy`` where ``["filesystem"]`` passes (the contract's ``LocalSandboxMCPServer`` enum, written
+out so that importing `workflows` does not load the generated models; a test keeps the two
+equal). At run time any name is sent as it is, since the service may add servers: a name read
+from data (a benchmark's JSON) is typed with ``typing.cast(list[ServerName], names)``."""
 
-BENCHMARKS: tuple[str, ...] = ("MCP_Atlas", "Toolathlon", "MCP_Mark")
-"""The benchmarks a sandbox can be configured for (the contract's ``BenchmarkEnum``)."""
+SERVER_NAMES: tuple[ServerName, ...] = get_args(ServerName)
+"""Every :data:`ServerName`, in the contract's order."""
+
+ServerNames = Union[Sequence[ServerName], Literal["ALL"]]  # noqa: UP007 - a runtime alias on 3.10
+"""What ``acquire`` and the pools take: a list of :data:`ServerName`, or ``"ALL"``."""
+
+Benchmark = Literal["MCP_Atlas", "Toolathlon", "MCP_Mark"]
+"""A benchmark a sandbox can be configured for (the contract's ``BenchmarkEnum``)."""
+
+BENCHMARKS: tuple[Benchmark, ...] = get_args(Benchmark)
+"""Every :data:`Benchmark`."""
 
 MIN_TTL_SECONDS = 60
 MAX_TTL_SECONDS = 86_400
@@ -168,7 +182,7 @@ class AcquireRequest:
     """Checked arguments of an acquire, ready to send."""
 
     server_names: tuple[str, ...] | str
-    benchmark: str | None
+    benchmark: Benchmark | None
     ttl_seconds: int | None
     test_account_email: str | None
 

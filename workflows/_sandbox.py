@@ -22,6 +22,7 @@ from ._acquire import (
 from ._drivers import SyncDriver, sync_driver_for
 from ._dump._archive import ArchiveLimits
 from ._execution import Execution
+from ._execution_input import ExecutionFiles, Requirements
 from ._flows import (
     acquire_attempt,
     get_flow,
@@ -38,7 +39,7 @@ from ._mcp import (
     list_tools,
     open_session,
 )
-from ._models import SandboxInfo, check_sandbox_id
+from ._models import SandboxInfo, ServerNames, check_sandbox_id
 from ._ownership import Ledger, disown, own
 from ._sandbox_base import SandboxBase
 from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
@@ -93,9 +94,7 @@ class LocalSandbox(SandboxBase):
 
     # ----------------------------------------------------------------- construction
     @classmethod
-    def acquire(
-        cls, server_names: Sequence[str] | str, **options: Unpack[AcquireOptions]
-    ) -> LocalSandbox:
+    def acquire(cls, server_names: ServerNames, **options: Unpack[AcquireOptions]) -> LocalSandbox:
         """Acquire a sandbox with these MCP servers (a list of names, or ``"ALL"``).
 
         The keywords are :class:`~workflows.AcquireOptions`' (``benchmark``, ``ttl_seconds``,
@@ -137,7 +136,13 @@ class LocalSandbox(SandboxBase):
     def attach(cls, local_sandbox_id: str, **options: Unpack[AttachOptions]) -> LocalSandbox:
         """Wrap an existing sandbox without owning it: leaving ``with`` does not release it.
 
-        Raises NotFoundError if it does not exist, was released, or belongs to another key.
+        The way to pick up a sandbox acquired elsewhere (``klavis-sandbox acquire``, another
+        process); call :meth:`release` to end it. Raises NotFoundError if it does not exist,
+        was released, or belongs to another key::
+
+            # ID=$(klavis-sandbox acquire filesystem git --ttl 600)
+            with LocalSandbox.attach(os.environ["ID"]) as sb:
+                snap = sb.dump()
         """
         check_keywords("attach", options, AttachOptions)
         check_sandbox_id(local_sandbox_id)
@@ -312,23 +317,64 @@ class LocalSandbox(SandboxBase):
         self,
         main: str | os.PathLike[str],
         *,
-        requirements: Sequence[str] = (),
-        files: Mapping[str, str | bytes] | None = None,
+        requirements: Requirements = (),
+        files: ExecutionFiles | None = None,
         name: str | None = None,
         progress: bool | None = None,
     ) -> Execution:
         """Run a Python script in the sandbox, in the background; returns its handle.
 
-        ``main`` is the script's text, or a ``Path`` to a file. ``requirements`` are pip
-        requirement lines installed first; ``files`` adds more files beside ``main.py``. The
+        ``main`` is the script's text, or a ``Path`` to a file; it travels as ``main.py``.
+        ``requirements`` is installed with pip first: a list of requirement lines
+        (``["httpx==0.28.1", "pandas"]``), or a ``Path`` to a requirements file, read as pip
+        reads one (nested ``-r`` files relative to it; ``-c`` constraints are refused).
+        ``files`` adds files beside ``main.py``: ``{"name": text | bytes | Path}``, where a
+        ``Path`` is a file or a folder on disk (a folder's ``.gitignore`` is honoured). The
         script's working directory is exported by ``export_artifacts()``; files it writes under
-        ``os.environ["AGENT_WORKSPACE"]`` land in the workspace the MCP servers see.
+        ``os.environ["AGENT_WORKSPACE"]`` land in the workspace the MCP servers see. Bad input
+        (``main.py`` or ``requirements.txt`` in ``files``, a missing file) raises
+        InvalidInputError naming the argument to use, before anything is sent.
 
-        >>> run = sb.execute("print('hello')", name="hello")  # doctest: +SKIP
-        >>> "".join(run.logs()), run.wait()  # doctest: +SKIP
-        ('hello\\n', 'completed')
+        The service reports no exit status, only ``completed`` or ``failed``; the handle's
+        ``exit_code()`` reads the one the emulator logs.
+
+        >>> run = sb.execute(Path("main.py"), requirements=["httpx"])  # doctest: +SKIP
+        >>> for text in run.logs():  # doctest: +SKIP
+        ...     print(text, end="")
+        >>> run.wait(), run.exit_code()  # doctest: +SKIP
+        ('completed', 0)
         """
         start, run_name, show = self._start(main, requirements, files, name, progress)
+        self._driver.run(start)
+        return Execution(self._driver, self.id, run_name, limits=self.limits, progress=show)
+
+    def execute_directory(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        requirements: Requirements = (),
+        files: ExecutionFiles | None = None,
+        ignore: Sequence[str] | str = (),
+        gitignore: bool = True,
+        name: str | None = None,
+        progress: bool | None = None,
+    ) -> Execution:
+        """Run a local folder's ``main.py`` with everything beside it; returns its handle.
+
+        The folder is packed as :meth:`seed_directory` packs one (``.gitignore`` when
+        ``gitignore``, ``.sandboxignore`` and ``ignore=`` patterns; no symlink out of it),
+        except that ``.git`` folders are left out. Its ``requirements.txt``, if any, is
+        installed first; ``requirements=`` gives one instead (both at once are refused).
+        ``files`` adds more, as in :meth:`execute`. A folder without ``main.py`` at its top
+        raises InvalidInputError before anything is sent.
+
+        >>> run = sb.execute_directory("./job", ignore=["*.log"])  # doctest: +SKIP
+        >>> run.wait()  # doctest: +SKIP
+        'completed'
+        """
+        start, run_name, show = self._start_directory(
+            path, requirements, files, ignore, gitignore, name, progress
+        )
         self._driver.run(start)
         return Execution(self._driver, self.id, run_name, limits=self.limits, progress=show)
 

@@ -12,7 +12,13 @@ from typing import Any
 from ._config import Settings
 from ._dump._archive import ArchiveLimits
 from ._errors import InvalidInputError
-from ._execution import check_execution_name, execution_files, start_flow
+from ._execution import check_execution_name, start_flow
+from ._execution_input import (
+    ExecutionFiles,
+    Requirements,
+    directory_execution_files,
+    execution_files,
+)
 from ._flows import (
     Flow,
     check_timeout,
@@ -157,13 +163,34 @@ class SandboxBase:
     def _start(
         self,
         main: str | os.PathLike[str],
-        requirements: Sequence[str],
-        files: Mapping[str, str | bytes] | None,
+        requirements: Requirements,
+        files: ExecutionFiles | None,
         name: str | None,
         progress: bool | None,
     ) -> tuple[Flow[None], str, bool | None]:
         """The flow starting an execution, its name, and whether it shows progress bars."""
         entries = execution_files(main, requirements=requirements, files=files)
+        return self._start_entries(entries, name, progress)
+
+    def _start_directory(
+        self,
+        folder: str | os.PathLike[str],
+        requirements: Requirements,
+        files: ExecutionFiles | None,
+        ignore: Sequence[str] | str,
+        gitignore: bool,
+        name: str | None,
+        progress: bool | None,
+    ) -> tuple[Flow[None], str, bool | None]:
+        """The flow starting a folder's main.py, its name, and whether it shows progress bars."""
+        entries = directory_execution_files(
+            folder, requirements=requirements, files=files, ignore=ignore, gitignore=gitignore
+        )
+        return self._start_entries(entries, name, progress)
+
+    def _start_entries(
+        self, entries: list[SourceFile], name: str | None, progress: bool | None
+    ) -> tuple[Flow[None], str, bool | None]:
         run_name = check_execution_name(name)
         self._check_live()
         show = self._show(progress)

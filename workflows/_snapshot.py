@@ -15,6 +15,7 @@ from typing import IO, NamedTuple
 
 from workflows._dump._paths import link_target_in_tree
 from workflows._errors import InvalidInputError
+from workflows._git_index import index_meaning, is_git_index
 from workflows._seed import DEFAULT_MAX_FILE_SIZE, SeedContent, plan_directory, plan_mapping
 
 __all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
@@ -311,12 +312,17 @@ class Snapshot(Mapping[str, bytes]):
         """The contents of ``path`` decoded as text."""
         return self[path].decode(encoding)
 
-    def diff(self, other: Mapping[str, SeedContent]) -> SnapshotDiff:
+    def diff(self, other: Mapping[str, SeedContent], *, exact: bool = False) -> SnapshotDiff:
         """What changed going from this snapshot to ``other`` (a Snapshot or a plain mapping).
 
         A plain mapping is checked and normalised like seed keys first (``"./a"`` is ``"a"``).
         Links count as paths: one added or removed is listed so, and one whose target changed,
         or that became a file (or the reverse), is modified.
+
+        A repository's ``.git/index`` counts as modified only when what it says changed (its
+        entries: paths, modes, object ids, stages; not git's stat cache): the first git command
+        in a sandbox (``git_status`` included) rewrites the cache of a seeded repository, whose
+        files have new inodes and times there. ``exact=True`` compares every byte.
 
         >>> str(Snapshot({"a": "1", "b": "2"}).diff({"b": "3", "c": "4"}))
         '- a\\n~ b\\n+ c'
@@ -325,8 +331,21 @@ class Snapshot(Mapping[str, bytes]):
         mine, their = self._digest(), theirs._digest()
         added = tuple(sorted(p for p in their if p not in mine))
         removed = tuple(sorted(p for p in mine if p not in their))
-        modified = tuple(sorted(p for p, d in mine.items() if p in their and d != their[p]))
+        modified = tuple(
+            sorted(
+                p
+                for p, d in mine.items()
+                if p in their and d != their[p] and (exact or not self._same_index(theirs, p))
+            )
+        )
         return SnapshotDiff(added, removed, modified)
+
+    def _same_index(self, theirs: Snapshot, path: str) -> bool:
+        """Whether ``path`` is a git index in both snapshots that says the same in both."""
+        if not is_git_index(path) or path in self._links or path in theirs._links:
+            return False
+        mine = index_meaning(self[path])
+        return mine is not None and mine == index_meaning(theirs[path])
 
     def to_directory(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> list[Path]:
         """Write every file and link under the folder ``path`` (created if missing); return the

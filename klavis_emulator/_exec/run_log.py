@@ -1,7 +1,9 @@
 """An execution's log (``<folder>/output.log``): read by byte cursor, and the emulator's lines.
 
 The log holds stdout and stderr of every step of a run, merged, as raw bytes; lines the
-emulator itself writes start with ``[emulator]``.
+emulator itself writes start with ``[emulator]``. The last line of a run whose main.py ended
+is :func:`exit_line`'s, a stable format the library parses (``workflows._execution``): change
+both together, and their live test (tests/workflows/live/test_execution.py).
 """
 
 from __future__ import annotations
@@ -10,7 +12,15 @@ import os
 from pathlib import Path
 from typing import BinaryIO, Final
 
-__all__ = ["LOG_CHUNK_BYTES", "append_note", "complete_utf8_prefix", "note", "read_log"]
+__all__ = [
+    "LOG_CHUNK_BYTES",
+    "append_note",
+    "complete_utf8_prefix",
+    "ends_line",
+    "exit_line",
+    "note",
+    "read_log",
+]
 
 LOG_CHUNK_BYTES: Final = 1024 * 1024
 
@@ -60,9 +70,36 @@ def read_log(
     return data[:cut].decode("utf-8", "replace"), cursor + cut
 
 
-def note(log: BinaryIO, message: str) -> None:
-    """Append one ``[emulator]`` line to a log."""
-    log.write(f"[emulator] {message}\n".encode())
+def note(log: BinaryIO, message: str, *, new_line: bool = False) -> None:
+    """Append one ``[emulator]`` line to a log (after a line break when ``new_line``)."""
+    log.write(f"{chr(10) if new_line else ''}[emulator] {message}\n".encode())
+
+
+def ends_line(path: Path) -> bool:
+    """Whether the log at ``path`` is empty or ends with a line break (so a note written now
+    starts a line of its own)."""
+    try:
+        with path.open("rb") as log:
+            size = os.fstat(log.fileno()).st_size
+            if size == 0:
+                return True
+            log.seek(size - 1)
+            return log.read(1) == b"\n"
+    except FileNotFoundError:
+        return True
+
+
+def exit_line(code: int) -> str:
+    """How main.py ended, as the log's last line says it (after ``[emulator] ``): ``main.py
+    exited with status 3.``, or, for a negative ``code`` (a signal, as :mod:`subprocess` gives
+    it), ``main.py was killed by signal 9.``
+
+    >>> exit_line(0), exit_line(-9)
+    ('main.py exited with status 0.', 'main.py was killed by signal 9.')
+    """
+    if code < 0:
+        return f"main.py was killed by signal {-code}."
+    return f"main.py exited with status {code}."
 
 
 def append_note(path: Path, message: str) -> None:

@@ -14,7 +14,12 @@ A run goes through these steps in its own thread, never on the event loop:
 2. ``requirements.txt``, when present, is checked (:mod:`.requirements`: wheels only, no
    package's build code runs) and installed with pip into ``venv/``, with network access;
 3. ``main.py`` runs with the emulator's Python (or the venv's), working directory ``work/``,
-   ``AGENT_WORKSPACE`` set to the sandbox's workspace and an otherwise minimal environment.
+   ``AGENT_WORKSPACE`` set to the sandbox's workspace and an otherwise minimal environment;
+4. the log's last line says how main.py ended: ``[emulator] main.py exited with status N.``
+   (0 too) or ``[emulator] main.py was killed by signal N.`` (:func:`.run_log.exit_line`). The
+   API has no field for an exit status (the real service reports none); the library reads
+   this line. A run that fails before main.py ends (pip, the time limit) ends with another
+   line, saying why.
 
 Confined (see :mod:`.confinement`, decided once per emulator), steps 2 and 3 run in
 ``bwrap``: the system folders and the Python installation read-only, the workspace at
@@ -48,7 +53,7 @@ from typing import BinaryIO, Final
 from .confinement import CONFINED_WORKSPACE, PRIVATE_TMP, Bind, Confinement, bwrap_args
 from .processes import kill_group
 from .requirements import RequirementsRefused, check_requirements
-from .run_log import note
+from .run_log import ends_line, exit_line, note
 
 __all__ = [
     "CONFINED_WORKDIR",
@@ -153,8 +158,8 @@ class ExecutionRun:
                 if outcome is None:
                     return
                 status, exit_code, message = outcome
-                if message:
-                    note(log, message)
+                if message:  # on a line of its own, even after output without a final newline
+                    note(log, message, new_line=not ends_line(self.log_path))
             with self._lock:
                 if self._killed:
                     return
@@ -209,11 +214,9 @@ class ExecutionRun:
             return None
         if isinstance(code, str):
             return "failed", None, code
-        if code == 0:
-            return "completed", 0, ""
-        if code < 0:
-            return "failed", code, f"main.py was killed by signal {-code}."
-        return "failed", code, f"main.py exited with status {code}."
+        # The last line of the log, in a stable format (run_log.exit_line): the service reports
+        # no exit status, so the library reads it from here (Execution.exit_code).
+        return ("completed" if code == 0 else "failed"), code, exit_line(code)
 
     def _install_requirements(
         self, log: BinaryIO, venv: Path

@@ -43,6 +43,8 @@ from tests.helpers import Executions, new_tenant, require_confinement, run_cli
 from workflows import _mcp as client
 
 SECRET = "tenant-a-secret-7f3c"
+#: the last line of a run whose main.py exited 0 (how it ended; the library reads it)
+EXITED_0 = "[emulator] main.py exited with status 0."
 
 # main.py of tenant B: try to read each path listed in targets.json (a file of its archive);
 # one line per path, then proof that the run ran (its own workspace file).
@@ -150,7 +152,8 @@ def test_a_run_cannot_read_another_tenant_or_the_emulator(
     assert f"DENIED {path} " in logs, logs
     assert "READ" not in logs
     assert SECRET not in logs
-    assert "[emulator]" not in logs  # confined: no line about confinement, no probe failure
+    # confined: no line about confinement, no probe failure; only the last line, how it ended
+    assert [line for line in logs.splitlines() if "[emulator]" in line] == [EXITED_0]
 
 
 @pytest.fixture
@@ -525,7 +528,9 @@ def test_the_opt_out_runs_unconfined_even_with_a_failing_bwrap(
         status, logs = _attack(attacker, [path], "read")
         assert status == "completed", logs
         assert f"[emulator] Not confined: {expected};" in logs
-        assert logs.count("[emulator]") == 1  # one line about confinement, nothing else
+        # one line about confinement, and the last line (how main.py ended), nothing else
+        assert logs.count("[emulator]") == 2
+        assert logs.endswith(f"\n{EXITED_0}\n")
         assert SECRET in logs  # unconfined, tenant B reads tenant A's workspace
         sandbox_id = attacker.acquire()
         main = f"PORT = {listener.getsockname()[1]}\n{CONNECTOR}"
@@ -635,7 +640,7 @@ def test_an_interpreter_under_tmp_is_confined(
     assert f"prefix {venv_under_tmp}\n" in report["logs"]  # the venv is visible inside
     assert "ws /data\n" in report["logs"]
     assert f"base {sys.base_prefix}\n" in report["logs"]  # the commands' python runs too
-    assert "[emulator]" not in report["logs"]
+    assert [line for line in report["logs"].splitlines() if "[emulator]" in line] == [EXITED_0]
 
 
 def test_every_link_from_a_venv_to_its_interpreter_is_made_visible(tmp_path: Path) -> None:

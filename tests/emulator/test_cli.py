@@ -105,17 +105,13 @@ def test_bad_arguments_exit_2(bad: list[str], capsys: pytest.CaptureFixture[str]
 
 def test_access_log_hides_signatures(tmp_path: Path) -> None:
     args = [sys.executable, "-m", "klavis_emulator", "--port=0", f"--data-dir={tmp_path}"]
-    with running(args) as (url, process):
+    # 60 s, not httpx's 5: a loaded machine once took longer to answer the acquire
+    with running(args) as (url, process), httpx.Client(timeout=60) as http:
         headers = {"Authorization": "Bearer log-test"}
-        sandbox = httpx.post(
-            f"{url}/local-sandbox", json={"server_names": ["git"]}, headers=headers, timeout=60
-        )
+        sandbox = http.post(f"{url}/local-sandbox", json={"server_names": ["git"]}, headers=headers)
         sandbox_id = sandbox.json()["local_sandbox_id"]
-        # httpx's 5 s default timed out on a loaded machine (the suite's full run)
-        dump = httpx.get(
-            f"{url}/local-sandbox/{sandbox_id}/dump", headers=headers, timeout=60
-        ).json()
-        assert httpx.get(dump["download_url"], timeout=60).status_code == 200
+        dump = http.get(f"{url}/local-sandbox/{sandbox_id}/dump", headers=headers).json()
+        assert http.get(dump["download_url"]).status_code == 200
         signature = dump["download_url"].split("signature=")[1]
     assert process.stdout is not None
     assert process.stderr is not None

@@ -3,12 +3,9 @@ requirements in a per-execution venv, failures, time limits, and bad input."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import io
 import os
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,8 +14,12 @@ import pytest
 
 from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer
 from klavis_emulator._exec.requirements import RequirementsRefused, check_requirements
+from klavis_emulator._exec.run_log import read_log
 from klavis_emulator._state import tenant_for_token
-from tests.helpers import Executions, require_confinement
+from tests.helpers import Executions, require_confinement, tiny_wheel
+
+#: the last line of a run whose main.py exited 0 (the library reads it: Execution.exit_code)
+EXITED_0 = "[emulator] main.py exited with status 0.\n"
 
 WAIT_FOR_GO = """
 import os, pathlib, sys, time
@@ -88,7 +89,9 @@ def test_status_goes_pending_running_completed(
     assert "still running" in export.json()["detail"]
     _go(emulator, sandbox_id)
     assert executions.wait(sandbox_id, "slow") == "completed"
-    assert executions.logs(sandbox_id, "slow")["logs"].endswith("started\nfinished\n")
+    assert executions.logs(sandbox_id, "slow")["logs"].endswith(
+        "started\nfinished\n" + EXITED_0
+    )  # the last line says how main.py ended (Execution.exit_code reads it)
 
 
 def test_non_zero_exit_fails_with_a_log_line(executions: Executions) -> None:
@@ -115,28 +118,6 @@ def test_packages_txt_is_reported_as_not_installed(executions: Executions) -> No
     assert "NOT installed" in logs
 
 
-def _tiny_wheel() -> bytes:
-    """A pure-Python wheel of the package ``tinypkg`` 0.1, built by hand (no network)."""
-    files = {
-        "tinypkg/__init__.py": "VALUE = 42\n",
-        "tinypkg-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 0.1\n",
-        "tinypkg-0.1.dist-info/WHEEL": (
-            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        ),
-    }
-    record = []
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as wheel:
-        for name, text in files.items():
-            wheel.writestr(name, text)
-            digest = hashlib.sha256(text.encode()).digest()
-            encoded = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-            record.append(f"{name},sha256={encoded},{len(text)}")
-        record.append("tinypkg-0.1.dist-info/RECORD,,")
-        wheel.writestr("tinypkg-0.1.dist-info/RECORD", "\n".join(record) + "\n")
-    return buffer.getvalue()
-
-
 def test_requirements_are_installed_into_a_per_execution_venv(
     executions: Executions, emulator: EmulatorServer
 ) -> None:
@@ -144,7 +125,7 @@ def test_requirements_are_installed_into_a_per_execution_venv(
     files: dict[str, bytes | str] = {
         "main.py": "import tinypkg\nprint('value', tinypkg.VALUE)",
         "requirements.txt": "--no-index\n./tinypkg-0.1-py3-none-any.whl\n",
-        "tinypkg-0.1-py3-none-any.whl": _tiny_wheel(),
+        "tinypkg-0.1-py3-none-any.whl": tiny_wheel(),
     }
     assert executions.run(sandbox_id, "reqs", files) == "completed"
     logs = executions.logs(sandbox_id, "reqs")["logs"]
@@ -178,7 +159,7 @@ def test_a_name_is_installed_from_a_wheel_folder_in_the_archive(executions: Exec
             "# vendored\n--no-index --find-links ./wheels\n"
             'tinypkg==0.1 ; python_version >= "3"  # pinned\n'
         ),
-        "wheels/tinypkg-0.1-py3-none-any.whl": _tiny_wheel(),
+        "wheels/tinypkg-0.1-py3-none-any.whl": tiny_wheel(),
     }
     assert executions.run(sandbox_id, "wheeldir", files) == "completed"
     logs = executions.logs(sandbox_id, "wheeldir")["logs"]
@@ -334,10 +315,10 @@ def test_log_cursor_sees_every_byte_once_and_splits_only_whole_characters(
     _go(emulator, sandbox_id)
     executions.wait(sandbox_id, "utf8")
     rest = executions.logs(sandbox_id, "utf8", first["cursor"])
-    assert rest["logs"] == "€ wörld ✓\n"
+    assert rest["logs"] == "€ wörld ✓\n" + EXITED_0
     assert rest["cursor"] == log_file.stat().st_size
     assert seen + rest["logs"] == log_file.read_bytes().decode()
-    assert (seen + rest["logs"]).endswith("héllo € wörld ✓\n")
+    assert (seen + rest["logs"]).endswith("héllo € wörld ✓\n" + EXITED_0)
     # At the end: nothing more, the cursor stays; past the end: the same.
     assert executions.logs(sandbox_id, "utf8", rest["cursor"])["logs"] == ""
     past = executions.logs(sandbox_id, "utf8", rest["cursor"] + 100)
@@ -352,11 +333,15 @@ def test_invalid_utf8_output_decodes_with_replacement(executions: Executions) ->
     main = "import sys\nsys.stdout.buffer.write(b'bad \\xff\\xfe bytes, cut \\xe2\\x82')"
     assert executions.run(sandbox_id, "binary", {"main.py": main}) == "completed"
     logs = executions.logs(sandbox_id, "binary")
-    # Finished: even the incomplete tail is returned (nothing more will come).
-    assert logs["logs"].endswith("bad \ufffd\ufffd bytes, cut \ufffd")
+    # The emulator's last line starts a line of its own, after the cut character.
+    assert logs["logs"].endswith("bad \ufffd\ufffd bytes, cut \ufffd\n" + EXITED_0)
     log_file = executions.emulator.state.execution_path(sandbox_id, "binary") / "output.log"
-    assert log_file.read_bytes().endswith(b"bad \xff\xfe bytes, cut \xe2\x82")
+    assert log_file.read_bytes().endswith(b"bad \xff\xfe bytes, cut \xe2\x82\n" + EXITED_0.encode())
     assert logs["cursor"] == log_file.stat().st_size
+    # Once a run is over, even an incomplete tail is returned (nothing more will come).
+    log_file.write_bytes(b"cut \xe2\x82")
+    assert read_log(log_file, 0, final=True) == ("cut \ufffd", 6)
+    assert read_log(log_file, 0, final=False) == ("cut ", 4)
 
 
 def test_bad_execution_input(executions: Executions) -> None:

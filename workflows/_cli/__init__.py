@@ -7,6 +7,10 @@ Conventions (those of gh and kubectl):
   ``ID=$(klavis-sandbox acquire filesystem)`` works); messages, hints and progress go to stderr,
   and ``-q``/``--quiet`` silences the messages (never the errors);
 - ``--json`` prints the same data as JSON wherever a command prints data;
+- the global options (``--base-url``, ``-q``) go before or after the command
+  (``klavis-sandbox list --base-url URL``); given in both places, the later one wins;
+- every command has a description and every option a help string, with its default
+  (``tests/workflows/test_cli_grammar.py`` walks them all);
 - exit status: 0 ok, 1 error, 2 usage, 130 interrupted, 141 stdout closed early, 143
   terminated (see :data:`EXIT_CODES`);
 - nothing is overwritten without ``--force``.

@@ -8,7 +8,7 @@ import textwrap
 from collections.abc import Callable
 
 from workflows._config import API_KEY_ENV, BASE_URL_ENV
-from workflows._models import SERVER_NAMES
+from workflows._models import BENCHMARKS, MAX_TTL_SECONDS, MIN_TTL_SECONDS, SERVER_NAMES
 
 from ._demo import cmd_demo
 from ._output import CAPABILITY_NOTE, EXIT_CODES, Output
@@ -31,21 +31,46 @@ def _seconds(text: str) -> float:
     return value
 
 
-NEVER = ("never", "none")
-"""The words ``--ttl`` takes for the library's ``ttl_seconds=None`` (no automatic release)."""
+NEVER = ("never", "none", "0")
+"""What ``--ttl`` reads as "no TTL" (the library's ``ttl_seconds=None``); 0 is the older
+spelling, kept so scripts written for it still run."""
 
 
 def _ttl(text: str) -> int | None:
-    """argparse type of ``--ttl``: whole seconds (0: never, deprecated), or ``never``/``none``."""
+    """argparse type: a TTL in whole seconds the service accepts, or never (None)."""
     if text.strip().lower() in NEVER:
         return None
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds or 'never': {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 60..86400 seconds or 'never': {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"not a whole number of seconds, nor 'never': {text!r}"
+        ) from None
+    if not MIN_TTL_SECONDS <= value <= MAX_TTL_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be {MIN_TTL_SECONDS}..{MAX_TTL_SECONDS} seconds, or 'never': {text!r}"
+        )
     return value
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Help that keeps the paragraphs of a description and an epilog (filled by
+    :func:`_paragraphs`) and shows each option's default where it has one worth showing (not
+    None, False or empty), unless its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        shown = default not in (None, False, argparse.SUPPRESS) and default != []
+        if shown and "default" not in text and (action.option_strings or action.nargs == "?"):
+            text += " (default: %(default)s)"
+        return text
+
+
+def _paragraphs(text: str) -> str:
+    """``text``'s paragraphs (apart by a blank line) filled to 78 columns each."""
+    paragraphs = text.split("\n\n")
+    return "\n\n".join(textwrap.fill(p, 78, break_on_hyphens=False) for p in paragraphs)
 
 
 def _epilog() -> str:
@@ -58,7 +83,13 @@ def _epilog() -> str:
         f"JSON. {CAPABILITY_NOTE}.",
         78,
     )
-    return f"{prose}\n\nexit status:\n{codes}"
+    options = textwrap.fill(
+        "--base-url and -q go before or after the command (klavis-sandbox list --base-url URL); "
+        "given in both places, the later one wins.",
+        78,
+        break_on_hyphens=False,
+    )
+    return f"{prose}\n\n{options}\n\nexit status:\n{codes}"
 
 
 def _command(
@@ -68,15 +99,60 @@ def _command(
     parents: list[argparse.ArgumentParser],
     summary: str,
     description: str | None = None,
+    epilog: str | None = None,
 ) -> argparse.ArgumentParser:
-    """Add the command ``name``, which runs ``run``; ``summary`` is its line in ``--help``."""
-    command = sub.add_parser(name, parents=parents, help=summary, description=description)
+    """Add the command ``name``, which runs ``run``; ``summary`` is its line in ``--help``.
+
+    Every command but ``demo`` also takes the global options after its name
+    (``klavis-sandbox list --base-url URL``), as gh and kubectl do."""
+    shared = [_globals()] if name != "demo" else []
+    command = sub.add_parser(
+        name,
+        parents=[*shared, *parents],
+        help=summary,
+        description=_paragraphs(description or f"{summary[:1].upper()}{summary[1:]}."),
+        epilog=epilog,
+        formatter_class=_Help,
+    )
     command.set_defaults(run=run)
     return command
 
 
+def _globals(*, top: bool = False) -> argparse.ArgumentParser:
+    """The global options, for the top-level parser (``top``: with their defaults) or for a
+    command. A command's copy defaults to ``SUPPRESS``: argparse copies every attribute of a
+    command's namespace over the top-level one, so a default there would undo
+    ``--base-url URL list``; given in both places, the later one (the command's) wins."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
+        "--base-url",
+        metavar="URL",
+        default=None if top else argparse.SUPPRESS,
+        help=f"API base URL (default: ${BASE_URL_ENV} or https://api.klavis.ai)",
+    )
+    return options
+
+
+def _quiet(*, top: bool = False) -> argparse.ArgumentParser:
+    """``-q``: global, after the command's name too, as :func:`_globals`."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="no messages on stderr (errors still show)",
+    )
+    return options
+
+
 def _add_progress(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    command.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar (default: when stderr is a terminal, and not with -q)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -85,19 +161,16 @@ def parser() -> argparse.ArgumentParser:
 
     top = argparse.ArgumentParser(
         prog="klavis-sandbox",
-        description="Acquire, seed, dump and release Klavis local sandboxes. "
-        f"The API key comes from {API_KEY_ENV} or a .env file.",
+        description=_paragraphs(
+            "Acquire, seed, dump and release Klavis local sandboxes. "
+            f"The API key comes from {API_KEY_ENV} or a .env file."
+        ),
         epilog=_epilog(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Help,
+        parents=[_globals(top=True), _quiet(top=True)],
     )
     top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    top.add_argument(
-        "--base-url", help=f"API base URL (default: ${BASE_URL_ENV} or https://api.klavis.ai)"
-    )
-    quiet = argparse.ArgumentParser(add_help=False)
-    quiet.add_argument(
-        "-q", "--quiet", action="store_true", help="no messages on stderr (errors still show)"
-    )
+    quiet = _quiet()
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print the data as JSON")
     both = [quiet, as_json]
@@ -121,10 +194,15 @@ def parser() -> argparse.ArgumentParser:
         type=_ttl,
         default=7200,
         metavar="SECONDS|never",
-        help="seconds until the service releases it (60..86400), or 'never' as the library's "
-        "ttl_seconds=None (0 still means never but is deprecated) (default: %(default)s)",
+        help=f"seconds until the service releases it ({MIN_TTL_SECONDS}..{MAX_TTL_SECONDS}), "
+        "or never (also: none, or 0 as before) for no TTL: release it yourself",
     )
-    p.add_argument("--benchmark", default=None)
+    p.add_argument(
+        "--benchmark",
+        default=None,
+        choices=BENCHMARKS,
+        help="start the sandbox with this benchmark's initial data (default: none)",
+    )
 
     _command(
         sub,
@@ -143,7 +221,7 @@ def parser() -> argparse.ArgumentParser:
         "show one sandbox",
         f"Show one sandbox and its servers' MCP URLs. {CAPABILITY_NOTE}.",
     )
-    p.add_argument("id")
+    p.add_argument("id", help="the sandbox's id")
 
     p = _command(
         sub,
@@ -154,7 +232,7 @@ def parser() -> argparse.ArgumentParser:
         "Upload a local folder into a sandbox's workspace (files of the same name are "
         "replaced, others stay). .gitignore and .sandboxignore rules apply.",
     )
-    p.add_argument("id")
+    p.add_argument("id", help="the sandbox's id")
     p.add_argument("path", help="the folder to upload")
     p.add_argument("--ignore", action="append", default=[], help="gitignore pattern")
     p.add_argument("--no-gitignore", action="store_true", help="do not read .gitignore")
@@ -177,7 +255,7 @@ def parser() -> argparse.ArgumentParser:
         "An existing path is refused unless --force, which replaces it: a folder's current "
         "contents are deleted, not merged.",
     )
-    p.add_argument("id")
+    p.add_argument("id", help="the sandbox's id")
     p.add_argument("-o", "--output", required=True, help="a folder, or a .tar.gz/.tgz/.tar file")
     p.add_argument(
         "--force", action="store_true", help="replace an existing file or non-empty folder"
@@ -197,13 +275,42 @@ def parser() -> argparse.ArgumentParser:
         "exec",
         cmd_exec,
         [quiet],
-        "run a Python script in a sandbox, streaming its output",
-        "Run a Python script in a sandbox; its output goes to stdout. Exit status 1 when the "
-        "script fails.",
+        "run a Python script (or a folder's main.py) in a sandbox, streaming its output",
+        "Run a Python script in a sandbox; its output goes to stdout. SCRIPT is a .py file (sent "
+        "as main.py) or a folder holding main.py (all of it is sent, .gitignore and "
+        ".sandboxignore honoured, .git left out; its requirements.txt is installed). "
+        "Exit status 1 when the script fails: the service reports only completed or failed, "
+        "never the script's own exit status; on the emulator, which logs it, the message "
+        "names it.",
     )
-    p.add_argument("id")
-    p.add_argument("script", help="the main.py to run")
-    p.add_argument("-r", "--requirement", action="append", default=[], help="pip requirement")
+    p.add_argument("id", help="the sandbox's id")
+    p.add_argument("script", help="the script to run as main.py, or a folder holding main.py")
+    p.add_argument(
+        "-r",
+        "--requirement",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="install from this requirements file first, as pip -r does (nested -r files "
+        "are read relative to it); repeatable",
+    )
+    p.add_argument(
+        "--with",
+        dest="with_requirements",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="install this requirement first, e.g. --with 'httpx==0.28.1'; repeatable",
+    )
+    p.add_argument(
+        "--file",
+        dest="files",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="also send this file or folder, beside main.py under its own name "
+        "(a folder's .gitignore honoured); repeatable",
+    )
     p.add_argument("--name", default=None, help="execution name (default: generated)")
 
     p = _command(
@@ -215,12 +322,39 @@ def parser() -> argparse.ArgumentParser:
         "Release sandboxes. An id the service does not know is an error (exit 1) unless "
         "--ignore-not-found; one acquired here whose TTL ran out is not.",
     )
-    p.add_argument("ids", nargs="*")
+    p.add_argument("ids", nargs="*", metavar="ID", help="the ids of the sandboxes to release")
     p.add_argument("--all", action="store_true", help="every sandbox this key lists")
     p.add_argument("--ignore-not-found", action="store_true", help="an unknown id is not an error")
 
-    p = _command(sub, "reap", cmd_reap, both, "release what the local ledger says is still held")
+    p = _command(
+        sub,
+        "reap",
+        cmd_reap,
+        both,
+        "release what the local ledger says is still held",
+        "Release what the local ledger says this key still holds at the service (--base-url): "
+        "sandboxes acquired by processes that have ended and never released, and those that "
+        "acquires which ended without an answer left behind.\n\n"
+        "The ledger records each sandbox with the base URL it was acquired from. One recorded "
+        "for another URL is released here too when this service lists it (an emulator "
+        "restarted on another port over the same data folder). The rest is reported apart, "
+        "per base URL, and kept: another service that answers (reap --base-url URL releases "
+        "it there), or one that does not. --forget drops the entries of a service proven gone "
+        "(connection refused, no such host), never those of a service that answers. The key "
+        "is sent to this service only; the others are probed without it.",
+        "exit status:\n"
+        "  0    nothing failed (what other services hold, kept, does not count)\n"
+        "  1    a release failed, or this service did not answer and its entries were kept\n"
+        "  and the other statuses of klavis-sandbox --help",
+    )
     p.add_argument("--dry-run", action="store_true", help="only print the ids it would release")
+    p.add_argument(
+        "--forget",
+        "--forget-unreachable",
+        action="store_true",
+        help="drop from the ledger what it records for services that are gone (connection "
+        "refused, or no such host); never what a service that answers holds",
+    )
     p.add_argument(
         "--include-live",
         action="store_true",
@@ -228,5 +362,5 @@ def parser() -> argparse.ArgumentParser:
     )
 
     p = _command(sub, "demo", cmd_demo, [], "walk the lifecycle (embedded emulator without a key)")
-    p.add_argument("--count", type=int, default=4, help="sandboxes for the bulk step")
+    p.add_argument("--count", type=int, default=4, help="how many sandboxes the bulk step acquires")
     return top

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import Any
 
 from workflows._config import resolve_settings
 from workflows._ownership import default_ledger
-from workflows._ownership._reap import reap
+from workflows._ownership._reap import ServiceEntries, reap
 from workflows._recipes import ReleaseResult, bulk_release
 
 from ._output import EXIT_ERROR, EXIT_OK, Output, UsageError
@@ -36,6 +37,7 @@ def _report_releases(
     ui: Output,
     args: argparse.Namespace,
     ours: set[str] | None = None,
+    kept: Sequence[dict[str, Any]] = (),
 ) -> int:
     ignore_missing = getattr(args, "ignore_not_found", False)
     records = []
@@ -56,8 +58,8 @@ def _report_releases(
             failed = True
             ui.problem(f"error: {r.sandbox_id}: {error}")
     if args.json:
-        ui.json(records)
-    if not results:
+        ui.json([*records, *kept])
+    if not results and not kept:
         ui.note("nothing to release")
     return EXIT_ERROR if failed else EXIT_OK
 
@@ -69,22 +71,82 @@ def cmd_release(args: argparse.Namespace, ui: Output) -> int:
         results = bulk_release(None, base_url=args.base_url, progress=False)
         return _report_releases(results, ui, args)
     settings = resolve_settings(None, args.base_url)
-    held = default_ledger().held(base_url=settings.base_url, key=settings.api_key.fingerprint)
-    ours = {entry.sandbox_id for entry in held}
+    book, key = default_ledger(), settings.api_key.fingerprint
+    held = book.held(key=key)
+    ours = {entry.sandbox_id for entry in held if entry.base_url == settings.base_url}
     ids = list(dict.fromkeys(args.ids))
     results = bulk_release(ids, base_url=args.base_url, progress=False)
+    # released here by id: an entry of this key recorded for another base URL (the service
+    # before a restart on another port) is settled too, or reap would keep reporting it
+    done = {r.sandbox_id for r in results if r.ok and not r.already_released}
+    for entry in held:
+        if entry.sandbox_id in done and entry.base_url != settings.base_url:
+            book.record("released", entry.sandbox_id, base_url=entry.base_url, key=key)
     return _report_releases(results, ui, args, ours)
 
 
+def _counted(group: ServiceEntries) -> str:
+    """``2 sandboxes``, ``1 sandbox and 1 unfinished acquire``..."""
+    held, attempts = len(group.sandbox_ids), len(group.attempts)
+    parts = [f"{held} sandbox{'es' if held > 1 else ''}"] if held else []
+    if attempts:
+        parts.append(f"{attempts} unfinished acquire{'s' if attempts > 1 else ''}")
+    return " and ".join(parts)
+
+
+def _report_unreleased(
+    groups: Sequence[ServiceEntries], ui: Output, dry_run: bool
+) -> tuple[list[dict[str, Any]], bool]:
+    """Say what the ledger holds for services reap could not release at, per base URL; its
+    records for ``--json``, and whether the service reap was pointed at kept some (exit 1)."""
+    records: list[dict[str, Any]] = []
+    failed = False
+    for g in groups:
+        what, url = _counted(g), g.base_url
+        if g.forgotten:
+            verb = "would forget" if dry_run else "forgot"
+            ui.note(f"{verb} {what} recorded for {url}, which is gone ({g.reason})")
+        elif g.answered:
+            ui.note(
+                f"{what} recorded for {url}, another service, which answers: kept; "
+                f"`klavis-sandbox reap --base-url {url}` releases them"
+            )
+        else:
+            hint = (
+                "if it is gone for good, `klavis-sandbox reap --forget` drops them from the ledger"
+                if g.gone
+                else "try again when it answers"
+            )
+            message = f"{what} recorded for {url}, which did not answer ({g.reason}): kept; {hint}"
+            if g.pointed_at:
+                failed = True
+                ui.problem(f"error: {message}")
+            else:
+                ui.note(message)
+        outcome = "forgotten" if g.forgotten else "kept"
+        records += [
+            {"sandbox_id": sid, "outcome": outcome, "error": g.reason, "base_url": url}
+            for sid in g.sandbox_ids
+        ]
+    return records, failed
+
+
 def cmd_reap(args: argparse.Namespace, ui: Output) -> int:
-    results = reap(base_url=args.base_url, include_live=args.include_live, dry_run=args.dry_run)
+    results = reap(
+        base_url=args.base_url,
+        include_live=args.include_live,
+        dry_run=args.dry_run,
+        forget_unreachable=args.forget,
+    )
+    kept, unanswered = _report_unreleased(results.unreleased, ui, args.dry_run)
     if not args.dry_run:
-        return _report_releases(results, ui, args)
+        code = _report_releases(results, ui, args, kept=kept)
+        return EXIT_ERROR if unanswered else code
     if args.json:
         ui.json([r.sandbox_id for r in results])
     else:
         for r in results:
             ui.data(f"{r.sandbox_id}\n")
-    if not results:
+    if not results and not results.unreleased:
         ui.note("nothing to release")
-    return EXIT_OK
+    return EXIT_ERROR if unanswered else EXIT_OK

@@ -30,6 +30,15 @@ so that ``reap`` in another process need not wait for that process to exit: noth
 record the sandbox any more. The id is under ``ended``, not ``attempt``: versions that knew no
 such event took any other event carrying ``attempt`` for a settlement, and would never have
 released the orphan; under ``ended`` they ignore it and wait for the process, as they did.
+
+When the service a sandbox or an attempt was recorded for no longer answers (an emulator
+restarted on another port, a host name gone), ``reap --forget`` drops it::
+
+    {"event": "forgotten", "sandbox_id": "...", "base_url": "...", "key": "...", ...}
+    {"event": "attempt-forgotten", "attempt": "<hex>", "base_url": "...", "key": "...", ...}
+
+Both read as settled in versions that knew neither event: any last event of a sandbox but
+``acquired`` is "not held", any event but ``attempt`` carrying an ``attempt`` id settles it.
 """
 
 from __future__ import annotations
@@ -151,6 +160,20 @@ class Ledger:
         self._append(
             {
                 "event": "attempt-settled",
+                "attempt": attempt,
+                "base_url": base_url,
+                "key": key,
+                "pid": os.getpid(),
+                "time": _now(),
+            }
+        )
+
+    def forget_attempt(self, attempt: str, *, base_url: str, key: str) -> None:
+        """Append ``attempt-forgotten``: the attempt's service does not answer, and the user
+        asked ``reap`` to stop looking for what it left (it settles the attempt)."""
+        self._append(
+            {
+                "event": "attempt-forgotten",
                 "attempt": attempt,
                 "base_url": base_url,
                 "key": key,

@@ -22,8 +22,12 @@ from ._retry_rules import Outcome, PoolClosed, task_flow
 __all__ = ["AsyncSandboxPool"]
 
 R = TypeVar("R")
-Task = Callable[[AsyncLocalSandbox, Any], Awaitable[R]]
-"""What the async pool runs: ``await fn(sandbox, task)``."""
+T = TypeVar("T")
+TaskFn = Callable[[AsyncLocalSandbox, T], Awaitable[R]]
+"""What the async pool runs: ``await fn(sandbox, task)``, ``task`` one of the tasks (a type
+checker holds the function and the tasks to the same ``T``)."""
+Task = TaskFn[Any, R]
+"""A run's function, once the task type no longer matters."""
 
 
 async def _release_when_acquired(job: asyncio.Future[AsyncLocalSandbox]) -> None:
@@ -55,8 +59,9 @@ class AsyncSandboxPool(PoolBase):
     (:class:`~workflows.AcquireOptions`), checked before anything is sent;
     ``health_check_after``: seconds a sandbox may sit idle before it is checked again. Its
     sandboxes share one connection pool, closed with the pool. A timed-out task's coroutine
-    is cancelled (and its sandbox replaced). How the pool behaves is described in
-    :mod:`workflows._pool`.
+    is cancelled (and its sandbox replaced). Otherwise it behaves as :class:`~workflows.SandboxPool`
+    (lazy bounded acquire, a reset between tasks, health checks, retries, release on exit): see
+    its docstring.
     """
 
     def _start(self) -> None:
@@ -152,7 +157,12 @@ class AsyncSandboxPool(PoolBase):
 
     # ----------------------------------------------------------------- running tasks
     async def map(
-        self, fn: Task[R], tasks: Iterable[Any], *, timeout: float | None = None, retries: int = 0
+        self,
+        fn: TaskFn[T, R],
+        tasks: Iterable[T],
+        *,
+        timeout: float | None = None,
+        retries: int = 0,
     ) -> PoolResults[R]:
         """Run ``await fn(sandbox, task)`` for every task, ``size`` at a time; one result per
         task, in the order of ``tasks``. A task's failure is recorded in its result, never raised.
@@ -172,7 +182,12 @@ class AsyncSandboxPool(PoolBase):
         return self._summary(done, started, before)
 
     def imap_unordered(
-        self, fn: Task[R], tasks: Iterable[Any], *, timeout: float | None = None, retries: int = 0
+        self,
+        fn: TaskFn[T, R],
+        tasks: Iterable[T],
+        *,
+        timeout: float | None = None,
+        retries: int = 0,
     ) -> AsyncGenerator[TaskResult[R], None]:
         """Like :meth:`map`, but yield each :class:`TaskResult` as soon as its task ends.
         Leaving the loop early: close the iterator (``contextlib.aclosing``) to cancel the

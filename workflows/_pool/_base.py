@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from .._acquire import AcquireOptions, Unpack, resolve_acquire
 from .._config import Settings
 from .._errors import InvalidInputError
+from .._models import ServerNames
 from .._ownership import install_exit_handlers
 from .._recipes import ReleaseResult
 from ._results import PoolResults, TaskBar, TaskResult, check_pool_size, check_run
@@ -95,7 +96,7 @@ class PoolBase:
 
     def __init__(
         self,
-        server_names: Sequence[str] | str,
+        server_names: ServerNames,
         *,
         size: int = 4,
         health_check_after: float = 60.0,

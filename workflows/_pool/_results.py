@@ -1,7 +1,7 @@
 """What a pool run returns, and what both pools share without I/O: argument checks, the bar.
 
 :class:`TaskResult` is one task's outcome; :class:`PoolResults` the list of them, with
-``to_pandas()`` (pandas is imported when called: it comes with the ``notebooks`` extra) and
+``to_pandas()`` (pandas is imported when called: it comes with the ``pandas`` extra) and
 ``summary()``.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .._errors import ConfigurationError, InvalidInputError
+from .._errors import InvalidInputError, MissingExtraError
 from .._models import ResultList
 from .._progress import progress_enabled
 
@@ -177,19 +177,18 @@ class PoolResults(ResultList[TaskResult[R]]):
         what the function returned: one column per key when it returned a mapping (a key that
         clashes with a column above is prefixed ``value.``), else a ``value`` column.
 
-        Needs pandas (``pip install 'klavis-sandbox[notebooks]'``).
+        Needs pandas (``pip install 'klavis-sandbox[pandas]'``, which brings pandas-stubs too, so
+        that ``mypy`` checks what you do with the frame).
         """
         try:
             import pandas as pd
         except ImportError as exc:
-            raise ConfigurationError(
-                "PoolResults.to_pandas() needs pandas: pip install 'klavis-sandbox[notebooks]' "
-                "(or pip install pandas)"
-            ) from exc
+            raise MissingExtraError("PoolResults.to_pandas()", extra="pandas") from exc
         frame = pd.DataFrame(self.to_rows())
         if frame.empty:
             frame = pd.DataFrame(columns=list(_COLUMNS))
-        return frame.set_index("task")
+        indexed: pd.DataFrame = frame.set_index("task")  # the stubs leave this overload Any
+        return indexed
 
 
 def check_pool_size(size: int, health_check_after: float) -> None:

@@ -25,8 +25,12 @@ from ._retry_rules import Outcome, PoolClosed, task_flow
 __all__ = ["SandboxPool"]
 
 R = TypeVar("R")
-Task = Callable[[LocalSandbox, Any], R]
-"""What the sync pool runs: ``fn(sandbox, task)``."""
+T = TypeVar("T")
+TaskFn = Callable[[LocalSandbox, T], R]
+"""What the sync pool runs: ``fn(sandbox, task)``, ``task`` one of the tasks (a type checker holds
+the function and the tasks to the same ``T``)."""
+Task = TaskFn[Any, R]
+"""A run's function, once the task type no longer matters."""
 
 
 class SandboxPool(PoolBase):
@@ -48,9 +52,42 @@ class SandboxPool(PoolBase):
 
     The acquire keywords are :meth:`LocalSandbox.acquire`'s (:class:`~workflows.AcquireOptions`),
     checked before anything is sent.
-    ``health_check_after``: seconds a sandbox may sit idle before it is checked again. How the
-    pool behaves (lazy acquire, health checks, timeouts, retries) is described in
-    :mod:`workflows._pool`.
+    ``health_check_after``: seconds a sandbox may sit idle before it is checked again.
+
+    How it behaves, and why (the async pool alike):
+
+    * **Lazy, bounded acquire.** A sandbox is acquired when a worker first needs one and none is
+      idle, never more than ``size`` at a time (held, idle, or being acquired): a run of 3 tasks
+      on a pool of 8 acquires 3. The first ``size`` tasks each acquire concurrently, so the run
+      starts after about one acquire's time, as an eager start would, without paying for sandboxes
+      a short run never uses. Sandboxes stay acquired between two runs of the same pool.
+    * **A clean sandbox per task.** A task gets a sandbox no other task holds. When it ends, however
+      it ends, the pool calls ``reset()``: the service empties the workspace, restarts the MCP
+      servers and loads a benchmark sandbox's data again, so the next task starts as from a fresh
+      acquire. A sandbox whose reset fails is released (best effort) and replaced by a new acquire.
+    * **Health check.** A successful reset proves a sandbox alive, so during a run nothing else is
+      checked. A sandbox that sat idle longer than ``health_check_after`` seconds (between two runs,
+      its TTL may have run out) is checked before its next task with one cheap request, a GET of
+      its details (``refresh()``): healthy when it answers and its status is ``occupied``.
+      Otherwise it is replaced. No MCP call: servers restart on reset anyway.
+    * **Failures stay with their task.** A task that raises is recorded (``ok=False``, the error's
+      type and message) and the batch goes on. ``retries=n`` runs a failed task up to ``n`` more
+      times, each on a clean sandbox; its result is the last attempt's, with ``attempts``. An
+      acquire that fails (after the library's own retries of transient errors) fails the attempt
+      that needed the sandbox, with that error.
+    * **Timeouts.** ``timeout=`` bounds each attempt. The async pool cancels the coroutine. The
+      sync pool runs each attempt in a thread of its own when a timeout is given, and a Python
+      thread cannot be killed: a timed-out attempt is *abandoned*. Its sandbox is released at once
+      (so the thread's later calls fail instead of touching a sandbox another task got) and
+      replaced; whatever the thread returns later is ignored; the thread runs until the function
+      returns (it is a daemon thread: it never keeps the interpreter from exiting). Either way
+      the result says ``timed_out`` with a :class:`~workflows.TaskTimeoutError`.
+    * **Release.** Every sandbox is acquired with ``LocalSandbox.acquire`` (or its async twin), so
+      it is in the ledger and in the process's registry of owned sandboxes, which releases it at
+      interpreter exit and on SIGTERM. Leaving the ``with`` block (or ``close()``) releases them
+      all, ``size`` at a time with :func:`~workflows.bulk_release`; on an error or Ctrl-C inside
+      the block, the workers are told to stop and every sandbox is released at once, even one a
+      task is still using (that task's result is dropped).
     """
 
     def _start(self) -> None:
@@ -127,7 +164,12 @@ class SandboxPool(PoolBase):
 
     # ----------------------------------------------------------------- running tasks
     def map(
-        self, fn: Task[R], tasks: Iterable[Any], *, timeout: float | None = None, retries: int = 0
+        self,
+        fn: TaskFn[T, R],
+        tasks: Iterable[T],
+        *,
+        timeout: float | None = None,
+        retries: int = 0,
     ) -> PoolResults[R]:
         """Run ``fn(sandbox, task)`` for every task, ``size`` at a time; one result per task,
         in the order of ``tasks``. A task's failure is recorded in its result, never raised.
@@ -142,7 +184,12 @@ class SandboxPool(PoolBase):
         return self._summary(done, started, before)
 
     def imap_unordered(
-        self, fn: Task[R], tasks: Iterable[Any], *, timeout: float | None = None, retries: int = 0
+        self,
+        fn: TaskFn[T, R],
+        tasks: Iterable[T],
+        *,
+        timeout: float | None = None,
+        retries: int = 0,
     ) -> Iterator[TaskResult[R]]:
         """Like :meth:`map`, but yield each :class:`TaskResult` as soon as its task ends
         (``result.index`` is the task's position). Closing the iterator early stops the

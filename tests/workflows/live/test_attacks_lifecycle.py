@@ -125,7 +125,7 @@ class LoseTheAcquire:
         return None
 
 
-async def _async_acquire(names: list[str], conn: dict[str, Any]) -> None:
+async def _async_acquire(names: list[workflows.ServerName], conn: dict[str, Any]) -> None:
     await workflows.AsyncLocalSandbox.acquire(names, **conn)
 
 

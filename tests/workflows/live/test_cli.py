@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import pytest
 
+from tests.helpers import tiny_wheel
 from workflows import LocalSandbox, Snapshot, list_sandboxes
 from workflows._cli import EXIT_CODES, main
 
@@ -381,8 +382,76 @@ def test_exec_streams_output_and_exit_status(cli: Cli, tmp_path: Path) -> None:
     ran = cli("exec", sandbox_id, str(bad), "--name", "bad-run", "-q")
     assert ran.code == 1
     assert "failing" in ran.out
-    assert ran.err == "klavis-sandbox: execution bad-run failed\n"  # failures show despite -q
+    # failures show despite -q; the service has no exit status, the emulator's log has it
+    assert ran.err == "klavis-sandbox: execution bad-run failed (main.py exited with status 2)\n"
     cli("release", sandbox_id)
+
+
+def test_exec_takes_requirements_files_like_pip_extra_files_and_folders(
+    cli: Cli, tmp_path: Path
+) -> None:
+    sandbox_id = cli("acquire", "filesystem", "-q").out.strip()
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "tinypkg-0.1-py3-none-any.whl").write_bytes(tiny_wheel())
+    (tmp_path / "reqs").mkdir()
+    (tmp_path / "reqs" / "index.txt").write_text("--no-index\n--find-links ./wheels\n")
+    (tmp_path / "reqs" / "all.txt").write_text("-r index.txt\ntinypkg==0.1\n")
+    (tmp_path / "data.csv").write_text("a,b\n")
+    script = tmp_path / "job.py"
+    script.write_text("import tinypkg\nprint('value', tinypkg.VALUE, open('data.csv').read())\n")
+    files = ["--file", "wheels", "--file", "data.csv"]
+    ran = cli("exec", sandbox_id, str(script), "-r", "reqs/all.txt", *files)
+    assert (ran.code, "value 42 a,b" in ran.out) == (0, True), ran.err
+    files = ["--file", "wheels/", "--file", str(tmp_path / "data.csv")]
+    pins = ["--requirement", "reqs/index.txt", "--with", "tinypkg==0.1"]
+    ran = cli("exec", sandbox_id, str(script), *pins, *files)
+    assert (ran.code, "value 42 a,b" in ran.out) == (0, True), ran.err
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "main.py").write_text("import os\nprint(sorted(os.listdir('.')))\n")
+    (job / ".gitignore").write_text("*.log\n")
+    (job / "run.log").write_text("left out\n")
+    (job / "lib.py").write_text("")
+    ran = cli("exec", sandbox_id, "job")
+    assert (ran.code, "['.gitignore', 'lib.py', 'main.py']\n" in ran.out) == (0, True), ran.err
+    cli("release", sandbox_id)
+
+
+def test_exec_refuses_bad_arguments_naming_the_right_one_before_any_request(
+    cli: Cli, shell: Cli, tmp_path: Path
+) -> None:
+    (tmp_path / "main.py").write_text("print(1)\n")
+    (tmp_path / "requirements.txt").write_text("httpx\n")
+    (tmp_path / "pinned.txt").write_text("-c constraints.txt\n")
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "main.py").write_text("print(1)\n")
+    (tmp_path / "job" / "requirements.txt").write_text("httpx\n")
+    unknown = "no-such-sandbox"  # a request would answer "not found" (exit 1): none is sent
+    refused = {
+        ("-r", "httpx"): "-r reads a requirements file, as pip does, and there is no file "
+        "'httpx'; to install one package, use --with httpx",
+        ("-r", "pinned.txt"): "constraint files (-c) are not supported",
+        ("-r", "missing.txt"): "-r missing.txt: missing.txt does not exist",
+        ("--file", "main.py"): "--file main.py: the script to run is the SCRIPT argument",
+        ("--file", "requirements.txt"): "requirements files are installed with -r requirements.txt",
+        ("--file", "nowhere.csv"): "--file nowhere.csv: no such file or folder",
+    }
+    for extra, message in refused.items():
+        ran = cli("exec", unknown, "main.py", *extra)
+        assert ran.code == 2, (extra, ran.err)
+        assert message in ran.err, (extra, ran.err)
+    (tmp_path / "empty").mkdir()
+    ran = cli("exec", unknown, "empty")
+    assert (ran.code, "'empty' has no main.py at its top level" in ran.err) == (2, True)
+    ran = cli("exec", unknown, "job", "--with", "attrs")
+    assert (ran.code, "job has a requirements.txt, which is installed" in ran.err) == (2, True)
+    ran = cli("exec", unknown, "nothing.py")
+    assert (ran.code, ran.err) == (
+        2,
+        "klavis-sandbox: exec: nothing.py: no such script or folder\n",
+    )
+    helped = shell("exec", "--help")
+    assert "never the script's own exit status" in " ".join(helped.out.split())
 
 
 def test_reap_releases_what_the_ledger_holds(cli: Cli) -> None:

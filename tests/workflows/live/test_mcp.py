@@ -6,14 +6,16 @@ Run again under mcp 1.12.1 by ``scripts/test`` (against an emulator process of t
 from __future__ import annotations
 
 import importlib
+import shutil
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import Face, LoopThread, SilentService
+from tests.helpers import Face, LoopThread, SilentService, git_repo
 from workflows import (
     ApiConnectionError,
     ApiTimeoutError,
@@ -21,6 +23,7 @@ from workflows import (
     McpError,
     McpSession,
     NotFoundError,
+    Snapshot,
     _mcp,
     _mcp_compat,
 )
@@ -154,3 +157,25 @@ def test_a_session_opened_the_notebooks_way_reads_like_the_helpers(
         result = _mcp._tool_result("list_allowed_directories", called)
         assert result.text == sb.call_tool("filesystem", "list_allowed_directories").text
         assert not result.is_error
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_seeded_repository_dumped_untouched_diffs_empty(
+    face: Face, conn: dict[str, str], tmp_path: Path
+) -> None:
+    # the git server's first command rewrites .git/index's stat cache (new inodes and times in
+    # the sandbox): what the index says is unchanged, so the diff is empty
+    repo = git_repo(tmp_path / "repo")
+    local = Snapshot.from_directory(repo)
+    with face.acquire(["filesystem", "git"], **conn) as sb:
+        sb.seed_directory(repo)
+        root = sb.call_tool("filesystem", "list_allowed_directories").text.split()[-1]
+        status = sb.call_tool("git", "git_status", {"repo_path": root})
+        assert not status.is_error, status.text
+        assert "nothing to commit" in status.text
+        dumped = sb.dump()
+        assert local.diff(dumped, exact=True).modified == (".git/index",)  # it was rewritten
+        assert not local.diff(dumped), str(local.diff(dumped))
+        sb.call_tool("filesystem", "write_file", {"path": f"{root}/a.txt", "content": "new\n"})
+        sb.call_tool("git", "git_add", {"repo_path": root, "files": ["a.txt"]})
+        assert local.diff(sb.dump()).modified == (".git/index", "a.txt")

@@ -365,7 +365,7 @@ def test_to_pandas_without_pandas_says_how_to_get_it(monkeypatch: pytest.MonkeyP
     results = PoolResults([TaskResult(0, "t", True, value=1)])
     assert results.to_rows()[0]["value"] == 1
     monkeypatch.setitem(sys.modules, "pandas", None)
-    with pytest.raises(workflows.ConfigurationError, match="klavis-sandbox\\[notebooks\\]"):
+    with pytest.raises(workflows.MissingExtraError, match=r"klavis-sandbox\[pandas\]'$"):
         results.to_pandas()
 
 
