@@ -60,7 +60,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
-from ._errors import EmulatorStartError
+from ._errors import EmulatorStartError, InvalidInputError
 
 __all__ = ["COMMAND_ENV", "LISTENING", "EmulatorProcess", "find_emulator_command"]
 
@@ -177,9 +177,11 @@ class EmulatorProcess:
         stop_timeout: float = 30.0,
     ) -> None:
         if command is not None and (isinstance(command, str) or not command):
-            raise ValueError("command must be a non-empty sequence of strings, e.g. [program]")
+            raise InvalidInputError(
+                "command must be a non-empty sequence of strings, e.g. [program]"
+            )
         if startup_timeout <= 0 or stop_timeout <= 0:
-            raise ValueError("startup_timeout and stop_timeout must be positive")
+            raise InvalidInputError("startup_timeout and stop_timeout must be positive")
         self._command = None if command is None else [os.fspath(part) for part in command]
         self._args = [str(arg) for arg in args]
         self._data_dir = None if data_dir is None else Path(data_dir)

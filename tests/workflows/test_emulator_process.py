@@ -20,7 +20,13 @@ import httpx
 import pytest
 
 from klavis_emulator._extra import EXTRA_MODULES
-from workflows import EmulatorProcess, EmulatorStartError, LocalSandbox, _emulator_process
+from workflows import (
+    EmulatorProcess,
+    EmulatorStartError,
+    InvalidInputError,
+    LocalSandbox,
+    _emulator_process,
+)
 
 PYTHON_EMULATOR = [sys.executable, "-m", "klavis_emulator"]
 
@@ -136,7 +142,7 @@ def test_a_silent_command_is_stopped_after_the_startup_timeout() -> None:
 
 @pytest.mark.parametrize("command", ["klavis-emulator", []])
 def test_a_bad_command_is_refused_before_anything_runs(command: object) -> None:
-    with pytest.raises(ValueError, match="non-empty sequence"):
+    with pytest.raises(InvalidInputError, match="non-empty sequence"):
         EmulatorProcess(command)  # type: ignore[arg-type]
 
 
