@@ -22,6 +22,7 @@ file, since a busy or slow disk moves the seed and dump figures more than any co
 | pool | pool_throughput_vs_fresh_acquire, pool_overhead_vs_ideal |
 | shapes | <shape>_seed_speedup, _seed_vs_limit, _dump_speedup, _dump_vs_limit (3 shapes) |
 | | emulator_dump_mb_s, emulator_dump_vs_limit, emulator_initialize_vs_limit |
+| footprint | demo_fresh_s, setup_full_s, setup_disk_mb |
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from benchmarks import (
     bench_bulk,
     bench_calls,
     bench_dump,
+    bench_footprint,
     bench_hostile,
     bench_interrupt,
     bench_mcp,
@@ -76,6 +78,7 @@ GROUPS: dict[str, Callable[[BenchContext], list[Figure]]] = {
     "mcp": bench_mcp.run,
     "pool": bench_pool.run,
     "shapes": bench_shapes.run,
+    "footprint": bench_footprint.run,
 }
 
 

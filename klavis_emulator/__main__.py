@@ -360,7 +360,7 @@ def _tools_parser(command: str) -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="DIR",
-        help="where the venvs (and npm installs the package folder cannot hold) go "
+        help="where the npm trees and venvs go "
         + (
             f"(default: ${TOOLS_DIR_ENV}, here {default_tools_dir()})"
             if os.environ.get(TOOLS_DIR_ENV)

@@ -83,7 +83,12 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     if config.host_mcp:
         from ._mcp import install_mcp  # fastmcp is heavy: only when MCP is served
 
-        install_mcp(app, state, start_at_acquire=config.mcp_at_acquire)
+        install_mcp(
+            app,
+            state,
+            start_at_acquire=config.mcp_at_acquire,
+            install=config.install_mcp_servers,
+        )
     return app
 
 

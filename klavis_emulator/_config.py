@@ -113,6 +113,11 @@ class EmulatorConfig:
     """Start a sandbox's hosted MCP servers in the background when it is acquired, so they
     are up when a client first calls them, as on the service (``False``: on the first
     request instead)."""
+    install_mcp_servers: bool | None = None
+    """Install a hosted server whose parts (npm tree, venv) are missing when it is first
+    needed, into the per-user tools folder (``False``: never, a missing server answers 503
+    naming ``klavis-emulator setup --only NAME``; ``None``: yes unless
+    ``$KLAVIS_EMULATOR_INSTALL_SERVERS`` is ``0``)."""
 
     # ------------------------------------------------------------------ benchmarks
     benchmark_data: Mapping[str, str | os.PathLike[str]] = field(default_factory=dict)

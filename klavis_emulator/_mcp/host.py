@@ -25,7 +25,11 @@ group; with bubblewrap each runs in a PID namespace of its own, and everything i
 ends with it (and with the emulator if it is killed).
 
 ``klavis-emulator setup`` installs the npm and venv parts
-(:func:`~klavis_emulator._mcp.setup.setup_mcp_servers`).
+(:func:`~klavis_emulator._mcp.setup.setup_mcp_servers`); a server whose parts are missing is
+installed when a sandbox holding it is acquired or its URL is first called (``install``; one
+install per server however many sandboxes ask, logged), unless that is turned off
+(``$KLAVIS_EMULATOR_INSTALL_SERVERS=0``: then it answers 503 naming ``klavis-emulator setup
+--only NAME``, as it does when the install fails).
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from .catalog import CATALOG, HOSTED_SERVERS
 from .kinds import NotHosted
 from .launch import DEFAULT_COMMAND_TIMEOUT, launch_spec
 from .mail_servers import SandboxMail
+from .on_demand import INSTALL_ENV, OnDemandInstaller
 from .setup import McpToolPaths, find_tools
 
 __all__ = ["SERVER_PARAM", "McpHost"]
@@ -91,6 +96,9 @@ class McpHost:
         startup_timeout: how long a request waits for a server's proxy to come up.
         start_at_acquire: start a sandbox's installed servers in the background as soon as
             it is acquired (:meth:`warm`), so the first request finds them up.
+        install: install a server whose parts are missing (npm tree, venv) when it is first
+            needed, into ``tools_dir``; None (the default): yes unless
+            ``$KLAVIS_EMULATOR_INSTALL_SERVERS`` is ``0``.
     """
 
     def __init__(
@@ -103,6 +111,7 @@ class McpHost:
         sweep_seconds: float = 30.0,
         startup_timeout: float = 60.0,
         start_at_acquire: bool = True,
+        install: bool | None = None,
     ) -> None:
         if command_timeout < 1:
             raise ValueError("command_timeout must be at least 1 second")
@@ -115,6 +124,11 @@ class McpHost:
         self._sweep_seconds = sweep_seconds
         self._startup_timeout = startup_timeout
         self.start_at_acquire = start_at_acquire
+        self.installer = OnDemandInstaller(
+            lambda: self.tools(),  # patchable, as for the mail servers
+            tools_dir,
+            enabled=install if install is not None else os.environ.get(INSTALL_ENV) != "0",
+        )
         self._warming: dict[str, asyncio.Future[None]] = {}
         self._resetting: dict[str, asyncio.Event] = {}  # held requests wait on these
         self._backends: dict[Key, Backend] = {}
@@ -273,7 +287,8 @@ class McpHost:
         wanted = [
             server
             for server in record.server_names
-            if server in HOSTED_SERVERS and tools.missing(server) is None
+            if server in HOSTED_SERVERS
+            and (tools.missing(server) is None or self.installer.installable(server, tools))
         ]
 
         async def start(server: str) -> None:
@@ -498,12 +513,15 @@ class McpHost:
         if backend is not None:
             return backend
         tools = self.tools()
+        if self.installer.installable(server, tools):
+            tools = await self.installer.install(server)
         problem = tools.missing(server)
         if problem is not None:
+            why = self.installer.failed.get(server)
             raise Refusal(
                 503,
                 f"The emulator hosts the {server!r} MCP server, but it is not installed on "
-                f"this machine: {problem}",
+                f"this machine: {why or problem}",
             )
         mail = None
         if CATALOG[server].mail_server:

@@ -31,8 +31,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class NpmPackage:
-    """An npm package pinned in ``mcp_servers/package.json`` + ``package-lock.json``
-    (one ``npm ci`` installs them all); run as ``node <package>/<entry>``."""
+    """An npm package pinned in ``mcp_servers/npm/<server>/package.json`` +
+    ``package-lock.json`` (``npm ci`` installs it in the tools folder, one tree per server);
+    run as ``node <package>/<entry>``."""
 
     package: str
     version: str

@@ -100,7 +100,9 @@ def _install_roots(server: str, program: Path, tools: McpToolPaths) -> list[Path
         node_modules = program
         while node_modules.name != "node_modules":
             node_modules = node_modules.parent
-        return [_prefix_of(tools.node), node_modules]
+        # the server's whole folder: its node_modules may link to packages beside it
+        # (desktop-commander's stand-ins in stubs/)
+        return [_prefix_of(tools.node), node_modules.parent]
     if isinstance(install, OwnVenv):
         venv = program.parent.parent
         return [venv, _prefix_of(venv / "bin" / "python")]

@@ -1,43 +1,36 @@
 """Installing and finding the real MCP servers the emulator hosts (no FastAPI, no fastmcp here).
 
-Generic over :data:`~klavis_emulator._mcp.catalog.CATALOG`, by install kind:
+Generic over :data:`~klavis_emulator._mcp.catalog.CATALOG`, by install kind, everything in the
+per-user tools folder (``$KLAVIS_EMULATOR_TOOLS_DIR``, else
+``platformdirs.user_cache_dir("klavis-emulator")``), nothing in the installed package:
 
-- npm packages (filesystem, localmemory, code-runner, desktop-commander, playwright): pinned by
-  ``mcp_servers/package.json`` + ``package-lock.json`` beside this module, all installed by
-  one ``npm ci`` into ``mcp_servers/node_modules`` (or, when the package folder is not
-  writable, into ``<tools dir>/node``);
-- own virtual environments (terminal, excel, word, powerpoint, arxiv, pdf-tools): one per
-  server under ``<tools dir>/venvs/``, built from the server's fully pinned
-  ``mcp_servers/<name>-requirements.txt``, named after its pins and the interpreter: the
-  emulator's own, or, for a server that needs a newer Python (pdf-tools: 3.12), a
-  ``python3.X`` already on the machine (:func:`find_python`; never downloaded). Where there
-  is none, setup skips that server and ``missing`` names the Python it needs;
+- npm packages (filesystem, localmemory, code-runner, desktop-commander, playwright): one tree
+  each, pinned by ``mcp_servers/npm/<server>/package.json`` + ``package-lock.json``, installed
+  by ``npm ci`` in ``<tools dir>/node/<server>-<version>-<pins digest>/``;
+- own virtual environments (terminal, excel, word, powerpoint, arxiv, pdf-tools,
+  poste_email_toolathlon): ``<tools dir>/venvs/<name>-<version>-py3X-<pins digest>/``, built
+  from ``mcp_servers/<name>-requirements.txt`` with uv (pip without it) by the emulator's
+  interpreter, or a ``python3.X`` on the machine when the server needs a newer one
+  (:func:`find_python`; never downloaded; none: setup skips it and ``missing`` names it). A
+  venv serves every interpreter the emulator runs on;
 - the emulator's own interpreter (git): a dependency of the emulator extra, nothing to do.
 
-The tools dir is ``$KLAVIS_EMULATOR_TOOLS_DIR`` or the per-user cache folder
-(``platformdirs.user_cache_dir("klavis-emulator")``). :func:`setup_mcp_servers` installs
-what is missing (all installable servers, or ``only`` some) and is fast when everything is
-already there.
+:func:`setup_mcp_servers` installs what is missing (all, or ``only`` some), four at a time,
+each under a lock of its own; the host installs a missing server on first need
+(:mod:`.on_demand`). Steps are in :mod:`.installs`.
 
-Measured on a 2-core machine, fresh tools dir and ``node_modules``, warm pip and npm caches:
-``npm ci`` of the three npm servers 4.3 s (5.5 s for the filesystem server alone before),
-the terminal venv 10.8 s, excel 11.9 s (33 pins), word 18.9 s (82 pins): 46.5 s in all, up
-from about 17 s for filesystem + terminal; 0.5 s when everything is installed.
-desktop-commander brings 620 more npm packages (puppeteer, sharp, pdf and office libraries):
-``npm ci`` of the lock then took 57.1 s on the same machine (warm npm cache), +53 s. The venvs are
-built one after another (building them in parallel is not tried yet: on two cores the pip
-installs would compete for the CPU). powerpoint (41 pins), arxiv (47) and pdf-tools (75, with
-pyenv's Python 3.12.1) add 48 s, 62 s and 32 s on that machine while other jobs shared its
-cores: 142 s (172 s on a second fresh tools dir, of which 48 s CPU time in setup's own
-processes), so a fresh setup now takes about three times as long.
-playwright adds three npm packages (``@playwright/mcp``, ``playwright``, ``playwright-core``;
-no browser: the distribution's Chromium is used); ``npm ci`` of that lock took 33.6 s on a
-2-core machine with a warm npm cache.
+Measured on a 2-core machine with three other jobs on it (load average 7 to 9), warm npm and
+uv caches. Before (commit 79a869e: one ``npm ci`` of all five npm servers into the package,
+then one pip venv after another): a fresh full setup 890 s (278 s on the idle machine of issue
+25), 1,202 MB (an 894 MB tools folder and 308 MB of ``node_modules`` in the package). Now: 88 s
+(53 s at load 4) and 749 MB (``scripts/bench --only footprint``); filesystem + git + terminal
+19 s; the venvs of terminal, excel and word 3.8 s with uv, terminal's alone 59 s with pip; 3.6 s
+when all is installed. desktop-commander's tree: 500 packages and 179 MB instead of 685 and
+277 MB (its md-to-pdf, which brings puppeteer, and sharp are stand-ins: see its package.json).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import glob
 import hashlib
@@ -45,11 +38,13 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -57,9 +52,11 @@ from typing import Final
 import platformdirs
 
 from .catalog import CATALOG, HOSTED_SERVERS, server_entry
-from .kinds import EmulatorPython, McpServer, NotHosted, NpmPackage, OwnVenv
+from .installs import DONE_MARKER, McpSetupError, locked, make_venv, npm_ci
+from .kinds import EmulatorPython, NotHosted, NpmPackage, OwnVenv
 
 __all__ = [
+    "SETUP_JOBS",
     "TOOLS_DIR_ENV",
     "FoundPython",
     "McpSetupError",
@@ -70,18 +67,20 @@ __all__ = [
     "installed_version",
     "missing_python",
     "python_of",
+    "setup_fix",
     "setup_mcp_servers",
 ]
 
 TOOLS_DIR_ENV: Final = "KLAVIS_EMULATOR_TOOLS_DIR"
 
 PACKAGE_DIR: Final = Path(__file__).resolve().parent.parent / "mcp_servers"
-_DONE_MARKER: Final = ".klavis-emulator-ok"
-_SETUP_FIX: Final = "run `klavis-emulator setup` (or `python -m klavis_emulator setup`)"
+"""The pins shipped with the package (read, never written: installs go to the tools dir)."""
+_DONE_MARKER: Final = DONE_MARKER
 
 
-class McpSetupError(RuntimeError):
-    """Installing the MCP servers failed; the message says which step and why."""
+def setup_fix(server: str) -> str:
+    """The command that installs ``server`` (named in every "not installed" message)."""
+    return f"run `klavis-emulator setup --only {server}` (or `python -m klavis_emulator setup ...`)"
 
 
 def default_tools_dir() -> Path:
@@ -92,12 +91,24 @@ def default_tools_dir() -> Path:
     return Path(platformdirs.user_cache_dir("klavis-emulator", appauthor=False)).resolve()
 
 
-def _npm_servers() -> list[McpServer]:
-    return [entry for entry in CATALOG.values() if isinstance(entry.install, NpmPackage)]
+def _npm_source(server: str) -> Path:
+    """The pinned npm tree of ``server``: ``mcp_servers/npm/<server>/`` (package.json + lock)."""
+    return PACKAGE_DIR / "npm" / server
 
 
-def _package_dir(install: NpmPackage) -> Path:
-    return Path("node_modules", *install.package.split("/"))
+@functools.cache
+def _npm_digest(server: str) -> str:
+    source = _npm_source(server)
+    digest = hashlib.sha256()
+    for path in sorted(path for path in source.rglob("*") if path.is_file()):
+        digest.update(path.relative_to(source).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def _npm_dir(tools_dir: Path, server: str, install: NpmPackage) -> Path:
+    """Where ``server``'s npm tree is installed: named after its version and its pins."""
+    return tools_dir / "node" / f"{server}-{install.version}-{_npm_digest(server)}"
 
 
 def _venv_name(install: OwnVenv, tag: str) -> str:
@@ -224,13 +235,8 @@ def missing_python(server: str) -> str | None:
         f"{install.distribution} needs Python {wanted} or newer, and none was found on this "
         f"machine (python3.{install.min_python[1]} or newer on PATH, pyenv's or uv's "
         f"interpreters; the emulator runs on {sys.version.split()[0]}): install Python "
-        f"{wanted}, then {_SETUP_FIX}."
+        f"{wanted}, then {setup_fix(server)}."
     )
-
-
-def _node_dirs(tools_dir: Path) -> tuple[Path, ...]:
-    """Folders that may hold the npm install, in order of preference."""
-    return (PACKAGE_DIR, tools_dir / "node")
 
 
 @dataclass(frozen=True)
@@ -271,13 +277,13 @@ class McpToolPaths:
             return None
         install = entry.install
         if isinstance(install, NpmPackage):
-            return f"the npm package {install.package} is not installed: {_SETUP_FIX}."
+            return f"the npm package {install.package} is not installed: {setup_fix(server)}."
         if isinstance(install, EmulatorPython):
             return (
                 f"the PyPI package {install.distribution} is not installed: "
                 "pip install 'klavis-sandbox[emulator]'."
             )
-        return f"the {install.distribution} environment is not installed: {_SETUP_FIX}."
+        return f"the {install.distribution} environment is not installed: {setup_fix(server)}."
 
     def missing_outside(self, server: str) -> str | None:
         """The part of :meth:`missing` that the project cannot install itself: Node.js, a
@@ -302,23 +308,37 @@ class McpToolPaths:
         return None
 
 
-def _npm_program(tools_dir: Path, install: NpmPackage) -> Path | None:
-    for folder in _node_dirs(tools_dir):
-        entry = folder / _package_dir(install) / install.entry
-        if entry.is_file():
-            return entry
+def _npm_program(tools_dir: Path, server: str, install: NpmPackage) -> Path | None:
+    folder = _npm_dir(tools_dir, server, install)
+    entry = folder.joinpath("node_modules", *install.package.split("/"), install.entry)
+    if (folder / _DONE_MARKER).is_file() and entry.is_file():
+        return entry
     return None
 
 
+_TAG: Final = re.compile(r"-py3(\d+)-[0-9a-f]+$")
+
+
 def _venv_program(tools_dir: Path, install: OwnVenv) -> Path | None:
-    if _own_python_suffices(install):
-        venvs = [_venv_dir(tools_dir, install, (sys.version_info[0], sys.version_info[1]))]
-    else:  # built with another interpreter: whichever one setup found (no probing here)
-        pattern = glob.escape(_venv_name(install, "@")).replace("@", "py3*")
-        venvs = sorted((tools_dir / "venvs").glob(pattern))
+    """The console script of a complete venv of ``install``'s pins, built by any Python it
+    runs on: the emulator's own interpreter's first, then the others. A server runs in a
+    process of its own, so one venv serves every interpreter the emulator runs on (a 3.13
+    emulator uses the 3.11 venvs instead of building a second set)."""
+    own = _venv_name(install, f"py{sys.version_info[0]}{sys.version_info[1]}")
+    pattern = glob.escape(_venv_name(install, "@")).replace("@", "py3*")
+    venvs = sorted((tools_dir / "venvs").glob(pattern), key=lambda venv: venv.name != own)
     for venv in venvs:
+        tag = _TAG.search(venv.name)
+        if tag is None or (3, int(tag[1])) < install.min_python:
+            continue
         script = venv / "bin" / install.script
-        if (venv / _DONE_MARKER).is_file() and script.is_file() and script.resolve().exists():
+        python = venv / "bin" / "python"
+        if (
+            (venv / _DONE_MARKER).is_file()
+            and script.is_file()
+            and script.resolve().exists()
+            and python.resolve().exists()  # its interpreter was not uninstalled since
+        ):
             return script
     return None
 
@@ -346,7 +366,7 @@ def find_tools(tools_dir: Path | None = None) -> McpToolPaths:
         install = CATALOG[name].install
         found: Path | None = None
         if isinstance(install, NpmPackage):
-            found = _npm_program(tools, install)
+            found = _npm_program(tools, name, install)
         elif isinstance(install, OwnVenv):
             found = _venv_program(tools, install)
         elif isinstance(install, EmulatorPython) and importlib.util.find_spec(install.module):
@@ -391,112 +411,6 @@ def installed_version(server: str, tools: McpToolPaths) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (concurrent setups wait for each other)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("ab") as handle:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not POSIX
-            yield
-            return
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
-def _run(
-    argv: list[str], *, cwd: Path | None, what: str, env: Mapping[str, str] | None = None
-) -> None:
-    try:
-        done = subprocess.run(
-            argv,
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=900,
-            env={**os.environ, **env} if env else None,
-        )
-    except FileNotFoundError as exc:
-        raise McpSetupError(f"{what} failed: {argv[0]} is not installed") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise McpSetupError(f"{what} took more than 15 minutes") from exc
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip()[-2000:]
-        raise McpSetupError(f"{what} failed (exit {done.returncode}):\n{tail}")
-
-
-def _writable(folder: Path) -> bool:
-    return os.access(folder, os.W_OK)
-
-
-def _npm_ci(target: Path, log: Callable[[str], None]) -> None:
-    npm = shutil.which("npm")
-    if npm is None:
-        raise McpSetupError("npm is not on PATH; install Node.js (with npm) 18 or newer")
-    if target != PACKAGE_DIR:
-        target.mkdir(parents=True, exist_ok=True)
-        for name in ("package.json", "package-lock.json"):
-            shutil.copyfile(PACKAGE_DIR / name, target / name)
-    log(f"npm ci in {target}")
-    # --ignore-scripts: no package of the lock needs its install script offline, and three
-    # would reach the network: desktop-commander's postinstall reports the install (telemetry)
-    # and checks ripgrep, puppeteer's (a dependency of its md-to-pdf) downloads a Chrome,
-    # sharp's only checks its prebuilt libvips (an npm package). The servers' tests pass
-    # without any of them.
-    _run(
-        [npm, "ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund",
-         "--loglevel=error"],
-        cwd=target,
-        what="npm ci",
-        env={"PUPPETEER_SKIP_DOWNLOAD": "1", "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"},
-    )  # fmt: skip
-
-
-def _lock_is_current(folder: Path) -> bool:
-    """Whether ``folder``'s install matches the pinned lock file: npm keeps a copy of it,
-    and every npm server of the catalog is there at its pinned version."""
-    if not (folder / "node_modules" / ".package-lock.json").is_file():
-        return False
-    for entry in _npm_servers():
-        assert isinstance(entry.install, NpmPackage)
-        package = folder / _package_dir(entry.install)
-        try:
-            version = json.loads((package / "package.json").read_text("utf-8")).get("version")
-        except (OSError, ValueError):
-            return False
-        if version != entry.install.version or not (package / entry.install.entry).is_file():
-            return False
-    return True
-
-
-def _make_venv(venv: Path, install: OwnVenv, python: Path, log: Callable[[str], None]) -> None:
-    requirements = PACKAGE_DIR / install.requirements
-    shutil.rmtree(venv, ignore_errors=True)
-    log(f"creating the {install.distribution} venv in {venv} (with {python})")
-    _run([str(python), "-m", "venv", str(venv)], cwd=None, what="python -m venv")
-    _run(
-        [
-            str(venv / "bin" / "python"),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-input",
-            "-r",
-            str(requirements),
-        ],
-        cwd=None,
-        what=f"pip install {install.distribution}",
-    )
-    (venv / _DONE_MARKER).write_text(requirements.read_text(encoding="utf-8"))
-
-
 def _selected(only: Collection[str] | None) -> list[str]:
     """The hosted servers to install: ``only`` (checked against the catalog) or all."""
     if only is None:
@@ -511,50 +425,93 @@ def _selected(only: Collection[str] | None) -> list[str]:
     return chosen
 
 
+SETUP_JOBS: Final = 4
+"""How many installs :func:`setup_mcp_servers` runs at once by default: npm and the venv
+builds wait mostly on the network and the disk; measured on 2 cores, see the module docstring."""
+
+
+def _step(
+    tools: Path, name: str, *, force: bool, say: Callable[[str], None]
+) -> Callable[[], None] | None:
+    """The install of ``name`` (None when it needs none here, or cannot have one)."""
+    install = CATALOG[name].install
+    if isinstance(install, NpmPackage):
+        target = _npm_dir(tools, name, install)
+
+        def npm_step() -> None:
+            with locked(tools / "locks" / f"{name}.lock"):
+                if not force and _npm_program(tools, name, install) is not None:
+                    return  # another process installed it meanwhile
+                started = time.monotonic()
+                npm_ci(_npm_source(name), target, lambda line: say(f"{name}: {line}"))
+                say(f"{name}: npm ci done in {time.monotonic() - started:.1f} s")
+
+        return npm_step if force or _npm_program(tools, name, install) is None else None
+    if not isinstance(install, OwnVenv):
+        return None
+    if not force and _venv_program(tools, install) is not None:
+        return None
+    python = find_python(install.min_python)
+    if python is None:  # not installable here; `missing` says why, setup goes on
+        say(f"{name}: skipped: {missing_python(name)}")
+        return None
+    venv = _venv_dir(tools, install, python.version)
+
+    def venv_step() -> None:
+        with locked(tools / "locks" / f"{name}.lock"):
+            if not force and _venv_program(tools, install) is not None:
+                return
+            started = time.monotonic()
+            requirements = PACKAGE_DIR / install.requirements
+            make_venv(venv, requirements, python.executable, lambda line: say(f"{name}: {line}"))
+            say(f"{name}: venv ready in {time.monotonic() - started:.1f} s")
+
+    return venv_step
+
+
 def setup_mcp_servers(
     *,
     tools_dir: str | os.PathLike[str] | None = None,
     only: Collection[str] | None = None,
     force: bool = False,
     log: Callable[[str], None] | None = None,
+    jobs: int = SETUP_JOBS,
 ) -> McpToolPaths:
     """Install the hosted MCP servers that need installing (idempotent).
 
     Args:
-        tools_dir: where the venvs (and, if the package folder is read-only, the npm
-            install) go; default :func:`default_tools_dir`.
-        only: the servers to install (default: every hosted one). The npm servers share
-            one lock file, so asking for one of them installs all three.
+        tools_dir: where everything goes (npm trees, venvs); default
+            :func:`default_tools_dir`. Nothing is written into the installed package.
+        only: the servers to install (default: every hosted one).
         force: reinstall even when an install is already there.
-        log: called with one line per step taken (nothing when all is installed).
+        log: called with one line per step taken (nothing when all is installed); from
+            several threads at once.
+        jobs: how many installs run at once (each server's own lock keeps two processes
+            from installing one server twice).
 
     Returns:
-        Where the servers are now. Raises :class:`McpSetupError` when a step fails or a
-        server of ``only`` is not hosted, ``ValueError`` for a name outside the contract.
+        Where the servers are now. Raises :class:`McpSetupError` when a step fails (after
+        the others ended; it names each failed server and its ``setup --only`` command) or
+        a server of ``only`` is not hosted, ``ValueError`` for a name outside the contract.
     """
+    if jobs < 1:
+        raise ValueError("jobs must be at least 1")
     say = log if log is not None else (lambda line: None)
     chosen = _selected(only)
     tools = Path(tools_dir).resolve() if tools_dir is not None else default_tools_dir()
     tools.mkdir(parents=True, exist_ok=True)
-    with _locked(tools / ".setup.lock"):
-        if any(isinstance(CATALOG[name].install, NpmPackage) for name in chosen):
-            current = [folder for folder in _node_dirs(tools) if _lock_is_current(folder)]
-            if force or not current:
-                target = PACKAGE_DIR if _writable(PACKAGE_DIR) else tools / "node"
-                started = time.monotonic()
-                _npm_ci(target, say)
-                say(f"npm ci done in {time.monotonic() - started:.1f} s")
-        for name in chosen:
-            install = CATALOG[name].install
-            if not isinstance(install, OwnVenv):
-                continue
-            python = find_python(install.min_python)
-            if python is None:  # not installable here; `missing` says why, setup goes on
-                say(f"{name}: skipped: {missing_python(name)}")
-                continue
-            venv = _venv_dir(tools, install, python.version)
-            if force or not (venv / _DONE_MARKER).is_file():
-                started = time.monotonic()
-                _make_venv(venv, install, python.executable, say)
-                say(f"{install.distribution} venv ready in {time.monotonic() - started:.1f} s")
+    # the npm trees first (desktop-commander's is the longest), then the venvs
+    chosen.sort(key=lambda name: not isinstance(CATALOG[name].install, NpmPackage))
+    steps = [(name, step) for name in chosen if (step := _step(tools, name, force=force, say=say))]
+    failures: list[str] = []
+    if steps:
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="mcp-setup") as pool:
+            running = [(name, pool.submit(step)) for name, step in steps]
+            for name, future in running:
+                try:
+                    future.result()
+                except (McpSetupError, OSError) as exc:
+                    failures.append(f"{name}: {exc}\n(then {setup_fix(name)})")
+    if failures:
+        raise McpSetupError("\n".join(failures))
     return find_tools(tools)

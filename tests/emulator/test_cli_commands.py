@@ -56,7 +56,7 @@ def test_help_shows_the_values_of_the_defaults() -> None:
     ):
         assert text in shown, text
     check = " ".join(_tools_parser("check").format_help().split())
-    assert "--tools-dir DIR where the venvs" in check
+    assert "--tools-dir DIR where the npm trees and venvs go" in check
     assert "(default: " in check.split("--tools-dir DIR", 1)[1]
 
 

@@ -1,0 +1,99 @@
+"""What the emulator costs to set up: a fresh clone's demo, a full ``klavis-emulator setup``,
+and the disk the setup fills.
+
+Figures (one run each: every one is minutes of installs):
+
+* ``demo_fresh_s``: ``git clone`` of this repository's HEAD into a scratch folder, then its
+  ``scripts/demo`` with a fresh tools folder (``KLAVIS_EMULATOR_TOOLS_DIR``): the venv, the
+  three MCP servers the demo acquires, the demo itself. The machine's npm, pip and uv caches
+  are used as they are (warm on a developer's machine). Goal 60 s. Before (commit 79a869e,
+  when the demo ran the full setup): 190 s on an idle 2-core machine (issue 25), 570 s on the
+  same machine under the load of three other jobs.
+* ``setup_full_s``: ``klavis-emulator setup`` of every server into another fresh tools
+  folder, with the clone's venv. Goal: half of the old setup's 278 s (issue 25, an idle
+  machine; 890 s measured here under load, one npm ci then one pip venv after another). The
+  old way is not run again in each bench run: it takes 5 to 15 minutes.
+* ``setup_disk_mb``: the size of that tools folder (``du``: files hard-linked from uv's cache
+  count once, in the folder). Goal 800 MB: the old setup filled 1,202 MB (an 894 MB tools folder
+  and 308 MB of ``node_modules`` inside the package); desktop-commander's puppeteer and sharp
+  are no longer installed (-98 MB), the rest is the servers' own pins.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks._common import REPO_ROOT, BenchContext, Figure
+
+__all__ = ["run"]
+
+DEMO_GOAL_S = 60.0
+OLD_SETUP_S = 278.0  # issue 25, commit 79a869e on an idle 2-core machine
+DISK_GOAL_MB = 800.0
+
+
+def _env(tools: Path) -> dict[str, str]:
+    """The environment of a fresh checkout: this run's venv left out, a fresh tools folder."""
+    env = dict(os.environ)
+    venv_bin = str(Path(sys.prefix) / "bin")
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    for name in ("VIRTUAL_ENV", "KLAVIS_VENV", "EXTRAS", "MCP_SERVERS", "KLAVIS_API_KEY"):
+        env.pop(name, None)
+    env["PYTHON"] = str(Path(sys.base_prefix) / "bin" / "python3")
+    env["KLAVIS_EMULATOR_TOOLS_DIR"] = str(tools)
+    return env
+
+
+def _timed(argv: list[str], *, cwd: Path, env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{(done.stderr or done.stdout)[-3000:]}")
+    return seconds
+
+
+def _du_mb(folder: Path) -> float:
+    done = subprocess.run(["du", "-sk", str(folder)], capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[0]) / 1024
+
+
+def run(ctx: BenchContext) -> list[Figure]:
+    """Measure ``demo_fresh_s``, ``setup_full_s`` and ``setup_disk_mb``."""
+    scratch = ctx.folder("footprint")
+    clone = scratch / "clone"
+    demo_tools = scratch / "tools-demo"
+    full_tools = scratch / "tools-full"
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    try:
+        started = time.perf_counter()
+        subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(clone)], check=True)
+        demo = _timed(["scripts/demo"], cwd=clone, env=_env(demo_tools))
+        demo += time.perf_counter() - started - demo  # the clone included
+        setup = _timed(
+            [str(clone / ".venv" / "bin" / "klavis-emulator"), "setup", "-q"],
+            cwd=clone,
+            env=_env(full_tools),
+        )
+        disk = _du_mb(full_tools)
+        demo_disk = _du_mb(demo_tools)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return [
+        Figure(
+            "demo_fresh_s", round(demo, 1), "s", "<=", DEMO_GOAL_S,
+            {"commit": commit, "demo_tools_mb": round(demo_disk)},
+        ),
+        Figure(
+            "setup_full_s", round(setup, 1), "s", "<=", OLD_SETUP_S / 2,
+            {"old_setup_s": OLD_SETUP_S, "ratio_vs_old": round(setup / OLD_SETUP_S, 2)},
+        ),
+        Figure("setup_disk_mb", round(disk), "MB", "<=", DISK_GOAL_MB, {"old_mb": 1202}),
+    ]  # fmt: skip
