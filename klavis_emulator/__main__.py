@@ -340,8 +340,8 @@ def _commands_line(missing: Sequence[str], *, confined: bool) -> tuple[str, bool
 
 
 _TOOLS_DESCRIPTIONS: Final = {
-    "setup": "Install the MCP servers the emulator hosts (npm ci for the npm servers, a venv "
-    "each for the Python ones), then print the table that check prints.",
+    "setup": "Install the MCP servers the emulator hosts (their npm trees and venvs, in the "
+    "tools folder), then print the table that check prints.",
     "check": "Print a table of every MCP server of the contract on stdout: installed, version, "
     "confined (or why it is not available), then the commands a sandbox's processes would not "
     "find. Exit code 1 if a hosted server is not available (a summary line on stderr names "
