@@ -5,7 +5,10 @@
 [--only NAMES] [--force] [-q]`` installs the MCP servers it hosts (all, or the named ones)
 and ``klavis-emulator check`` prints a table of every server of the contract: installed,
 version, confined, or why it is not available; then which of the commands a sandbox's
-processes run by name (``python``, ``node``, ``git``...) they would not find.
+processes run by name (``python``, ``node``, ``git``...) they would not find. The table goes
+to stdout whole, problems included (``check 2>/dev/null`` still shows them); the exit code
+says whether a hosted server is unavailable, with one summary line on stderr. ``--help``
+lists the three commands and every option's default.
 
 Without the emulator extra it prints one line naming it and exits with code 1 (see ``_extra``).
 """
@@ -43,11 +46,13 @@ from ._mcp import (
     McpSetupError,
     McpToolPaths,
     NotHosted,
+    default_tools_dir,
     find_tools,
     installed_version,
     missing_python,
     setup_mcp_servers,
 )
+from ._mcp.setup import TOOLS_DIR_ENV
 from ._middleware import CONTROL_TOKEN_HEADER
 from ._server import bind_socket, url_for_socket
 
@@ -62,6 +67,16 @@ SERVE_PORT: Final = 8000
 SERVE_LOG_LEVEL: Final = "info"
 """The command's uvicorn log level; :class:`EmulatorServer` logs warnings only."""
 _LOG_LEVELS: Final = ("critical", "error", "warning", "info", "debug")
+DEFAULT: Final = " (default: %(default)s)"
+"""Appended to an option's help: argparse puts the option's default in its place."""
+
+COMMANDS_EPILOG: Final = """\
+commands:
+  klavis-emulator [options]   serve the emulator in the foreground (options above)
+  klavis-emulator setup       install the MCP servers it hosts (all, or --only NAMES)
+  klavis-emulator check       print a table of every MCP server: installed, version, confined
+                              (or why not available); exit code 1 if a hosted one is missing
+Run `klavis-emulator setup --help` or `klavis-emulator check --help` for their options."""
 
 
 def _checked(name: str, convert: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -127,14 +142,19 @@ def build_parser() -> argparse.ArgumentParser:
     default = field_default
     parser = argparse.ArgumentParser(
         prog="klavis-emulator",
-        description="Serve a local emulator of the Klavis /local-sandbox API.",
+        usage="%(prog)s [options] | setup [...] | check [...]",
+        description="Serve a local emulator of the Klavis /local-sandbox API in the foreground\n"
+        "(the options below), or install (setup) or report (check) the MCP servers it hosts.",
+        epilog=COMMANDS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--host", default=default("host"), help="interface to bind" + DEFAULT)
     parser.add_argument(
-        "--host", default=default("host"), help=f"interface to bind ({default('host')})"
-    )
-    parser.add_argument(
-        "--port", type=_checked("port", int), default=SERVE_PORT, help="port (0: any free port)"
+        "--port",
+        type=_checked("port", int),
+        default=SERVE_PORT,
+        help="port; 0 picks a free one" + DEFAULT,
     )
     parser.add_argument(
         "--data-dir",
@@ -143,33 +163,38 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"folder for the emulator's state (default: {default_data_dir()})",
     )
     option = functools.partial(_field_option, parser)
-    option("--latency-ms", int, "delay added to each request")
-    option("--fault-rate", float, "fraction of API/storage requests answering 429/500/502/503")
+    option("--latency-ms", int, "delay added to each request" + DEFAULT)
+    option(
+        "--fault-rate",
+        float,
+        "fraction of API/storage requests answering 429/500/502/503" + DEFAULT,
+    )
     parser.add_argument(
         "--fault-mode",
         choices=FAULT_MODES,
         default=default("fault_mode"),
-        help="before: nothing happens; after: the operation happens, the answer is lost",
+        help="before: nothing happens; after: the operation happens, the answer is lost" + DEFAULT,
     )
     parser.add_argument(
-        "--fault-seed", type=int, default=default("fault_seed"), help="seed of fault injection"
+        "--fault-seed",
+        type=int,
+        default=default("fault_seed"),
+        help="seed of fault injection (default: none, a different run each time)",
     )
     option(
         "--acquire-delay",
         float,
-        "time an acquire takes before it answers, as a VM start does on the service (0)",
+        "time an acquire takes before it answers, as a VM start does on the service" + DEFAULT,
         metavar="SECONDS",
     )
     switch = functools.partial(_switch, parser)
     switch(
         "--no-mcp-at-acquire",
         "mcp_at_acquire",
-        "start a sandbox's MCP servers on their first request, not at acquire",
+        "start a sandbox's MCP servers on their first request (default: at acquire)",
     )
-    option(
-        "--signed-url-minutes", int, f"validity of signed URLs ({default('signed_url_minutes')})"
-    )
-    option("--max-upload-mb", float, f"upload size cap ({default('max_upload_mb'):g})")
+    option("--signed-url-minutes", int, "validity of signed URLs" + DEFAULT, metavar="MINUTES")
+    option("--max-upload-mb", float, "upload size cap" + DEFAULT, metavar="MB")
     parser.add_argument(
         "--api-key",
         action="append",
@@ -181,13 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--public-url",
         default=default("public_url"),
-        help="base URL to write into signed and MCP URLs",
+        help="base URL to write into signed and MCP URLs (default: the URL it listens on)",
     )
     option(
         "--execution-timeout",
         float,
-        "time limit of one execution, requirements install included "
-        f"({default('execution_timeout'):g})",
+        "time limit of one execution, requirements install included" + DEFAULT,
         metavar="SECONDS",
     )
     switch(
@@ -223,14 +247,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=(
             "a sandbox acquired with benchmark NAME (MCP_Atlas, Toolathlon, MCP_Mark) starts "
             "with a copy of the folder PATH, and the data documents of PATH/.server-data/ "
-            "(repeatable)"
+            "(repeatable; default: none, every sandbox starts empty)"
         ),
     )
     parser.add_argument(
         "--log-level",
         default=SERVE_LOG_LEVEL,
         choices=_LOG_LEVELS,
-        help=f"uvicorn log level ({SERVE_LOG_LEVEL})",
+        help="uvicorn log level" + DEFAULT,
     )
     return parser
 
@@ -315,19 +339,33 @@ def _commands_line(missing: Sequence[str], *, confined: bool) -> tuple[str, bool
     )
 
 
-def _tools_command(argv: Sequence[str]) -> int:
-    """``klavis-emulator setup|check``: install or report the MCP servers the emulator hosts."""
+_TOOLS_DESCRIPTIONS: Final = {
+    "setup": "Install the MCP servers the emulator hosts (their npm trees and venvs, in the "
+    "tools folder), then print the table that check prints.",
+    "check": "Print a table of every MCP server of the contract on stdout: installed, version, "
+    "confined (or why it is not available), then the commands a sandbox's processes would not "
+    "find. Exit code 1 if a hosted server is not available (a summary line on stderr names "
+    "them); rows marked n/a (an optional interpreter this machine lacks) and missing commands "
+    "are reported without failing.",
+}
+
+
+def _tools_parser(command: str) -> argparse.ArgumentParser:
+    """The parser of ``klavis-emulator setup`` or ``check`` (``command``)."""
     parser = argparse.ArgumentParser(
-        prog="klavis-emulator",
-        description="Install (setup) or report (check) the MCP servers the emulator hosts.",
+        prog=f"klavis-emulator {command}", description=_TOOLS_DESCRIPTIONS[command]
     )
-    parser.add_argument("command", choices=["setup", "check"])
     parser.add_argument(
         "--tools-dir",
         type=Path,
         default=None,
-        help="where the npm trees and venvs go (default: $KLAVIS_EMULATOR_TOOLS_DIR, else the "
-        "per-user cache folder)",
+        metavar="DIR",
+        help="where the npm trees and venvs go "
+        + (
+            f"(default: ${TOOLS_DIR_ENV}, here {default_tools_dir()})"
+            if os.environ.get(TOOLS_DIR_ENV)
+            else f"(default: {default_tools_dir()}; ${TOOLS_DIR_ENV} changes it)"
+        ),
     )
     parser.add_argument(
         "--only",
@@ -335,13 +373,52 @@ def _tools_command(argv: Sequence[str]) -> int:
         default=None,
         metavar="NAMES",
         help=(
-            "comma-separated servers to install or check (default: every hosted one: "
-            f"{','.join(HOSTED_SERVERS)})"
+            f"comma-separated servers to {'install' if command == 'setup' else 'check'} "
+            f"(default: every {'hosted ' if command == 'setup' else ''}one"
+            + (f": {','.join(HOSTED_SERVERS)})" if command == "setup" else ")")
         ),
     )
-    parser.add_argument("--force", action="store_true", help="reinstall everything")
-    parser.add_argument("-q", "--quiet", action="store_true", help="print only problems")
-    args = parser.parse_args(argv)
+    if command == "setup":
+        parser.add_argument(
+            "--force", action="store_true", help="reinstall everything (default: only what lacks)"
+        )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only the table's problem rows (default: the whole table)",
+    )
+    return parser
+
+
+def _print_table(
+    rows: Sequence[tuple[str, str, str, str]], commands: str, lacking: bool, *, quiet: bool
+) -> list[str]:
+    """Print ``check``'s table and its commands line on stdout, problems included (``quiet``:
+    those only); the servers that are not available (the rows marked "no")."""
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    for index, row in enumerate(rows):
+        problem = row[1] in ("no", "n/a")
+        if quiet and not problem and index > 0:
+            continue
+        if quiet and index == 0 and not any(other[1] in ("no", "n/a") for other in rows[1:]):
+            continue
+        cells = [row[column].ljust(widths[column]) for column in range(3)]
+        print("  ".join([*cells, row[3]]), flush=True)
+    if lacking or not quiet:
+        print(commands, flush=True)
+    return [row[0] for row in rows[1:] if row[1] == "no"]
+
+
+def _tools_command(argv: Sequence[str]) -> int:
+    """``klavis-emulator setup|check``: install or report the MCP servers the emulator hosts.
+
+    The table goes to stdout whole, problems included, so ``check 2>/dev/null`` still shows
+    them; the exit code says whether a hosted server is unavailable, and stderr has one
+    summary line then (and setup's or confinement's errors)."""
+    command, rest = argv[0], argv[1:]
+    parser = _tools_parser(command)
+    args = parser.parse_args(rest)
     for name in args.only or ():
         if name not in CATALOG:
             parser.error(f"--only: {name!r} is not an MCP server ({', '.join(CATALOG)})")
@@ -350,7 +427,7 @@ def _tools_command(argv: Sequence[str]) -> int:
         if not args.quiet:
             print(line, flush=True)
 
-    if args.command == "setup":
+    if command == "setup":
         started = time.monotonic()
         try:
             tools = setup_mcp_servers(
@@ -375,27 +452,22 @@ def _tools_command(argv: Sequence[str]) -> int:
         else f"no: {confinement.reason}"
     )
     rows = _check_rows(tools, how, servers)
-    widths = [max(len(row[column]) for row in rows) for column in range(3)]
-    ok = True
-    for row in rows:
-        cells = [row[column].ljust(widths[column]) for column in range(3)]
-        line = "  ".join([*cells, row[3]])
-        if row[1] in ("no", "n/a"):
-            ok = ok and row[1] != "no"
-            print(line, file=sys.stderr, flush=True)
-        else:
-            say(line)
     try:  # reported, not failed: the servers start without them
         missing = missing_commands(confinement.bwrap if confinement.enabled else None)
     except ConfinementError as exc:
         print(f"commands: {exc}", file=sys.stderr, flush=True)
         return 1
     line, lacking = _commands_line(missing, confined=confinement.enabled)
-    if lacking:
-        print(line, file=sys.stderr, flush=True)
-    else:
-        say(line)
-    return 0 if ok else 1
+    unavailable = _print_table(rows, line, lacking, quiet=args.quiet)
+    if unavailable:
+        print(
+            f"klavis-emulator {command}: {len(unavailable)} of {len(rows) - 1} servers not "
+            f"available: {', '.join(unavailable)} (why: the table on stdout)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -403,8 +475,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ``klavis-emulator setup [--only NAMES] [--force] [-q]`` installs the MCP servers it
     hosts instead (``npm ci`` for the npm servers, a venv each for terminal, excel and word);
-    ``check [--only NAMES]`` prints a table: server, installed, version, confined (or why
-    it is not available), and the commands a sandbox's processes would not find.
+    ``check [--only NAMES]`` prints a table on stdout: server, installed, version, confined
+    (or why it is not available), and the commands a sandbox's processes would not find
+    (exit code 1 if a hosted server is not available).
     """
     rest = list(sys.argv[1:] if argv is None else argv)
     if rest and rest[0] in ("setup", "check"):

@@ -4,7 +4,6 @@ library's process-wide bookkeeping per test, tar.gz and execution helpers (their
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -12,9 +11,9 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from workflows import _ownership
+from workflows import EmulatorProcess, _ownership
 
-from .helpers import Executions, Face, LoopThread, MakeTarGz, build_tar_gz, emulator_process
+from .helpers import Executions, Face, LoopThread, MakeTarGz, build_tar_gz
 
 if TYPE_CHECKING:  # imported where used: see emulator_url
     from klavis_emulator import EmulatorServer
@@ -42,16 +41,19 @@ def emulator() -> Iterator[EmulatorServer]:
 def emulator_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    """The session emulator's base URL; with ``KLAVIS_EMULATOR_PYTHON`` set, the URL of
-    ``python -m klavis_emulator`` run by that interpreter instead (``scripts/test`` runs the
-    MCP tests so under mcp 1.x, in a venv without the emulator's dependencies)."""
-    python = os.environ.get("KLAVIS_EMULATOR_PYTHON")
-    if not python:
+    """The session emulator's base URL; in a venv without the emulator extra, the URL of a
+    ``klavis-emulator`` from another environment started as a harness starts it, with
+    :class:`workflows.EmulatorProcess` (``$KLAVIS_EMULATOR_COMMAND``, else the first that can
+    serve on ``PATH``): ``scripts/test`` runs the MCP tests so under mcp 1.x."""
+    from klavis_emulator._extra import missing
+
+    if not missing():
         server: EmulatorServer = request.getfixturevalue("emulator")
         yield server.base_url
         return
-    with emulator_process(python, tmp_path_factory.mktemp("emulator")) as url:
-        yield url
+    data = tmp_path_factory.mktemp("emulator")
+    with EmulatorProcess(args=["--no-mcp-at-acquire"], data_dir=data) as process:
+        yield process.base_url
 
 
 @pytest.fixture

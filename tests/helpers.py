@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 import workflows
+from workflows import EmulatorProcess
 
 # The emulator is imported where it is used: the MCP tests also run in a venv with mcp 1.x and
 # without the emulator's dependencies, against an emulator process of the main venv.
@@ -341,44 +342,15 @@ def run_cli(
     )
 
 
-_LISTENING = "Klavis emulator listening on "
-
-
 @contextlib.contextmanager
 def emulator_process(python: str, data_dir: Path) -> Iterator[str]:
     """``python -m klavis_emulator`` on a free port, its state in ``data_dir``: its base URL.
 
-    For the MCP tests under ``mcp`` 1.x (see ``scripts/test``): the emulator hosts its servers
-    with mcp 2.x and fastmcp, so it runs on the main venv's ``python`` while the library is
-    tested in a venv of its own. The command prints its URL once its socket listens (requests
-    wait in the backlog until it serves); its other output is drained in a thread, or shown if
-    it stops before printing the URL. Stopped with SIGTERM on exit.
+    The library's :class:`~workflows.EmulatorProcess` with an interpreter given (it reads the
+    URL the command prints, drains the rest of its output, and stops it on exit).
     """
-    command = [python, "-m", "klavis_emulator", "--port", "0", "--data-dir", str(data_dir)]
-    proc = subprocess.Popen(
-        [*command, "--log-level", "warning"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        seen: list[str] = []
-        for line in proc.stdout:
-            seen.append(line)
-            if line.startswith(_LISTENING):
-                break
-        else:
-            raise RuntimeError(f"the emulator stopped ({proc.wait()}):\n{''.join(seen)}")
-        threading.Thread(target=proc.stdout.read, daemon=True).start()
-        yield seen[-1][len(_LISTENING) :].strip()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with EmulatorProcess([python, "-m", "klavis_emulator"], data_dir=data_dir) as emulator:
+        yield emulator.base_url
 
 
 T = TypeVar("T")

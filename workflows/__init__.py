@@ -18,6 +18,7 @@ from ._acquire import AcquireOptions, AttachOptions, ConnectionOptions, ReleaseO
 from ._async_sandbox import AsyncLocalSandbox, PendingSandbox, async_list_sandboxes
 from ._config import API_KEY_ENV, BASE_URL_ENV, DEFAULT_BASE_URL, ApiKey, Settings
 from ._dump._archive import ArchiveLimits
+from ._emulator_process import EmulatorProcess
 from ._errors import (
     AcquireAmbiguousError,
     ApiConnectionError,
@@ -27,6 +28,7 @@ from ._errors import (
     BadRequestError,
     ConfigurationError,
     ConflictError,
+    EmulatorStartError,
     ExecutionTimeoutError,
     FileTooLargeError,
     InvalidInputError,
@@ -104,6 +106,8 @@ __all__ = [
     "ApiKey",
     "ConnectionOptions",
     "Settings",
+    # a local emulator started from an environment of its own (beside a harness pinning mcp 1.x)
+    "EmulatorProcess",
     # workspaces: seeding, dumping, their limits
     "DEFAULT_MAX_FILE_SIZE",
     "ArchiveLimits",
@@ -166,6 +170,7 @@ __all__ = [
     "BadRequestError",
     "ConfigurationError",
     "ConflictError",
+    "EmulatorStartError",
     "ExecutionTimeoutError",
     "FileTooLargeError",
     "InvalidInputError",

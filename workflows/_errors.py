@@ -4,7 +4,8 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
 
     KlavisError
     ├── ConfigurationError          no API key, a malformed base URL, a bad .env file
-    │   └── MissingExtraError           an optional dependency is not installed (names the extra)
+    │   ├── MissingExtraError           an optional dependency is not installed (names the extra)
+    │   └── EmulatorStartError      EmulatorProcess found no klavis-emulator, or it did not listen
     ├── InvalidInputError (ValueError)   bad input caught before anything is sent
     │   ├── InvalidSeedPathError         a seed key that is absolute, has "..", NUL, or collides
     │   └── FileTooLargeError            a file over ``max_file_size`` while seeding a folder
@@ -61,6 +62,12 @@ class MissingExtraError(ConfigurationError):
             f"{feature} needs the {extra} extra{detail}: pip install 'klavis-sandbox[{extra}]'"
         )
         self.extra = extra
+
+
+class EmulatorStartError(ConfigurationError):
+    """:class:`~workflows.EmulatorProcess` found no ``klavis-emulator`` that can serve, or it
+    stopped (or printed no URL in time) before it listened; the message says which, with the
+    command and its last lines of output."""
 
 
 class InvalidInputError(KlavisError, ValueError):

@@ -63,22 +63,66 @@ ToolFields = tuple[str, "str | None", dict[str, Any], "dict[str, Any] | None"]
 """A tool's name, description, input schema and output schema."""
 
 
+def _installed(name: str) -> str | None:
+    """The installed version of the distribution ``name``, or None."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _parse(text: str) -> tuple[int, int]:
+    major, minor = ([int(p) if p.isdigit() else 0 for p in text.split(".")] + [0, 0])[:2]
+    return major, minor
+
+
+def _unsupported(text: str) -> ConfigurationError | None:
+    if (1, 12) <= _parse(text) < (3, 0):
+        return None
+    return ConfigurationError(f"workflows needs {SUPPORTED}, found mcp {text}")
+
+
+def _broken(exc: ImportError, installed: str | None) -> ConfigurationError:
+    """The error for an ``mcp`` that is installed but fails to import: the real cause, the
+    versions involved and the fix, rather than "install the extra" (which is done)."""
+    pydantic = _installed("pydantic")
+    cause = f"{type(exc).__name__}: {exc}"
+    found = f"mcp {installed or '(version unknown)'}, pydantic {pydantic or '(not installed)'}"
+    if (exc.name or "").startswith("pydantic") or "pydantic" in str(exc):
+        # mcp up to 1.12.x imports pydantic._internal._typing_extra.eval_type_backport,
+        # which pydantic 2.12 removed (measured: 1.12.1 with 2.11.7 works, with 2.14 fails)
+        fix = "pip install 'pydantic<2.12' (or an mcp release made for your pydantic)"
+    else:
+        fix = f"pip install --force-reinstall '{SUPPORTED}'"
+    return ConfigurationError(
+        f"talking to MCP servers: mcp is installed but cannot be imported ({found}): "
+        f"{cause}; fix: {fix}"
+    )
+
+
 @functools.cache
 def _version() -> tuple[int, int]:
-    """The installed ``mcp``'s (major, minor); ConfigurationError if missing or unsupported."""
+    """The installed ``mcp``'s (major, minor).
+
+    Raises MissingExtraError when ``mcp`` is not installed, ConfigurationError when its version
+    is unsupported or it is installed but fails to import (a dependency it needs is missing or
+    changed: the message names the exception, the mcp and pydantic versions and the fix).
+    """
     try:
         import mcp.client.streamable_http  # noqa: F401
     except ImportError as exc:
-        # mcp itself missing says all; a broken install keeps its cause
-        raise MissingExtraError(
-            "talking to MCP servers", extra="mcp", detail=f" ({SUPPORTED})"
-        ) from (None if exc.name == "mcp" else exc)
+        installed = _installed("mcp")
+        if exc.name == "mcp" and installed is None:  # not installed: the extra says all
+            raise MissingExtraError(
+                "talking to MCP servers", extra="mcp", detail=f" ({SUPPORTED})"
+            ) from None
+        wrong = None if installed is None else _unsupported(installed)
+        raise (wrong or _broken(exc, installed)) from exc
     text = importlib.metadata.version("mcp")
-    major, minor = ([int(p) if p.isdigit() else 0 for p in text.split(".")] + [0, 0])[:2]
-    found = (major, minor)
-    if not (1, 12) <= found < (3, 0):
-        raise ConfigurationError(f"workflows needs {SUPPORTED}, found mcp {text}")
-    return found
+    wrong = _unsupported(text)
+    if wrong is not None:
+        raise wrong
+    return _parse(text)
 
 
 def is_legacy() -> bool:

@@ -15,6 +15,12 @@ Two environments, made once per test run (shared by the xdist workers under a fi
   extras (``dev`` includes them). ``test_the_full_venv_has_every_requirement_of_its_extras``
   checks that the wheel's own metadata is met there.
 
+- ``harness``: a fresh venv as a benchmark harness pinning ``mcp`` 1.x has it: the wheel with
+  its ``mcp`` extra, ``mcp==1.12.1`` and ``pydantic==2.11.7`` (as MCP-Atlas and MCPMark lock
+  them), resolved by pip; the emulator extra cannot join them (``pip --dry-run`` shows the
+  conflict), so the emulator is started from another environment with ``EmulatorProcess``:
+  the venv running the tests, on ``PATH`` after the harness's as a tool install would be.
+
 ``notebooks`` is left out: Jupyter, pandas and matplotlib are hundreds of MB, and no module of
 the wheel imports them (the notebooks, which do, are tested under ``tests/notebooks``). ``dev``
 is the test venv itself.
@@ -222,9 +228,14 @@ def test_klavis_emulator_without_its_extra_says_which_in_one_line(
 
 
 def test_the_demo_without_a_key_or_the_emulator_names_the_extra(bare: Venv, tmp_path: Path) -> None:
-    done = bare.run("klavis-sandbox", "demo", cwd=tmp_path)
+    # no klavis-emulator that can serve on PATH: the bare venv's only says its extra is missing
+    path = os.pathsep.join([str(bare.path / "bin"), "/usr/bin", "/bin"])
+    done = bare.run("klavis-sandbox", "demo", cwd=tmp_path, env={"PATH": path})
     assert (done.code, done.out) == (1, "")
-    assert "needs the emulator extra: pip install 'klavis-sandbox[emulator]'" in done.err
+    assert (
+        "needs the emulator extra (or a klavis-emulator on PATH: pipx install "
+        "'klavis-sandbox[emulator]'): pip install 'klavis-sandbox[emulator]'"
+    ) in done.err
     assert len(done.err.splitlines()) == 1, done.err
 
 
@@ -294,6 +305,122 @@ def test_the_installed_emulator_serves(
     monkeypatch.chdir(tmp_path)  # `python -m` would find the sources in the project's folder
     with emulator_process(full.python, tmp_path / "data") as url:
         assert httpx.get(f"{url}/_emulator/health", timeout=30).status_code == 200
+
+
+@pytest.fixture(scope="session")
+def harness(built: Path, wheel: Path) -> Venv:
+    venv = Venv(built / "harness")
+    with _locked(built):
+        if not (venv.path / ".ready").exists():
+            _venv(venv.path, f"{wheel}[mcp]", *HARNESS_PINS)
+            (venv.path / ".ready").touch()
+    return venv
+
+
+HARNESS_PINS = ("mcp==1.12.1", "pydantic==2.11.7")
+
+
+def _dry_run(*requirements: str) -> subprocess.CompletedProcess[str]:
+    """What pip would install for ``requirements`` in an empty environment (nothing installed)."""
+    return subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "--disable-pip-version-check", "install"),
+            *("--dry-run", "--ignore-installed", "--quiet", "--report", "-", *requirements),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_the_mcp_extra_resolves_beside_mcp_1_12_1_and_the_emulator_extra_does_not(
+    wheel: Path,
+) -> None:
+    alone = _dry_run(f"{wheel}[mcp]", "mcp==1.12.1")
+    assert alone.returncode == 0, alone.stderr
+    chosen = {
+        item["metadata"]["name"]: item["metadata"]["version"]
+        for item in json.loads(alone.stdout)["install"]
+    }
+    assert chosen["mcp"] == "1.12.1"
+    assert chosen["klavis-sandbox"] == "0.1.0"
+    together = _dry_run(f"{wheel}[emulator,mcp]", "mcp==1.12.1")
+    assert together.returncode != 0
+    assert "ResolutionImpossible" in together.stderr, together.stderr
+
+
+HARNESS_PROGRAM = textwrap.dedent(
+    """
+    import asyncio, importlib.metadata as m, importlib.util as u, json
+    import klavis_emulator
+    from workflows import AsyncLocalSandbox, EmulatorProcess, async_list_sandboxes
+
+    facts = {"mcp": m.version("mcp"), "fastmcp": u.find_spec("fastmcp") is not None}
+    try:
+        klavis_emulator.EmulatorServer
+        facts["emulator_here"] = True
+    except ModuleNotFoundError:
+        facts["emulator_here"] = False
+
+    async def main():
+        conn = {"api_key": "harness"}
+        with EmulatorProcess(args=["--no-mcp-at-acquire"]) as emulator:
+            conn["base_url"] = emulator.base_url
+            facts["command"] = emulator.command
+            async with AsyncLocalSandbox.acquire(["filesystem"], ttl_seconds=600, **conn) as sb:
+                await sb.seed({"notes/hello.txt": "from the harness"})
+                async with sb.mcp("filesystem") as session:
+                    facts["session"] = f"{type(session).__module__}.{type(session).__name__}"
+                    roots = await session.call_tool("list_allowed_directories", {})
+                    root = roots.content[0].text.split()[-1]
+                    path = {"path": f"{root}/notes/hello.txt"}
+                    read = await session.call_tool("read_text_file", path)
+                    facts["read"] = read.content[0].text
+            facts["left"] = len(await async_list_sandboxes(**conn))
+        facts["stopped"] = not emulator.running
+
+    asyncio.run(main())
+    print(json.dumps(facts))
+    """
+)
+
+
+def _harness_path(harness: Venv) -> str:
+    """PATH with the harness's venv first (as when it is activated), then the venv running the
+    tests (which has the emulator extra), as a pipx or uv tool install puts its command."""
+    tool = sysconfig.get_path("scripts")
+    return os.pathsep.join([str(harness.path / "bin"), tool, os.environ.get("PATH", "")])
+
+
+def test_a_harness_venv_with_mcp_1_drives_an_emulator_of_another_environment(
+    harness: Venv, tmp_path: Path
+) -> None:
+    done = harness.run(
+        "python", "-c", HARNESS_PROGRAM, cwd=tmp_path, env={"PATH": _harness_path(harness)}
+    )
+    assert done.code == 0, done.err
+    facts = json.loads(done.out)
+    assert facts == {
+        "mcp": "1.12.1",
+        "fastmcp": False,
+        "emulator_here": False,
+        "command": [str(Path(sysconfig.get_path("scripts"), "klavis-emulator"))],
+        "session": "mcp.client.session.ClientSession",
+        "read": "from the harness",
+        "left": 0,
+        "stopped": True,
+    }
+    assert Path(harness.bin("klavis-emulator")).is_file()  # there, and skipped
+
+
+def test_the_demo_in_a_harness_venv_uses_an_emulator_of_another_environment(
+    harness: Venv, tmp_path: Path
+) -> None:
+    done = harness.run("klavis-sandbox", "demo", cwd=tmp_path, env={"PATH": _harness_path(harness)})
+    assert done.code == 0, done.out + done.err
+    tool = Path(sysconfig.get_path("scripts"), "klavis-emulator")
+    assert done.out.startswith(f"No KLAVIS_API_KEY set: using {tool} at http://127.0.0.1:")
+    assert "7. sandboxes still listed: 0" in done.out
 
 
 def test_the_full_venv_has_every_requirement_of_its_extras(full: Venv, tmp_path: Path) -> None:

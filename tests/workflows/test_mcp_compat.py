@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import importlib.util
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +37,16 @@ def test_the_installed_sdk_is_the_line_this_run_expects() -> None:
     expected = os.environ.get("KLAVIS_TEST_MCP_MAJOR", "2")
     assert importlib.metadata.version("mcp").startswith(f"{expected}.")
     assert _mcp_compat.is_legacy() is (expected == "1")
+
+
+def test_under_mcp_1_the_emulator_extra_is_not_here() -> None:
+    """The mcp 1.x run is a benchmark harness's venv: the emulator's extra cannot be installed
+    beside mcp 1.x, so its emulator (the emulator_url fixture's) runs from another venv."""
+    from klavis_emulator._extra import missing
+
+    harness = os.environ.get("KLAVIS_TEST_MCP_MAJOR", "2") == "1"
+    assert bool(missing()) is harness
+    assert (importlib.util.find_spec("fastmcp") is None) is harness
 
 
 def test_tools_read_the_same_under_both_lines() -> None:

@@ -1,5 +1,7 @@
 """``demo``: the whole lifecycle in seven steps, against the service when a key is set, else
-against an embedded emulator (the one place the library imports the emulator, lazily)."""
+against an embedded emulator (the one place the library imports the emulator, lazily), else,
+where the emulator extra is not installed (a harness's venv pinning mcp 1.x), against a
+``klavis-emulator`` of another environment found on PATH (a pipx or uv tool install)."""
 
 from __future__ import annotations
 
@@ -7,12 +9,14 @@ import argparse
 import contextlib
 import os
 import secrets
+import shlex
 import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any, TextIO
 
 from workflows._config import API_KEY_ENV, BASE_URL_ENV
+from workflows._emulator_process import EmulatorProcess, find_emulator_command
 from workflows._errors import ConfigurationError, MissingExtraError
 from workflows._recipes import bulk_acquire, bulk_release, round_trip_dump
 from workflows._sandbox import LocalSandbox, list_sandboxes
@@ -22,29 +26,41 @@ from ._output import EXIT_ERROR, EXIT_OK, Output
 
 @contextlib.contextmanager
 def _demo_target(out: TextIO) -> Iterator[dict[str, Any]]:
-    """The real service when a key is set, else an embedded emulator on a free port."""
+    """The real service when a key is set, else an embedded emulator on a free port, else
+    (without the emulator extra here) a ``klavis-emulator`` of another environment found on
+    PATH, started with :class:`~workflows.EmulatorProcess`."""
     if os.environ.get(API_KEY_ENV):
         out.write(f"Using {os.environ.get(BASE_URL_ENV) or 'https://api.klavis.ai'}\n")
         yield {}
         return
-    try:
-        from klavis_emulator import ConfinementError, EmulatorConfig, EmulatorServer
-    except ImportError:  # pragma: no cover - depends on the installed extras
-        raise MissingExtraError(
-            "the demo without KLAVIS_API_KEY (set it to use the service)", extra="emulator"
-        ) from None
     with contextlib.ExitStack() as stack:
         data = stack.enter_context(tempfile.TemporaryDirectory(prefix="klavis-demo-"))
         try:
-            server = stack.enter_context(EmulatorServer(EmulatorConfig(data_dir=data)))
-        except ConfinementError as exc:  # bwrap installed but unable to confine here
-            raise ConfigurationError(f"the embedded emulator cannot start: {exc}") from None
+            from klavis_emulator import ConfinementError, EmulatorConfig, EmulatorServer
+        except ImportError:  # the extra is not here: an emulator of another environment?
+            command = find_emulator_command()
+            if command is None:
+                raise MissingExtraError(
+                    "the demo without KLAVIS_API_KEY (set it to use the service)",
+                    extra="emulator",
+                    detail=" (or a klavis-emulator on PATH: pipx install "
+                    "'klavis-sandbox[emulator]')",
+                ) from None
+            process = EmulatorProcess(command, data_dir=os.path.join(data, "emulator"))
+            base_url = stack.enter_context(process).base_url
+            where = shlex.join(command)
+        else:
+            try:
+                server = stack.enter_context(EmulatorServer(EmulatorConfig(data_dir=data)))
+            except ConfinementError as exc:  # bwrap installed but unable to confine here
+                raise ConfigurationError(f"the embedded emulator cannot start: {exc}") from None
+            base_url, where = server.base_url, "an embedded emulator"
         out.write(
-            f"No {API_KEY_ENV} set: using an embedded emulator at {server.base_url}\n"
+            f"No {API_KEY_ENV} set: using {where} at {base_url}\n"
             "(set KLAVIS_API_KEY to run the same demo against the real service)\n\n"
         )
         os.environ.setdefault("KLAVIS_SANDBOX_STATE_DIR", os.path.join(data, "state"))
-        yield {"api_key": f"demo-{secrets.token_hex(8)}", "base_url": server.base_url}
+        yield {"api_key": f"demo-{secrets.token_hex(8)}", "base_url": base_url}
 
 
 def cmd_demo(args: argparse.Namespace, ui: Output) -> int:
