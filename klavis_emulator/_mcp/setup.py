@@ -23,7 +23,8 @@ Measured on a 2-core machine with three other jobs on it (load average 7 to 9), 
 uv caches. Before (commit 79a869e: one ``npm ci`` of all five npm servers into the package,
 then one pip venv after another): a fresh full setup 890 s (278 s on the idle machine of issue
 25), 1,202 MB (an 894 MB tools folder and 308 MB of ``node_modules`` in the package). Now: 88 s
-(53 s at load 4) and 749 MB (``scripts/bench --only footprint``); filesystem + git + terminal
+(53 s at load 4; 48.5 s and 998 MB, ``du`` of the tools folder, in ``scripts/bench`` at load 1);
+filesystem + git + terminal
 19 s; the venvs of terminal, excel and word 3.8 s with uv, terminal's alone 59 s with pip; 3.6 s
 when all is installed. desktop-commander's tree: 500 packages and 179 MB instead of 685 and
 277 MB (its md-to-pdf, which brings puppeteer, and sharp are stand-ins: see its package.json).
