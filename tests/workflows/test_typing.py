@@ -11,9 +11,7 @@ import re
 import textwrap
 from pathlib import Path
 
-import pytest
-
-mypy_api = pytest.importorskip("mypy.api", reason="mypy is not installed (the dev extra has it)")
+from mypy import api as mypy_api
 
 GOOD = textwrap.dedent(
     """
