@@ -47,6 +47,7 @@ from ._errors import (
     UnsafeArchiveError,
 )
 from ._execution import AsyncExecution, Execution
+from ._host_limits import HOST_MAX_ACQUIRES_PER_SECOND_ENV, HOST_MAX_SANDBOXES_ENV, HostLimits
 from ._mcp import McpSession, ToolInfo, ToolResult
 from ._models import (
     BENCHMARKS,
@@ -161,6 +162,10 @@ __all__ = [
     "default_ledger",
     "held_sandboxes",
     "reap",
+    # limits shared by every process of this user on this host (a cap, an acquire rate)
+    "HOST_MAX_ACQUIRES_PER_SECOND_ENV",
+    "HOST_MAX_SANDBOXES_ENV",
+    "HostLimits",
     # errors (the tree is drawn in workflows._errors)
     "AcquireAmbiguousError",
     "ApiConnectionError",

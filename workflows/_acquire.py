@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from ._config import Settings, resolve_settings
+from ._host_limits import HostLimits, resolve_host_limits
 from ._models import AcquireRequest, Benchmark, ServerNames, check_acquire
 from ._ownership import ledger_of
 
@@ -73,12 +74,16 @@ class AcquireOptions(AttachOptions, total=False):
     * ``ledger`` (True): record the sandbox in the default ledger, a :class:`~workflows.Ledger`
       of your own, or none (False).
     * ``limits`` (None: the defaults): the :class:`~workflows.ArchiveLimits` of its dumps.
+    * ``host_limits`` (None: from ``KLAVIS_HOST_MAX_SANDBOXES`` and
+      ``KLAVIS_HOST_MAX_ACQUIRES_PER_SECOND``, off when unset): a :class:`~workflows.HostLimits`
+      shared by every process of this user on this host for this base URL and key.
     """
 
     benchmark: Benchmark | None
     ttl_seconds: int | None
     test_account_email: str | None
     ledger: Ledger | bool
+    host_limits: HostLimits | None
 
 
 class ReleaseOptions(ConnectionOptions, total=False):
@@ -91,13 +96,15 @@ class ReleaseOptions(ConnectionOptions, total=False):
 
 @dataclass(frozen=True)
 class Acquire:
-    """Acquire's keywords, checked and resolved: the request, the connection, the ledger."""
+    """Acquire's keywords, checked and resolved: the request, the connection, the ledger, the
+    host's limits (None: off)."""
 
     request: AcquireRequest
     settings: Settings
     ledger: Ledger | None
     progress: bool | None
     limits: ArchiveLimits | None
+    host_limits: HostLimits | None = None
 
     def options(self) -> AcquireOptions:
         """The same acquire as keywords, for another acquire of the same kind (a pool's, a
@@ -113,6 +120,7 @@ class Acquire:
             progress=self.progress,
             ledger=False if self.ledger is None else self.ledger,
             limits=self.limits,
+            host_limits=self.host_limits or HostLimits(),
         )
 
 
@@ -149,6 +157,7 @@ def resolve_acquire(
         ttl_seconds=options.get("ttl_seconds", 7200),
         test_account_email=options.get("test_account_email"),
     )
+    host_limits = resolve_host_limits(options.get("host_limits"))
     if settings is None:
         settings = resolve_settings(
             options.get("api_key"), options.get("base_url"), timeout=options.get("timeout")
@@ -159,4 +168,5 @@ def resolve_acquire(
         ledger_of(options.get("ledger", True)),
         options.get("progress"),
         options.get("limits"),
+        host_limits,
     )

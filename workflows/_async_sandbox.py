@@ -35,6 +35,7 @@ from ._flows import (
     release_flow,
     retry_acquire,
 )
+from ._host_limits import async_host_slot
 from ._mcp import (
     DEFAULT_MCP_TIMEOUT,
     ToolInfo,
@@ -151,14 +152,16 @@ class AsyncLocalSandbox(SandboxBase):
         given = None if _driver is None else _driver.settings
         wanted = resolve_acquire("acquire", server_names, options, settings=given)
         settings, request, book = wanted.settings, wanted.request, wanted.ledger
-        progress, limits = wanted.progress, wanted.limits
+        progress, limits, host_limits = wanted.progress, wanted.limits, wanted.host_limits
 
         async def make() -> AsyncLocalSandbox:
             driver = _driver or AsyncDriver(settings)
             try:
-                info, attempt = await driver.run_retrying(
-                    lambda: acquire_attempt(request, settings, book), on=retry_acquire
-                )
+                async with async_host_slot(host_limits, settings) as slot:  # waits under them
+                    info, attempt = await driver.run_retrying(
+                        lambda: acquire_attempt(request, settings, book), on=retry_acquire
+                    )
+                    slot.keep(info.id)
             except BaseException:
                 if _driver is None:
                     await driver.aclose()

@@ -27,6 +27,7 @@ from ._config import Settings
 from ._drivers import AsyncDriver, sync_driver_for
 from ._errors import InvalidInputError
 from ._flows import Act, Blocking, Flow, list_flow, release_flow
+from ._host_limits import check_fits
 from ._models import ResultList, ServerNames, check_sandbox_id
 from ._ownership import Ledger, disown, install_exit_handlers, ledger_of
 from ._progress import progress_bar
@@ -291,6 +292,7 @@ def bulk_acquire(
     """
     wanted = resolve_acquire("bulk_acquire", server_names, options)
     _check_count(count, concurrency)
+    check_fits(count, wanted.host_limits)
     each = wanted.options()
     install_exit_handlers()  # the acquires run in worker threads, which cannot install SIGTERM's
 
@@ -333,6 +335,7 @@ async def async_bulk_acquire(
     """
     wanted = resolve_acquire("async_bulk_acquire", server_names, options)
     _check_count(count, concurrency)
+    check_fits(count, wanted.host_limits)
     each = wanted.options()
     gate = asyncio.Semaphore(concurrency)
     driver = AsyncDriver(wanted.settings)  # one connection pool for the whole batch

@@ -30,6 +30,7 @@ from ._flows import (
     release_flow,
     retry_acquire,
 )
+from ._host_limits import host_slot
 from ._mcp import (
     DEFAULT_MCP_TIMEOUT,
     McpSession,
@@ -108,10 +109,12 @@ class LocalSandbox(SandboxBase):
         """
         wanted = resolve_acquire("acquire", server_names, options)
         driver = sync_driver_for(wanted.settings)
-        info, attempt = driver.run_retrying(
-            lambda: acquire_attempt(wanted.request, wanted.settings, wanted.ledger),
-            on=retry_acquire,
-        )
+        with host_slot(wanted.host_limits, wanted.settings) as slot:  # waits under the limits
+            info, attempt = driver.run_retrying(
+                lambda: acquire_attempt(wanted.request, wanted.settings, wanted.ledger),
+                on=retry_acquire,
+            )
+            slot.keep(info.id)
         own(info.id, wanted.settings, wanted.ledger, attempt=attempt)
         log.info("acquired sandbox %s (%s)", info.id, ", ".join(s.name for s in info.servers))
         return cls(

@@ -19,6 +19,7 @@ from ._ledger import (
     LedgerEntry,
     default_ledger,
     process_running,
+    state_folder,
 )
 from ._reconcile import AcquireDidNotHappen, adoptable, is_ambiguous, orphans
 from ._registry import (
@@ -57,6 +58,7 @@ __all__ = [
     "Ledger",
     "LedgerEntry",
     "default_ledger",
+    "state_folder",
     "process_running",
     # reconciling an ambiguous acquire
     "AcquireDidNotHappen",

@@ -312,11 +312,17 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def default_ledger() -> Ledger:
-    """The ledger in ``$KLAVIS_SANDBOX_STATE_DIR`` or the per-user state folder."""
+def state_folder() -> Path:
+    """``$KLAVIS_SANDBOX_STATE_DIR``, or the per-user state folder: the ledger's, and the host
+    limits' (:mod:`workflows._host_limits`)."""
     folder = os.environ.get(STATE_DIR_ENV)
     if not folder:
         import platformdirs
 
         folder = platformdirs.user_state_dir("klavis-sandbox", appauthor=False)
-    return Ledger(Path(folder) / "ledger.jsonl")
+    return Path(folder)
+
+
+def default_ledger() -> Ledger:
+    """The ledger in ``$KLAVIS_SANDBOX_STATE_DIR`` or the per-user state folder."""
+    return Ledger(state_folder() / "ledger.jsonl")

@@ -26,6 +26,7 @@ from types import FrameType
 import httpx
 
 from workflows._config import Settings
+from workflows._host_limits import release_host_slot
 from workflows._transport import BearerAuth
 
 from ._ledger import Ledger, default_ledger
@@ -129,9 +130,11 @@ def own(
 
 
 def disown(sandbox_id: str, settings: Settings, ledger: Ledger | None) -> None:
-    """The sandbox was released: forget it everywhere, and say so in the ledger."""
+    """The sandbox was released: forget it everywhere (its place under the host's limits
+    too), and say so in the ledger."""
     forget(sandbox_id, settings)
     release_claim(settings.base_url, sandbox_id)
+    release_host_slot(settings.base_url, sandbox_id)
     if ledger is not None:
         ledger.record(
             "released", sandbox_id, base_url=settings.base_url, key=settings.api_key.fingerprint

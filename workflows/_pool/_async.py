@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from .._async_sandbox import AsyncLocalSandbox
 from .._drivers import AsyncDriver
 from .._errors import TaskTimeoutError
+from .._host_limits import SlotWaitAbandoned, giving_up_when
 from .._recipes import ReleaseResult, async_bulk_release
 from ._base import HEALTHY_STATUS, Book, Idle, PoolBase, Run, log, report_release
 from ._failures import RetryOn
@@ -97,7 +98,11 @@ class AsyncSandboxPool(PoolBase):
                     await self._condition.wait()
                     picked = self._book.pick()
             if picked is True:
-                return await self._acquire()
+                try:  # under host limits, a sandbox of ours given back ends the wait for a slot
+                    with giving_up_when(lambda: self._book.closed or bool(self._book.idle)):
+                        return await self._acquire()
+                except SlotWaitAbandoned:
+                    continue
             assert isinstance(picked, Idle)
             if not self._stale(picked) or await self._healthy(picked.sandbox):
                 return picked.sandbox

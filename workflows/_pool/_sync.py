@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from .._drivers import sync_driver_for
 from .._errors import TaskTimeoutError
+from .._host_limits import SlotWaitAbandoned, giving_up_when
 from .._recipes import ReleaseResult, bulk_release
 from .._sandbox import LocalSandbox
 from ._base import HEALTHY_STATUS, Book, Idle, PoolBase, Run, log, report_release
@@ -131,7 +132,11 @@ class SandboxPool(PoolBase):
                     self._cond.wait()
                     picked = self._book.pick()
             if picked is True:
-                return self._acquire()
+                try:  # under host limits, a sandbox of ours given back ends the wait for a slot
+                    with giving_up_when(lambda: self._book.closed or bool(self._book.idle)):
+                        return self._acquire()
+                except SlotWaitAbandoned:
+                    continue
             assert isinstance(picked, Idle)
             if not self._stale(picked) or self._healthy(picked.sandbox):
                 return picked.sandbox
