@@ -159,7 +159,8 @@ class AsyncLocalSandbox(SandboxBase):
             try:
                 async with async_host_slot(host_limits, settings) as slot:  # waits under them
                     info, attempt = await driver.run_retrying(
-                        lambda: acquire_attempt(request, settings, book), on=retry_acquire
+                        lambda: acquire_attempt(request, settings, book, host_limits),
+                        on=retry_acquire,
                     )
                     slot.keep(info.id)
             except BaseException:

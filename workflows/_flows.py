@@ -44,6 +44,7 @@ from ._errors import (
     NotFoundError,
     TransferError,
 )
+from ._host_limits import HostLimits, acquire_turn
 from ._models import (
     AcquireRequest,
     SandboxInfo,
@@ -293,7 +294,10 @@ def get_flow(sandbox_id: str) -> Flow[SandboxInfo]:
 
 
 def acquire_attempt(
-    request: AcquireRequest, settings: Settings, ledger: Ledger | None = None
+    request: AcquireRequest,
+    settings: Settings,
+    ledger: Ledger | None = None,
+    host_limits: HostLimits | None = None,
 ) -> Flow[tuple[SandboxInfo, str | None]]:
     """One acquire, reconciled by listing when its failure is ambiguous.
 
@@ -307,7 +311,8 @@ def acquire_attempt(
     ledger says other processes hold are never adopted. Any other end leaves the attempt open
     and records that it ended (``attempt-ended``), so ``reap`` in another process may release
     what it left while this process lives on. On success the attempt stays in flight until
-    the caller records the sandbox (:func:`workflows._ownership.own`).
+    the caller records the sandbox (:func:`workflows._ownership.own`). Under ``host_limits``
+    with a rate, the request waits for its turn (after the listing, before the attempt record).
     """
     from klavis_sandbox_client.api.local_sandbox import acquire_local_sandbox
     from klavis_sandbox_client.models import AcquireLocalSandboxRequest
@@ -323,6 +328,7 @@ def acquire_attempt(
             method=exc.method,
             path=exc.path,
         ) from exc.__cause__
+    yield from acquire_turn(host_limits, settings)  # the host's acquire rate, if any
     body = AcquireLocalSandboxRequest.from_dict(request.to_body())
     attempt = None if ledger is None else _ownership.new_attempt()
     handed_over = False

@@ -62,6 +62,7 @@ from ._errors import ConfigurationError, InvalidInputError
 
 if TYPE_CHECKING:
     from ._config import Settings
+    from ._flows import Flow
 
 __all__ = [
     "HOST_MAX_ACQUIRES_PER_SECOND_ENV",
@@ -69,11 +70,13 @@ __all__ = [
     "HostLimits",
     "HostSlot",
     "SlotWaitAbandoned",
+    "acquire_turn",
     "async_host_slot",
     "check_fits",
     "giving_up_when",
     "host_slot",
     "limits_folder",
+    "release_all_host_slots",
     "release_host_slot",
     "resolve_host_limits",
 ]
@@ -255,6 +258,15 @@ def release_host_slot(base_url: str, sandbox_id: str) -> None:
         slot.release()
 
 
+def release_all_host_slots() -> None:
+    """Give back every slot this process holds (for tests, through ``_ownership.clear``)."""
+    with _held_lock:
+        slots = list(_held.values())
+        _held.clear()
+    for slot in slots:
+        slot.release()
+
+
 def held_slots() -> int:
     """How many slots this process holds (for tests and diagnostics)."""
     with _held_lock:
@@ -264,12 +276,12 @@ def held_slots() -> int:
 def _entering(
     limits: HostLimits, settings: Settings, give_up: Callable[[], bool] | None
 ) -> Generator[float, None, HostSlot]:
-    """Take a place under ``limits``: yields the seconds to sleep between tries, returns the
-    slot. Closing it mid-way (an interrupt, a cancellation) gives back what it took."""
-    folder = limits_folder(settings)
+    """Take a slot under ``limits``' cap: yields the seconds to sleep between tries, returns
+    the slot. Closing it mid-way (an interrupt, a cancellation) gives back what it took."""
     slot = HostSlot(settings.base_url, None)
     try:
         if limits.max_sandboxes is not None:
+            folder = limits_folder(settings)
             semaphore = portalocker.BoundedSemaphore(
                 limits.max_sandboxes,
                 name="slot",
@@ -284,14 +296,30 @@ def _entering(
                 yield delay
                 delay = min(delay * 2, _MAX_DELAY)
             slot = HostSlot(settings.base_url, semaphore)
-        if limits.max_acquires_per_second is not None:
-            turn = yield from _reserve_turn(folder / "rate", 1.0 / limits.max_acquires_per_second)
-            while (left := turn - time.time()) > 0:
-                yield left
     except BaseException:
         slot.release()
         raise
     return slot
+
+
+def acquire_turn(limits: HostLimits | None, settings: Settings) -> Flow[None]:
+    """Wait for this acquire's turn under ``limits``' rate: a flow step of
+    :func:`~workflows._flows.acquire_attempt`, right before its request is sent (after the
+    listing it makes first, whose time varies), so that requests, not their preparations, are
+    spaced; each attempt of a retried acquire takes a turn of its own."""
+    from ._flows import Sleep  # the flows import the ownership package, which imports this
+
+    if limits is None or limits.max_acquires_per_second is None:
+        return
+    spacing = 1.0 / limits.max_acquires_per_second
+    reserving = _reserve_turn(limits_folder(settings) / "rate", spacing)
+    try:
+        while True:
+            yield Sleep(next(reserving))
+    except StopIteration as done:
+        turn: float = done.value
+    while (left := turn - time.time()) > 0:
+        yield Sleep(left)
 
 
 def _reserve_turn(path: Path, spacing: float) -> Generator[float, None, float]:
@@ -324,9 +352,10 @@ def _reserve_turn(path: Path, spacing: float) -> Generator[float, None, float]:
 
 @contextlib.contextmanager
 def host_slot(limits: HostLimits | None, settings: Settings) -> Iterator[HostSlot]:
-    """Around one acquire: wait for a place under ``limits`` (None: none needed), give it back
-    if the block raises; the block calls ``slot.keep(sandbox_id)`` once it has the sandbox."""
-    if limits is None:
+    """Around one acquire: wait for a slot under ``limits``' cap (None, or no cap: none
+    needed), give it back if the block raises; the block calls ``slot.keep(sandbox_id)`` once
+    it has the sandbox. (The rate is waited for later, in the acquire's flow.)"""
+    if limits is None or limits.max_sandboxes is None:
         yield HostSlot(settings.base_url, None)
         return
     steps = _entering(limits, settings, _give_up.get())
@@ -348,7 +377,7 @@ def host_slot(limits: HostLimits | None, settings: Settings) -> Iterator[HostSlo
 async def async_host_slot(limits: HostLimits | None, settings: Settings) -> AsyncIterator[HostSlot]:
     """:func:`host_slot` for the async face: it sleeps on the event loop (each try is a few
     non-blocking system calls), so a cancelled task stops waiting and gives back its slot."""
-    if limits is None:
+    if limits is None or limits.max_sandboxes is None:
         yield HostSlot(settings.base_url, None)
         return
     steps = _entering(limits, settings, _give_up.get())

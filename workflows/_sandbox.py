@@ -111,7 +111,9 @@ class LocalSandbox(SandboxBase):
         driver = sync_driver_for(wanted.settings)
         with host_slot(wanted.host_limits, wanted.settings) as slot:  # waits under the limits
             info, attempt = driver.run_retrying(
-                lambda: acquire_attempt(wanted.request, wanted.settings, wanted.ledger),
+                lambda: acquire_attempt(
+                    wanted.request, wanted.settings, wanted.ledger, wanted.host_limits
+                ),
                 on=retry_acquire,
             )
             slot.keep(info.id)

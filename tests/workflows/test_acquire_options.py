@@ -46,6 +46,7 @@ def test_the_acquire_keywords() -> None:
         "progress",
         "ledger",
         "limits",
+        "host_limits",
     }
     assert ConnectionOptions.__optional_keys__ == {"api_key", "base_url", "timeout"}
     assert AttachOptions.__optional_keys__ == {

@@ -26,7 +26,7 @@ from types import FrameType
 import httpx
 
 from workflows._config import Settings
-from workflows._host_limits import release_host_slot
+from workflows._host_limits import release_all_host_slots, release_host_slot
 from workflows._transport import BearerAuth
 
 from ._ledger import Ledger, default_ledger
@@ -224,8 +224,10 @@ def in_flight(attempt: str) -> bool:
 
 
 def clear() -> None:
-    """Forget everything above, without releasing anything (for tests: each starts afresh)."""
+    """Forget everything above, without releasing anything (for tests: each starts afresh),
+    and give back this process's slots under host limits."""
     with _lock:
         _owned.clear()
         _claims.clear()
         _in_flight.clear()
+    release_all_host_slots()
