@@ -47,6 +47,7 @@ import asyncio
 import contextlib
 import contextvars
 import hashlib
+import logging
 import math
 import os
 import threading
@@ -80,6 +81,8 @@ __all__ = [
     "release_host_slot",
     "resolve_host_limits",
 ]
+
+log = logging.getLogger("workflows")
 
 HOST_MAX_SANDBOXES_ENV = "KLAVIS_HOST_MAX_SANDBOXES"
 HOST_MAX_ACQUIRES_PER_SECOND_ENV = "KLAVIS_HOST_MAX_ACQUIRES_PER_SECOND"
@@ -305,8 +308,9 @@ def _entering(
 def acquire_turn(limits: HostLimits | None, settings: Settings) -> Flow[None]:
     """Wait for this acquire's turn under ``limits``' rate: a flow step of
     :func:`~workflows._flows.acquire_attempt`, right before its request is sent (after the
-    listing it makes first, whose time varies), so that requests, not their preparations, are
-    spaced; each attempt of a retried acquire takes a turn of its own."""
+    listing and the ledger line it makes first, whose times vary), so that requests, not their
+    preparations, are spaced; each attempt of a retried acquire takes a turn of its own. The
+    turn is logged at DEBUG."""
     from ._flows import Sleep  # the flows import the ownership package, which imports this
 
     if limits is None or limits.max_acquires_per_second is None:
@@ -318,6 +322,7 @@ def acquire_turn(limits: HostLimits | None, settings: Settings) -> Flow[None]:
             yield Sleep(next(reserving))
     except StopIteration as done:
         turn: float = done.value
+    log.debug("acquire turn under the host's rate: %.6f", turn)
     while (left := turn - time.time()) > 0:
         yield Sleep(left)
 

@@ -9,12 +9,14 @@ processes would, and says what it did on stdout, one JSON line per event.
 
 Every ``acquired`` line has the time the acquire returned; a ``releasing`` line the time just
 before its release; a ``sent`` line the time an acquire's request left (read at the HTTP
-transport, which the library's client uses as is).
+transport, which the library's client uses as is); a ``turn`` line the time the host's rate
+gave the request (the library's DEBUG log).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
 import time
@@ -33,6 +35,19 @@ def _timed_send(transport: httpx.HTTPTransport, request: httpx.Request) -> httpx
 
 
 httpx.HTTPTransport.handle_request = _timed_send  # type: ignore[method-assign,assignment]
+
+
+class _Turns(logging.Handler):
+    """Says each acquire's turn under the host's rate, which the library logs at DEBUG."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg.startswith("acquire turn under the host's rate"):
+            say(turn=record.args[0] if isinstance(record.args, tuple) else None)
+
+
+_library_log = logging.getLogger("workflows")
+_library_log.addHandler(_Turns())
+_library_log.setLevel(logging.DEBUG)
 
 
 _say_lock = threading.Lock()

@@ -205,11 +205,22 @@ def test_the_acquire_rate_spaces_the_acquires_of_every_process(
     for _ in range(2):
         children.start("cycles", "3")
     errors = children.finish()
-    sent = sorted(e["sent"] for _, e in children.seen if "sent" in e)
-    assert len(sent) == 6, errors
-    gaps = [b - a for a, b in itertools.pairwise(sent)]
-    tolerance = 0.02  # a request leaves after its wait, and after the attempt's ledger line
-    assert min(gaps) >= 1 / rate - tolerance, gaps
+    turns: dict[int, list[float]] = {0: [], 1: []}
+    sent: dict[int, list[float]] = {0: [], 1: []}
+    for index, event in children.seen:
+        if "turn" in event:
+            turns[index].append(event["turn"])
+        elif "sent" in event:
+            sent[index].append(event["sent"])
+    assert [len(turns[0]), len(turns[1]), len(sent[0]), len(sent[1])] == [3, 3, 3, 3], errors
+    for index in (0, 1):  # each request left after its turn
+        assert all(s >= t for t, s in zip(turns[index], sent[index], strict=True))
+    every_turn = sorted(turns[0] + turns[1])  # the turns of both processes are spaced
+    gaps = [b - a for a, b in itertools.pairwise(every_turn)]
+    assert min(gaps) >= 1 / rate - 1e-6, gaps
+    # the gaps of the requests as they left are not asserted: a request leaves after its turn
+    # by whatever the machine takes to run the process again (measured: 0.25 s +- 0.005 s
+    # mostly, one 0.3 s late on a host with a load of 10 on 2 cores)
 
 
 def test_two_pools_in_two_processes_share_a_cap_and_finish(
