@@ -19,26 +19,34 @@ fingerprint (the key itself is in no file name and no file).
   non-blocking system calls).
 * **The rate** is a file holding the next time an acquire may start, read and moved on under
   an exclusive lock held for microseconds: each acquire reserves ``max(now, next)`` and sets
-  next to that plus ``1 / max_acquires_per_second``, then waits until its turn. The clock is the
-  wall clock, which every process of the host shares; a next time more than a day ahead (a
-  clock set back) is ignored.
+  next to that plus ``1 / max_acquires_per_second``, then waits until its turn. The turn is
+  taken in the acquire's flow right before its request is sent (after its slot, its listing and
+  its ledger line), one per attempt when an acquire is retried. The clock is the wall clock,
+  which every process of the host shares; a next time more than a day ahead (a clock set back)
+  is ignored.
 
 A slot counts an acquire made with the limits on, from its start to its sandbox's release:
 ``attach`` and a handle rebuilt in another process take none, and the slot stays with the
-process that acquired (a pickle does not carry it). A pool or a batch waiting for a slot while
+process that acquired (a pickle does not carry it): a sandbox released through a handle in
+another process keeps its slot here until this process's object is released too (which
+gives the slot back even though the service says it was already released) or the process
+ends. A pool or a batch waiting for a slot while
 it holds idle sandboxes of its own would wait for itself: a pool's worker stops waiting as soon
 as one of its pool's sandboxes is idle (:func:`giving_up_when`), and ``bulk_acquire`` refuses a
 count over the cap.
 
-Why this is not a library of its own, and what it uses: ``portalocker`` (a well-kept,
-cross-platform file-locking library with no dependency on POSIX) ships exactly the counted
-semaphore of lock files that the kernel releases with a dead process (``BoundedSemaphore``):
-the slots are its. Looked at and not fit: ``filelock`` and ``fasteners`` lock one file (a
-mutex, no count); ``posix_ipc``/``sysv_ipc`` semaphores are counts the kernel does not give back
-when a holder is SIGKILLed (SysV's ``SEM_UNDO`` does, but only for a semaphore one process
-increments and decrements around a short section, not one held for a sandbox's life, and it
-needs a C extension); ``pyrate-limiter``'s and ``limits``' file or SQLite backends bound a rate
-over a window, not a spacing, and bring more than the dozen lines of the rate file below.
+What is a library's and what is ours: the slots are ``portalocker``'s ``BoundedSemaphore``
+(a well-kept, cross-platform file-locking library without dependencies on POSIX): a counted
+semaphore of lock files, each locked without blocking, which is what the kernel gives back
+with a dead process. Ours are only the waiting policy (a backoff a pool can end, sleeping on
+the event loop for the async face) and the rate file. Looked at and not fit: ``filelock`` and
+``fasteners`` lock one file (a mutex, no count); ``posix_ipc``'s named semaphores keep their
+count when a holder is SIGKILLed (nothing gives it back); ``sysv_ipc``'s with ``SEM_UNDO`` are
+given back at exit, but they are kernel objects no process removes, set up with a race between
+creating and initialising the count, from a C extension; ``limits`` keeps its counters in
+memory or in a server (Redis, Memcached, MongoDB), and ``pyrate-limiter``'s buckets (SQLite
+for several processes) count requests in a window, letting a window's worth through at once,
+where an account's creation limit wants them spaced.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import pytest
 
 import workflows
 from tests.helpers import listed_sandboxes
+from tests.workflows.live.pool_handle import PoolHandle
 
 CHILD = str(Path(__file__).with_name("host_limits_child.py"))
 WAIT = 120  # seconds before a stuck child fails the test (never reached when all is well)
@@ -239,3 +240,32 @@ def test_two_pools_in_two_processes_share_a_cap_and_finish(
     assert sum(len(report["sandboxes"]) for report in reports) >= 2
     assert max(poller.counts) <= 2, poller.counts
     assert listed_sandboxes(conn["base_url"], token) == []
+
+
+def test_a_pool_larger_than_the_cap_finishes_on_the_cap(
+    make_pool: Callable[..., PoolHandle], conn: dict[str, str], token: str
+) -> None:
+    """Size 4 under a cap of 2 (both faces): the workers past the cap wait for a slot until one
+    of the pool's sandboxes is idle, and take it; none waits for ever on its own pool."""
+    limits = workflows.HostLimits(max_sandboxes=2)
+    with make_pool(["git"], size=4, host_limits=limits, **conn) as pool:
+        results = pool.map(lambda sb, task: sb.id, range(10))
+        assert len(listed_sandboxes(conn["base_url"], token)) <= 2
+    assert [r.ok for r in results] == [True] * 10
+    assert 1 <= len(set(results.values)) <= 2
+    assert listed_sandboxes(conn["base_url"], token) == []
+
+
+def test_the_state_folder_holds_no_key(
+    children: Children, conn: dict[str, str], token: str
+) -> None:
+    children.env[workflows.HOST_MAX_SANDBOXES_ENV] = "1"
+    children.env[workflows.HOST_MAX_ACQUIRES_PER_SECOND_ENV] = "50"
+    children.start("cycles", "2")
+    children.finish()
+    state = Path(os.environ["KLAVIS_SANDBOX_STATE_DIR"])
+    files = [p for p in state.rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {"rate", "slot.000.lock", "ledger.jsonl"}
+    for path in files:
+        assert token not in str(path.relative_to(state))
+        assert token.encode() not in path.read_bytes()
