@@ -47,6 +47,7 @@ from ._errors import (
     UnsafeArchiveError,
 )
 from ._execution import AsyncExecution, Execution
+from ._handle import SandboxHandle
 from ._host_limits import HOST_MAX_ACQUIRES_PER_SECOND_ENV, HOST_MAX_SANDBOXES_ENV, HostLimits
 from ._mcp import McpSession, ToolInfo, ToolResult
 from ._models import (
@@ -134,6 +135,7 @@ __all__ = [
     "ReleaseOptions",
     "ReleaseResult",
     "SandboxBatch",
+    "SandboxHandle",
     "async_bulk_acquire",
     "async_bulk_release",
     "bulk_acquire",
