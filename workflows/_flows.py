@@ -312,7 +312,7 @@ def acquire_attempt(
     and records that it ended (``attempt-ended``), so ``reap`` in another process may release
     what it left while this process lives on. On success the attempt stays in flight until
     the caller records the sandbox (:func:`workflows._ownership.own`). Under ``host_limits``
-    with a rate, the request waits for its turn right before it is sent.
+    with a rate, the request waits for its turn, then is recorded and sent.
     """
     from klavis_sandbox_client.api.local_sandbox import acquire_local_sandbox
     from klavis_sandbox_client.models import AcquireLocalSandboxRequest
@@ -329,6 +329,9 @@ def acquire_attempt(
             path=exc.path,
         ) from exc.__cause__
     body = AcquireLocalSandboxRequest.from_dict(request.to_body())
+    # the host's acquire rate, if any: the request leaves after its turn and the attempt's
+    # ledger line (an interrupted wait leaves no attempt to reconcile)
+    yield from acquire_turn(host_limits, settings)
     attempt = None if ledger is None else _ownership.new_attempt()
     handed_over = False
     try:
@@ -345,7 +348,6 @@ def acquire_attempt(
                 },
             )
         failure: Exception
-        yield from acquire_turn(host_limits, settings)  # the host's acquire rate, if any
         try:
             info = info_from((yield Call(acquire_local_sandbox, False, {"body": body})))
         except Exception as exc:

@@ -20,10 +20,10 @@ fingerprint (the key itself is in no file name and no file).
 * **The rate** is a file holding the next time an acquire may start, read and moved on under
   an exclusive lock held for microseconds: each acquire reserves ``max(now, next)`` and sets
   next to that plus ``1 / max_acquires_per_second``, then waits until its turn. The turn is
-  taken in the acquire's flow right before its request is sent (after its slot, its listing and
-  its ledger line), one per attempt when an acquire is retried. The clock is the wall clock,
-  which every process of the host shares; a next time more than a day ahead (a clock set back)
-  is ignored.
+  taken in the acquire's flow just before its request is sent (after its slot and its
+  listing, before its ledger line), one per attempt when an acquire is retried. The clock is
+  the wall clock, which every process of the host shares; a next time more than a day ahead (a
+  clock set back) is ignored.
 
 A slot counts an acquire made with the limits on, from its start to its sandbox's release:
 ``attach`` and a handle rebuilt in another process take none, and the slot stays with the
@@ -60,7 +60,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -209,10 +209,24 @@ def limits_folder(settings: Settings) -> Path:
     ).hexdigest()[:32]
     root = state_folder() / "host-limits"
     folder = root / digest
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for made in (root, folder):
-        os.chmod(made, 0o700)
+    with _cannot_keep_limits(folder):
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for made in (root, folder):
+            os.chmod(made, 0o700)
     return folder
+
+
+@contextlib.contextmanager
+def _cannot_keep_limits(where: Path) -> Iterator[None]:
+    """An OSError in the limits' folder as a ConfigurationError naming it: limits asked for
+    and not kept would be exceeded silently."""
+    try:
+        yield
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot keep the host limits in {where} ({exc.strerror or exc}); make the state "
+            f"folder writable or point $KLAVIS_SANDBOX_STATE_DIR at one that is"
+        ) from exc
 
 
 # ----------------------------------------------------------------------- giving up a wait
@@ -301,7 +315,7 @@ def _entering(
             )
             names = semaphore.get_filenames()
             delay = _FIRST_DELAY
-            while not semaphore.try_lock(names):
+            while not _try_slots(semaphore, names, folder):
                 if give_up is not None and give_up():
                     raise SlotWaitAbandoned
                 yield delay
@@ -313,12 +327,19 @@ def _entering(
     return slot
 
 
+def _try_slots(
+    semaphore: portalocker.BoundedSemaphore, names: Sequence[Path], folder: Path
+) -> bool:
+    with _cannot_keep_limits(folder):
+        return semaphore.try_lock(names)
+
+
 def acquire_turn(limits: HostLimits | None, settings: Settings) -> Flow[None]:
     """Wait for this acquire's turn under ``limits``' rate: a flow step of
-    :func:`~workflows._flows.acquire_attempt`, right before its request is sent (after the
-    listing and the ledger line it makes first, whose times vary), so that requests, not their
-    preparations, are spaced; each attempt of a retried acquire takes a turn of its own. The
-    turn is logged at DEBUG."""
+    :func:`~workflows._flows.acquire_attempt`, just before its request is sent (after the
+    listing it makes first, whose time varies; only its ledger line comes between), so that
+    requests, not their preparations, are spaced; each attempt of a retried acquire takes a
+    turn of its own. The turn is logged at DEBUG."""
     from ._flows import Sleep  # the flows import the ownership package, which imports this
 
     if limits is None or limits.max_acquires_per_second is None:
@@ -337,7 +358,8 @@ def acquire_turn(limits: HostLimits | None, settings: Settings) -> Flow[None]:
 
 def _reserve_turn(path: Path, spacing: float) -> Generator[float, None, float]:
     """Reserve the next time an acquire may start, ``spacing`` seconds after the one before."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    with _cannot_keep_limits(path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     with os.fdopen(fd, "r+", encoding="ascii") as handle:
         while True:
             try:

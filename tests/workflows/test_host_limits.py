@@ -262,3 +262,18 @@ def test_async_wait_runs_on_the_loop_and_a_cancel_gives_nothing_back_held(
 
     loop.run_until_complete(scenario())
     assert held_slots() == 0
+
+
+def test_limits_that_cannot_be_kept_say_where_before_anything_is_sent(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, settings: Settings, no_env: None
+) -> None:
+    """A state folder that is a file (as unwritable as it gets for root): ConfigurationError
+    naming it, not limits silently exceeded."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("KLAVIS_SANDBOX_STATE_DIR", str(blocker))
+    limits = HostLimits(max_sandboxes=1)
+    with pytest.raises(ConfigurationError, match=r"^cannot keep the host limits in .*not-a-folder"):
+        LocalSandbox.acquire(["git"], api_key="k", base_url=CLOSED_URL, host_limits=limits)
+    with pytest.raises(ConfigurationError, match=r"^cannot keep the host limits"):
+        list(acquire_turn(HostLimits(max_acquires_per_second=1), settings))
