@@ -65,11 +65,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import portalocker
-
 from ._errors import ConfigurationError, InvalidInputError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # portalocker is imported where limits are on: `import workflows` stays fast
+    import portalocker
+
     from ._config import Settings
     from ._flows import Flow
 
@@ -307,6 +307,8 @@ def _entering(
     try:
         if limits.max_sandboxes is not None:
             folder = limits_folder(settings)
+            import portalocker
+
             semaphore = portalocker.BoundedSemaphore(
                 limits.max_sandboxes,
                 name="slot",
@@ -358,6 +360,8 @@ def acquire_turn(limits: HostLimits | None, settings: Settings) -> Flow[None]:
 
 def _reserve_turn(path: Path, spacing: float) -> Generator[float, None, float]:
     """Reserve the next time an acquire may start, ``spacing`` seconds after the one before."""
+    import portalocker
+
     with _cannot_keep_limits(path):
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     with os.fdopen(fd, "r+", encoding="ascii") as handle:

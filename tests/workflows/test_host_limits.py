@@ -277,3 +277,13 @@ def test_limits_that_cannot_be_kept_say_where_before_anything_is_sent(
         LocalSandbox.acquire(["git"], api_key="k", base_url=CLOSED_URL, host_limits=limits)
     with pytest.raises(ConfigurationError, match=r"^cannot keep the host limits"):
         list(acquire_turn(HostLimits(max_acquires_per_second=1), settings))
+
+
+def test_import_workflows_leaves_portalocker_until_limits_are_on() -> None:
+    """portalocker costs ~0.1 s to import (measured): only a process with limits pays it."""
+    import subprocess
+    import sys
+
+    code = "import sys, workflows; print('portalocker' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
