@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -359,7 +360,9 @@ def _run_in_thread(factory: Callable[[], Awaitable[T]], timeout: float) -> T:
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             outcome["error"] = exc
 
-    worker = threading.Thread(target=target, name="workflows-mcp", daemon=True)
+    # in the caller's context: its current span (a traced call's) is the MCP client's parent
+    context = contextvars.copy_context()
+    worker = threading.Thread(target=context.run, args=(target,), name="workflows-mcp", daemon=True)
     worker.start()
     worker.join(2 * timeout + 30.0)  # the work is bounded by timeout, its cleanup too
     if worker.is_alive():
