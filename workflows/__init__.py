@@ -47,6 +47,7 @@ from ._errors import (
     UnsafeArchiveError,
 )
 from ._execution import AsyncExecution, Execution
+from ._handle import SandboxHandle
 from ._mcp import McpSession, ToolInfo, ToolResult
 from ._models import (
     BENCHMARKS,
@@ -138,6 +139,7 @@ __all__ = [
     "ReleaseOptions",
     "ReleaseResult",
     "SandboxBatch",
+    "SandboxHandle",
     "async_bulk_acquire",
     "async_bulk_release",
     "bulk_acquire",
