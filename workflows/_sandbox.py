@@ -306,7 +306,8 @@ class LocalSandbox(SandboxBase):
 
         ``timeout`` bounds opening and each call.
         """
-        return McpSession(self.mcp_url(server), timeout=timeout).open()
+        spans = mcp_start(self, server)  # what its calls' spans say, when tracing is on
+        return McpSession(self.mcp_url(server), timeout=timeout, _span_attributes=spans).open()
 
     @traced_call("klavis.mcp.list_tools", mcp_start)
     def list_tools(

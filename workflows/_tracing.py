@@ -53,6 +53,7 @@ __all__ = [
     "enable_tracing",
     "mcp_start",
     "sandbox_start",
+    "session_start",
     "scrub",
     "task_end",
     "task_start",
@@ -181,6 +182,15 @@ def sandbox_start(sandbox: Any, *_: Any, **__: Any) -> Attributes:
 def mcp_start(sandbox: Any, server: str, tool: str | None = None, *_: Any, **__: Any) -> Attributes:
     """An MCP call's attributes: the sandbox, the server, the tool (never its arguments)."""
     attributes = {"klavis.sandbox.id": sandbox.id, "klavis.server_names": (server,)}
+    if isinstance(tool, str):
+        attributes["klavis.mcp.tool"] = tool
+    return attributes
+
+
+def session_start(session: Any, tool: str | None = None, *_: Any, **__: Any) -> Attributes:
+    """A call's attributes in an :class:`~workflows.McpSession` (a method's ``self``): those the
+    sandbox gave it (id, server), the tool."""
+    attributes: Attributes = dict(session._span_attributes)
     if isinstance(tool, str):
         attributes["klavis.mcp.tool"] = tool
     return attributes

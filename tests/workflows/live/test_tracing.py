@@ -183,6 +183,24 @@ def test_mcp_calls_have_spans_and_a_tool_failure_sets_error(
     assert _attrs(failed)["error.type"] == "tool_error"
 
 
+def test_the_calls_of_a_blocking_mcp_session_have_spans(
+    conn: dict[str, str], spans: InMemorySpanExporter
+) -> None:
+    with (
+        LocalSandbox.acquire(
+            ["filesystem"], api_key=conn["api_key"], base_url=conn["base_url"]
+        ) as sb,
+        sb.mcp_session("filesystem") as fs,
+    ):
+        assert fs.list_tools()
+        assert not fs.call_tool("list_allowed_directories").is_error
+    expected = {"klavis.sandbox.id": sb.id, "klavis.server_names": ("filesystem",)}
+    (listed,) = _named(spans, "klavis.mcp.list_tools")
+    (called,) = _named(spans, "klavis.mcp.call_tool")
+    assert _attrs(listed) == expected
+    assert _attrs(called) == {**expected, "klavis.mcp.tool": "list_allowed_directories"}
+
+
 def test_a_failing_operation_has_error_status_and_its_exception(
     face: Face, conn: dict[str, str], spans: InMemorySpanExporter
 ) -> None:
