@@ -35,7 +35,7 @@ from ._ownership import Ledger, unwind_on_sigterm
 from ._seed import SourceFile
 from ._server_data import server_data_body
 from ._snapshot import Snapshot
-from ._tracing import sandbox_start, traced_flow
+from ._tracing import release_end, sandbox_start, traced_flow
 
 __all__ = ["SandboxBase"]
 
@@ -181,7 +181,7 @@ class SandboxBase:
         self._check_live()
         return reset_flow(self.id)
 
-    @traced_flow("klavis.release", sandbox_start)
+    @traced_flow("klavis.release", sandbox_start, release_end)
     def _release_flow(self) -> Flow[bool]:
         return release_flow(self.id)
 

@@ -51,7 +51,9 @@ __all__ = [
     "acquire_start",
     "disable_tracing",
     "enable_tracing",
+    "id_start",
     "mcp_start",
+    "release_end",
     "sandbox_start",
     "session_start",
     "scrub",
@@ -177,6 +179,17 @@ def _names(servers: Sequence[Any]) -> tuple[str, ...]:
 def sandbox_start(sandbox: Any, *_: Any, **__: Any) -> Attributes:
     """The attributes of an operation on ``sandbox`` (a method's ``self``): id, server names."""
     return {"klavis.sandbox.id": sandbox.id, "klavis.server_names": _names(sandbox.servers)}
+
+
+def id_start(sandbox_id: str, *_: Any, **__: Any) -> Attributes:
+    """The attributes of an operation on a sandbox known by its id only (a bulk release)."""
+    return {"klavis.sandbox.id": sandbox_id}
+
+
+def release_end(span: Span, released: bool) -> None:
+    """A release's result: False when the sandbox was gone already (a 404)."""
+    if not released:
+        span.set_attribute("klavis.already_released", True)
 
 
 def mcp_start(sandbox: Any, server: str, tool: str | None = None, *_: Any, **__: Any) -> Attributes:

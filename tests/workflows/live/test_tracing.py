@@ -201,6 +201,21 @@ def test_the_calls_of_a_blocking_mcp_session_have_spans(
     assert _attrs(called) == {**expected, "klavis.mcp.tool": "list_allowed_directories"}
 
 
+def test_a_bulk_release_by_id_has_a_span_per_sandbox(
+    face: Face, conn: dict[str, str], spans: InMemorySpanExporter
+) -> None:
+    with face.acquire(["filesystem"], **conn) as sb:
+        first = face.bulk_release([sb.id], **conn)
+        again = face.bulk_release([sb.id], **conn)  # (reap releases by id too)
+    assert first[0].ok
+    assert again[0].already_released
+    by_id, gone, by_sandbox = _named(spans, "klavis.release")
+    assert _attrs(by_id) == {"klavis.sandbox.id": sb.id}
+    assert _attrs(gone) == {"klavis.sandbox.id": sb.id, "klavis.already_released": True}
+    assert gone.status.status_code is StatusCode.UNSET  # a 404 on release is no failure
+    assert _attrs(by_sandbox)["klavis.already_released"] is True  # leaving ``with``
+
+
 def test_a_failing_operation_has_error_status_and_its_exception(
     face: Face, conn: dict[str, str], spans: InMemorySpanExporter
 ) -> None:
