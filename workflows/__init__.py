@@ -45,6 +45,7 @@ from ._errors import (
     TransferError,
     TransferTimeoutError,
     UnsafeArchiveError,
+    WorkerDiedError,
 )
 from ._execution import AsyncExecution, Execution
 from ._mcp import McpSession, ToolInfo, ToolResult
@@ -187,6 +188,7 @@ __all__ = [
     "TransferError",
     "TransferTimeoutError",
     "UnsafeArchiveError",
+    "WorkerDiedError",
 ]
 
 try:
