@@ -48,6 +48,7 @@ from ._errors import (
     WorkerDiedError,
 )
 from ._execution import AsyncExecution, Execution
+from ._handle import SandboxHandle
 from ._mcp import McpSession, ToolInfo, ToolResult
 from ._models import (
     BENCHMARKS,
@@ -134,6 +135,7 @@ __all__ = [
     "ReleaseOptions",
     "ReleaseResult",
     "SandboxBatch",
+    "SandboxHandle",
     "async_bulk_acquire",
     "async_bulk_release",
     "bulk_acquire",

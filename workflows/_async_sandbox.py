@@ -35,6 +35,7 @@ from ._flows import (
     release_flow,
     retry_acquire,
 )
+from ._handle import SandboxHandle, settings_for
 from ._mcp import (
     DEFAULT_MCP_TIMEOUT,
     ToolInfo,
@@ -185,6 +186,31 @@ class AsyncLocalSandbox(SandboxBase):
         ...     print(info.id, info.status, [s.name for s in info.servers])
         """
         return await async_list_sandboxes(**options)
+
+    @classmethod
+    def from_handle(
+        cls, handle: SandboxHandle, **options: Unpack[AttachOptions]
+    ) -> AsyncLocalSandbox:
+        """The sandbox another process handed over (:meth:`handle`, or a pickled sandbox), not
+        owned, without a request (so not awaited); :meth:`aclose` closes its connections.
+
+        The key is never in a handle: it comes from ``api_key=`` or this process's environment
+        (``KLAVIS_API_KEY``; with Ray, the job's ``runtime_env``), and must be the one that
+        acquired the sandbox (:class:`~workflows.ConfigurationError` otherwise, before anything
+        is sent). The servers' ``auth_data`` is not handed over: :meth:`refresh` fetches it.
+
+        >>> async with AsyncLocalSandbox.from_handle(handle) as sb:  # doctest: +SKIP
+        ...     snap = await sb.dump()
+        """
+        settings = settings_for("from_handle", handle, options)
+        return cls(
+            handle.info,
+            _driver=AsyncDriver(settings),
+            _owns_driver=True,
+            owned=False,
+            progress=options.get("progress"),
+            limits=options.get("limits"),
+        )
 
     @classmethod
     def attach(cls, local_sandbox_id: str, **options: Unpack[AttachOptions]) -> PendingSandbox:

@@ -30,6 +30,7 @@ from ._flows import (
     release_flow,
     retry_acquire,
 )
+from ._handle import SandboxHandle, settings_for
 from ._mcp import (
     DEFAULT_MCP_TIMEOUT,
     McpSession,
@@ -150,6 +151,28 @@ class LocalSandbox(SandboxBase):
         info = driver.run(get_flow(local_sandbox_id))
         progress, limits = options.get("progress"), options.get("limits")
         return cls(info, _driver=driver, owned=False, ledger=None, progress=progress, limits=limits)
+
+    @classmethod
+    def from_handle(cls, handle: SandboxHandle, **options: Unpack[AttachOptions]) -> LocalSandbox:
+        """The sandbox another process handed over (:meth:`handle`, or a pickled sandbox), not
+        owned (leaving ``with`` does not release it), made without a request.
+
+        The key is never in a handle: it comes from ``api_key=`` or this process's environment
+        (``KLAVIS_API_KEY``; with Ray, the job's ``runtime_env``), and must be the one that
+        acquired the sandbox (:class:`~workflows.ConfigurationError` otherwise, before anything
+        is sent). The servers' ``auth_data`` is not handed over: :meth:`refresh` fetches it.
+
+        >>> with LocalSandbox.from_handle(handle) as sb:  # doctest: +SKIP
+        ...     snap = sb.dump()
+        """
+        settings = settings_for("from_handle", handle, options)
+        return cls(
+            handle.info,
+            _driver=sync_driver_for(settings),
+            owned=False,
+            progress=options.get("progress"),
+            limits=options.get("limits"),
+        )
 
     def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current details."""

@@ -28,6 +28,7 @@ from ._flows import (
     reset_flow,
     seed_flow,
 )
+from ._handle import SandboxHandle, handle_of, restore
 from ._models import SandboxInfo, ServerInfo
 from ._ownership import Ledger, unwind_on_sigterm
 from ._seed import SourceFile
@@ -84,6 +85,20 @@ class SandboxBase:
     def info(self) -> SandboxInfo:
         """Everything known about the sandbox since the last fetch."""
         return self._info
+
+    def handle(self) -> SandboxHandle:
+        """What another process needs to use this sandbox, without the key or credentials
+        (:class:`~workflows.SandboxHandle`); pickling the sandbox sends the same.
+
+        >>> handle = sb.handle()  # doctest: +SKIP
+        >>> LocalSandbox.from_handle(handle).mcp_url("git")  # doctest: +SKIP
+        """
+        return handle_of(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its :meth:`handle` (never the key): unpickled, a sandbox of the same face
+        that is not owned, its key read from the receiving process's environment."""
+        return restore, (type(self), self.handle(), self.progress, self.limits)
 
     @property
     def settings(self) -> Settings:
