@@ -33,6 +33,7 @@ from .._async_sandbox import AsyncLocalSandbox
 from .._config import resolve_settings
 from .._drivers import AsyncDriver
 from .._errors import ConfigurationError, InvalidInputError
+from .._handle import SandboxHandle
 
 __all__ = ["Broker", "BrokerStats", "Lease", "LeaseState", "Leased"]
 
@@ -83,7 +84,7 @@ class Leased:
     """What a client gets for a granted lease: its id and the sandbox's handle."""
 
     lease_id: str
-    handle: Any  # workflows.SandboxHandle (imported where used, from the lead's module)
+    handle: SandboxHandle
 
 
 @dataclass
@@ -221,7 +222,7 @@ class Broker:
         if entry.cancelled:  # released (or expired) while acquiring: nobody will use it
             await self._free(entry)
             raise InvalidInputError(f"lease {entry.lease_id} was released while acquiring")
-        return Leased(entry.lease_id, sandbox.handle())  # type: ignore[attr-defined]
+        return Leased(entry.lease_id, sandbox.handle())
 
     def _driver(self, base_url: str) -> AsyncDriver:
         driver = self._drivers.get(base_url)

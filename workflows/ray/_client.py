@@ -245,7 +245,7 @@ class SandboxBroker:
         beat = _Heartbeat(self._actor, holder, self.lease_timeout / 3).start()
         try:
             leased = self._lease(holder, wanted)
-            yield LocalSandbox.from_handle(  # type: ignore[attr-defined]
+            yield LocalSandbox.from_handle(
                 leased.handle,
                 api_key=wanted.settings.api_key,
                 timeout=wanted.settings.timeout,
@@ -272,7 +272,7 @@ class SandboxBroker:
             leased: Leased = await _send_async(
                 self._actor, "acquire", holder, *self._request(wanted)
             )
-            sandbox: AsyncLocalSandbox = AsyncLocalSandbox.from_handle(  # type: ignore[attr-defined]
+            sandbox: AsyncLocalSandbox = AsyncLocalSandbox.from_handle(
                 leased.handle,
                 api_key=wanted.settings.api_key,
                 timeout=wanted.settings.timeout,

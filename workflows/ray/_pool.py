@@ -29,6 +29,7 @@ import ray.exceptions
 
 from .._acquire import AcquireOptions, Unpack
 from .._errors import InvalidInputError, TaskTimeoutError, WorkerDiedError
+from .._handle import SandboxHandle
 from .._models import ServerNames
 from .._pool._base import Run
 from .._pool._retry_rules import Outcome
@@ -52,13 +53,10 @@ DIED: tuple[type[BaseException], ...] = (
 someone else): the task did nothing wrong."""
 
 
-def _run_task(fn: Any, handle: Any, task: Any, timeout: float) -> Any:
+def _run_task(fn: Any, handle: SandboxHandle, task: Any) -> Any:
     """What a Ray worker runs: the task function on the sandbox of ``handle`` (the key from
     the worker's environment)."""
-    sandbox = LocalSandbox.from_handle(  # type: ignore[attr-defined]
-        handle, timeout=timeout, progress=False
-    )
-    return fn(sandbox, task)
+    return fn(LocalSandbox.from_handle(handle, progress=False), task)
 
 
 class RaySandboxPool(SandboxPool):
@@ -149,7 +147,7 @@ class RaySandboxPool(SandboxPool):
             if self._beat is None:
                 self._beat = self.broker._heartbeat(self._holder)
         leased = self.broker._lease(self._holder, self._wanted)
-        sandbox: LocalSandbox = LocalSandbox.from_handle(  # type: ignore[attr-defined]
+        sandbox: LocalSandbox = LocalSandbox.from_handle(
             leased.handle,
             api_key=self._settings.api_key,
             timeout=self._settings.timeout,
@@ -198,7 +196,7 @@ class RaySandboxPool(SandboxPool):
     def _attempt(self, run: Run[Any], sandbox: LocalSandbox, task: Any, index: int) -> Outcome:
         """Run one attempt as a Ray task and wait for it (see the module)."""
         started = time.perf_counter()
-        ref = self._remote.remote(run.fn, sandbox.handle(), task, self._settings.timeout)  # type: ignore[attr-defined]
+        ref = self._remote.remote(run.fn, sandbox.handle(), task)
         with self._cond:
             self._inflight.add(ref)
         try:
