@@ -7,6 +7,7 @@ import asyncio
 import base64
 import builtins
 import contextlib
+import dataclasses
 import hashlib
 import inspect
 import io
@@ -237,6 +238,17 @@ def git_repo(folder: Path, *, object_format: str = "sha1") -> Path:
     git(folder, "add", ".")
     git(folder, "commit", "-qm", "first")
     return folder
+
+
+@dataclasses.dataclass
+class RayCluster:
+    """The session's local Ray cluster: the key and emulator its machines' environment names,
+    their ledger's folder, and the address another driver connects to."""
+
+    token: str
+    base_url: str
+    state_dir: Path
+    address: str = ""
 
 
 def listed_sandboxes(base_url: str, token: str) -> list[str]:
