@@ -21,7 +21,6 @@ The state lives in this module's :class:`Broker`, a plain class with async metho
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections import deque
@@ -35,12 +34,16 @@ from .._drivers import AsyncDriver
 from .._errors import ConfigurationError, InvalidInputError
 from .._handle import SandboxHandle
 
-__all__ = ["Broker", "BrokerStats", "Lease", "LeaseState", "Leased"]
+__all__ = ["Broker", "BrokerStats", "Lease", "LeaseEnded", "LeaseState", "Leased"]
 
 log = logging.getLogger("workflows")
 
 LeaseState = Literal["waiting", "acquiring", "held"]
 """Where a lease is: waiting for a free slot, its acquire sent, or its sandbox held."""
+
+
+class LeaseEnded(InvalidInputError):
+    """An acquire whose lease was ended (released, or expired) before it returned."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,6 @@ class Broker:
         self._interval = 0.0 if not max_acquires_per_second else 1.0 / max_acquires_per_second
         self._leases: dict[str, _Entry] = {}
         self._busy = 0  # leases acquiring or held: what the cap counts
-        self._ids = itertools.count(1)
         self._next_send = 0.0
         self._acquire_times: deque[float] = deque(maxlen=1000)
         self._counts = {"acquired": 0, "released": 0, "expired": 0}
@@ -171,17 +173,25 @@ class Broker:
 
     # ----------------------------------------------------------------- leases
     async def acquire(
-        self, holder: str, server_names: list[str], options: Mapping[str, Any], base_url: str
+        self,
+        holder: str,
+        lease_id: str,
+        server_names: list[str],
+        options: Mapping[str, Any],
+        base_url: str,
     ) -> Leased:
-        """Lease a sandbox for ``holder``: wait for a free slot (never past the cap), respect
-        the acquire rate, acquire it with this process's key, and return its handle."""
+        """Lease a sandbox for ``holder`` under ``lease_id`` (the client's, so that it can end
+        the lease while it waits): wait for a free slot (never past the cap), respect the
+        acquire rate, acquire it with this process's key, and return its handle."""
         self._start()
         unknown = set(options) - _ACQUIRE_KEYS
         if unknown:
             raise InvalidInputError(f"the broker does not take {sorted(unknown)}")
+        if lease_id in self._leases:
+            raise InvalidInputError(f"lease {lease_id} exists already")
         now = time.monotonic()
         entry = _Entry(
-            f"lease-{next(self._ids)}",
+            lease_id,
             holder,
             tuple(server_names),
             base_url,
@@ -196,7 +206,7 @@ class Broker:
                     lambda: entry.cancelled or self._busy < self.max_sandboxes
                 )
                 if entry.cancelled:
-                    raise InvalidInputError(f"lease {entry.lease_id} was released while waiting")
+                    raise LeaseEnded(f"lease {entry.lease_id} was released while waiting")
                 self._busy += 1
                 entry.state = "acquiring"
         except BaseException:
@@ -221,7 +231,7 @@ class Broker:
         self._counts["acquired"] += 1
         if entry.cancelled:  # released (or expired) while acquiring: nobody will use it
             await self._free(entry)
-            raise InvalidInputError(f"lease {entry.lease_id} was released while acquiring")
+            raise LeaseEnded(f"lease {entry.lease_id} was released while acquiring")
         return Leased(entry.lease_id, sandbox.handle())
 
     def _driver(self, base_url: str) -> AsyncDriver:

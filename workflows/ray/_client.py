@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import ray
@@ -25,7 +25,7 @@ from .._config import ApiKey
 from .._errors import ConfigurationError, InvalidInputError
 from .._models import ServerNames
 from .._sandbox import LocalSandbox
-from ._broker import Broker, BrokerStats, Lease, Leased
+from ._broker import Broker, BrokerStats, Lease, Leased, LeaseEnded
 
 __all__ = [
     "DEFAULT_BROKER_NAME",
@@ -74,6 +74,10 @@ def _holder_name() -> str:
         actor_id = context.get_actor_id()
         prefix = f"actor:{actor_id}" if actor_id else f"worker:{context.get_worker_id()}"
     return f"{prefix}:{uuid.uuid4().hex[:12]}"
+
+
+def _lease_id() -> str:
+    return f"lease-{uuid.uuid4().hex[:16]}"
 
 
 def _positive(name: str, value: object, *, allow_none: bool = False) -> None:
@@ -223,7 +227,27 @@ class SandboxBroker:
 
     def _lease(self, holder: str, wanted: Acquire) -> Leased:
         """Lease a sandbox for ``holder`` (waits for a free slot)."""
-        leased: Leased = _send(self._actor, "acquire", holder, *self._request(wanted))
+        leased: Leased = _send(self._actor, "acquire", holder, _lease_id(), *self._request(wanted))
+        return leased
+
+    def _lease_unless(self, holder: str, wanted: Acquire, give_up: Callable[[], bool]) -> Leased:
+        """:meth:`_lease`, ended (:class:`LeaseEnded` raised) as soon as ``give_up()`` says so
+        while it waits (checked every 0.2 s)."""
+        lease_id = _lease_id()
+        ref = self._actor.acquire.remote(holder, lease_id, *self._request(wanted))
+        gave_up = False
+        while not gave_up and not ray.wait([ref], timeout=0.2)[0]:
+            gave_up = give_up()
+        if not gave_up:
+            gave_up = give_up()
+        if gave_up:
+            self._release(lease_id)  # ends it waiting, or releases what it was just granted
+        try:
+            leased: Leased = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            raise _cause(exc) from None
+        if gave_up:
+            raise LeaseEnded(f"lease {lease_id} was given up")
         return leased
 
     # ----------------------------------------------------------------- leases
@@ -270,7 +294,7 @@ class SandboxBroker:
         beat = asyncio.get_running_loop().create_task(self._beat_async(holder))
         try:
             leased: Leased = await _send_async(
-                self._actor, "acquire", holder, *self._request(wanted)
+                self._actor, "acquire", holder, _lease_id(), *self._request(wanted)
             )
             sandbox: AsyncLocalSandbox = AsyncLocalSandbox.from_handle(
                 leased.handle,

@@ -36,6 +36,7 @@ from .._pool._retry_rules import Outcome
 from .._pool._sync import SandboxPool, _Hands
 from .._recipes import ReleaseResult
 from .._sandbox import LocalSandbox
+from ._broker import LeaseEnded
 from ._client import DEFAULT_BROKER_NAME, DEFAULT_NAMESPACE, SandboxBroker, _Heartbeat
 
 __all__ = ["RaySandboxPool"]
@@ -146,7 +147,9 @@ class RaySandboxPool(SandboxPool):
         with self._cond:
             if self._beat is None:
                 self._beat = self.broker._heartbeat(self._holder)
-        leased = self.broker._lease(self._holder, self._wanted)
+        # a slot of the broker may be held by this very pool, idle (its cap may be smaller
+        # than size, or other clients hold the rest): stop waiting as soon as one is
+        leased = self.broker._lease_unless(self._holder, self._wanted, self._outrun)
         sandbox: LocalSandbox = LocalSandbox.from_handle(
             leased.handle,
             api_key=self._settings.api_key,
@@ -157,6 +160,19 @@ class RaySandboxPool(SandboxPool):
         with self._cond:
             self._leases[sandbox.id] = leased.lease_id
         return sandbox
+
+    def _outrun(self) -> bool:
+        """Whether an acquire under way is not needed any more: the pool has an idle sandbox
+        (a worker ended), or it closed."""
+        with self._cond:
+            return bool(self._book.idle) or self._book.closed
+
+    def _take(self) -> LocalSandbox:
+        while True:
+            try:
+                return super()._take()
+            except LeaseEnded:
+                continue  # an idle sandbox of the pool's is there to take (or it closed)
 
     def _release_one(self, sandbox: LocalSandbox) -> None:
         with self._cond:

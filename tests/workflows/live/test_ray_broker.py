@@ -48,8 +48,7 @@ class Holder:
             threading.Event().wait()
 
 
-@ray.remote(num_cpus=0)
-def seed_then_hand_over(broker: SandboxBroker, key: str) -> dict[str, Any]:
+def _seed_then_hand_over(broker: SandboxBroker, key: str) -> dict[str, Any]:
     """Lease a sandbox, seed it, pass it to another Ray task (pickled: no key), which dumps it."""
     with broker.sandbox(["filesystem"]) as sb:
         sb.seed({"from-a.txt": "seeded by task A"})
@@ -58,11 +57,14 @@ def seed_then_hand_over(broker: SandboxBroker, key: str) -> dict[str, Any]:
         return {"read": read, "key_in_pickle": key.encode() in payload, "id": sb.id}
 
 
-@ray.remote(num_cpus=0)
-def dump_it(sb: LocalSandbox) -> str:
+def _dump_it(sb: LocalSandbox) -> str:
     assert isinstance(sb, LocalSandbox)
     assert not sb.owned
     return sb.dump().text("from-a.txt")
+
+
+seed_then_hand_over: Any = ray.remote(num_cpus=0)(_seed_then_hand_over)
+dump_it: Any = ray.remote(num_cpus=0)(_dump_it)
 
 
 def test_a_killed_actor_s_lease_is_released_after_lease_timeout(
@@ -118,9 +120,9 @@ def test_a_broker_with_another_key_or_none_is_refused_before_any_acquire(
     ray_cluster: RayCluster, broker_name: str
 ) -> None:
     broker = SandboxBroker.connect(broker_name)
-    with pytest.raises(ConfigurationError, match="another Klavis API key") as info:
-        with broker.sandbox(["filesystem"], api_key="another-key", base_url=ray_cluster.base_url):
-            pass
+    other = broker.sandbox(["filesystem"], api_key="another-key", base_url=ray_cluster.base_url)
+    with pytest.raises(ConfigurationError, match="another Klavis API key") as info, other:
+        pass
     assert "another-key" not in str(info.value)
     assert broker.stats().acquired == 0
 
@@ -129,11 +131,11 @@ def test_a_broker_with_another_key_or_none_is_refused_before_any_acquire(
         actor_options={"runtime_env": {"env_vars": {"KLAVIS_API_KEY": ""}}},
     )
     try:
-        with pytest.raises(ConfigurationError, match="runtime_env") as info:
-            with keyless.sandbox(
-                ["filesystem"], api_key=ray_cluster.token, base_url=ray_cluster.base_url
-            ):
-                pass
+        lease = keyless.sandbox(
+            ["filesystem"], api_key=ray_cluster.token, base_url=ray_cluster.base_url
+        )
+        with pytest.raises(ConfigurationError, match="runtime_env") as info, lease:
+            pass
         assert ray_cluster.token not in str(info.value)
         assert keyless.stats().acquired == 0
     finally:
