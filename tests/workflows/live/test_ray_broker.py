@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import RayCluster, listed_sandboxes
-from workflows import ConfigurationError, InvalidInputError, LocalSandbox
+from workflows import AsyncLocalSandbox, ConfigurationError, InvalidInputError, LocalSandbox
 
 ray = pytest.importorskip(
     "ray", reason="ray is not installed (the ray extra: pip install 'klavis-sandbox[ray]')"
@@ -114,6 +114,35 @@ def test_a_sandbox_passed_between_two_tasks_works_and_carries_no_key(
     assert [m for m in sent if b"acquire" in m]
     assert all(ray_cluster.token.encode() not in message for message in sent)
     assert listed_sandboxes(ray_cluster.base_url, ray_cluster.token) == []
+
+
+@ray.remote(num_cpus=0)
+class AsyncUser:
+    """An async actor (as an rllm rollout actor is) leasing with the async twin."""
+
+    async def use(self, broker: SandboxBroker) -> dict[str, Any]:
+        async with broker.async_sandbox(["filesystem"]) as sb:
+            assert isinstance(sb, AsyncLocalSandbox)
+            await sb.seed({"a.txt": "async"})
+            text = (await sb.dump()).text("a.txt")
+            return {
+                "id": sb.id,
+                "text": text,
+                "held": [lease.sandbox_id for lease in broker.held()],
+            }
+
+
+def test_the_async_twin_leases_and_releases_from_an_async_actor(
+    ray_cluster: RayCluster, broker_name: str
+) -> None:
+    broker = SandboxBroker.connect(broker_name, max_sandboxes=1)
+    user = AsyncUser.remote()  # type: ignore[attr-defined]
+    got = ray.get(user.use.remote(broker), timeout=120)
+    assert got["text"] == "async"
+    assert got["held"] == [got["id"]]
+    assert broker.held() == []
+    assert listed_sandboxes(ray_cluster.base_url, ray_cluster.token) == []
+    assert broker.stats().released == 1
 
 
 def test_a_broker_with_another_key_or_none_is_refused_before_any_acquire(
