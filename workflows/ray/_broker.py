@@ -215,6 +215,8 @@ class Broker:
             raise
         try:
             await self._pace()
+            if entry.cancelled:  # ended while it waited for its turn: nothing to acquire
+                raise LeaseEnded(f"lease {entry.lease_id} was released before its acquire")
             self._acquire_times.append(time.time())
             sandbox = await AsyncLocalSandbox.acquire(
                 server_names,  # type: ignore[arg-type]  # checked by acquire itself

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import uuid
@@ -74,6 +75,12 @@ def _holder_name() -> str:
         actor_id = context.get_actor_id()
         prefix = f"actor:{actor_id}" if actor_id else f"worker:{context.get_worker_id()}"
     return f"{prefix}:{uuid.uuid4().hex[:12]}"
+
+
+@functools.cache
+def _broker_class() -> Any:
+    """:class:`Broker` as a Ray actor class (made once per process)."""
+    return ray.remote(Broker)
 
 
 def _lease_id() -> str:
@@ -181,7 +188,7 @@ class SandboxBroker:
             "get_if_exists": True,
         }
         actor = (
-            ray.remote(Broker)
+            _broker_class()
             .options(**options)
             .remote(max_sandboxes, max_acquires_per_second, float(lease_timeout))
         )
