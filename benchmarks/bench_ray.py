@@ -54,7 +54,14 @@ def _init_ray(url: str, token: str, state: Path) -> None:
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        for attempt in range(3):  # Ray waits a fixed 30 s for its raylet: a loaded machine may not
+            try:
+                ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+                break
+            except Exception as exc:
+                if "timed out during startup" not in str(exc) or attempt == 2:
+                    raise
+                ray.shutdown()
     finally:
         for name, value in saved.items():
             if value is None:

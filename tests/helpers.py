@@ -251,6 +251,35 @@ class RayCluster:
     address: str = ""
 
 
+def start_ray(ray: Any, attempts: int = 3) -> Any:
+    """``ray.init`` of a local 2-CPU cluster, tried again when Ray gave up waiting for its own
+    processes: it waits a fixed 30 s for its raylet (ray/_private/node.py), which a 2-core
+    machine running other suites does not always meet (seen at a load average of 9)."""
+    for attempt in range(attempts):
+        try:
+            return ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        except Exception as exc:
+            if "timed out during startup" not in str(exc) or attempt == attempts - 1:
+                raise
+            ray.shutdown()
+            end_ray_children()
+    raise AssertionError("unreachable")
+
+
+def end_ray_children() -> None:
+    """Kill the Ray processes a failed ``ray.init`` of this process left behind (its agents
+    outlive it otherwise); only this process's own children, and only Ray's."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        try:
+            command = " ".join(child.cmdline())
+            if command.startswith("ray::") or "/ray/" in command:
+                child.kill()
+        except psutil.Error:
+            pass
+
+
 def listed_sandboxes(base_url: str, token: str) -> list[str]:
     """The ids of the sandboxes the emulator lists for ``token``, read with plain httpx."""
     response = httpx.get(

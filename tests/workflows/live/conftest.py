@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import workflows
-from tests.helpers import Face, LoopThread, RayCluster, listed_sandboxes
+from tests.helpers import Face, LoopThread, RayCluster, listed_sandboxes, start_ray
 from tests.workflows.live.pool_handle import PoolHandle
 
 
@@ -62,7 +62,7 @@ def ray_cluster(
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:
-        context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        context = start_ray(ray)
     finally:
         for name, value in saved.items():
             if value is None:
