@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 import zipfile
 from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -251,19 +252,37 @@ class RayCluster:
     address: str = ""
 
 
-def start_ray(ray: Any, attempts: int = 3) -> Any:
-    """``ray.init`` of a local 2-CPU cluster, tried again when Ray gave up waiting for its own
-    processes: it waits a fixed 30 s for its raylet (ray/_private/node.py), which a 2-core
-    machine running other suites does not always meet (seen at a load average of 9)."""
-    for attempt in range(attempts):
-        try:
-            return ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        except Exception as exc:
-            if "timed out during startup" not in str(exc) or attempt == attempts - 1:
-                raise
-            ray.shutdown()
-            end_ray_children()
-    raise AssertionError("unreachable")
+def start_ray(ray: Any) -> Any:
+    """``ray.init`` of a local 2-CPU cluster that waits up to 180 s for its raylet.
+
+    Ray waits a fixed 30 s for its raylet to register (``raylet_start_wait_time_s`` in
+    ray/_private/node.py, not configurable), which a 2-core machine running other suites does
+    not meet (seen at load averages of 9 to 11: every start failed). Its ``get_node`` is
+    polled with the patience this machine needs while ``ray.init`` runs, then put back; a
+    start that fails anyway leaves none of its processes behind.
+    """
+    services = ray._private.services
+    original = services.get_node
+
+    def patient(*args: Any, **kwargs: Any) -> Any:
+        end = time.monotonic() + 180
+        while True:
+            try:
+                return original(*args, **kwargs)
+            except RuntimeError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.5)  # polling Ray's own registry, as Ray does
+
+    services.get_node = patient
+    try:
+        return ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    except BaseException:
+        ray.shutdown()
+        end_ray_children()
+        raise
+    finally:
+        services.get_node = original
 
 
 def end_ray_children() -> None:
