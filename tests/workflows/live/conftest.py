@@ -3,6 +3,7 @@ the Ray tests: ``ray_cluster`` (one per test process), ``ray_conn`` and ``broker
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import threading
@@ -61,8 +62,14 @@ def ray_cluster(
     }
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
+    # two clusters starting at the same moment on one machine fail each other (every start
+    # of a -n 2 run timed out, each alone took 13 to 26 s): the test processes start theirs
+    # one after the other, under a lock in the run's shared temporary folder
+    lock_path = tmp_path_factory.getbasetemp().parent / "ray-start.lock"
     try:
-        context = start_ray(ray)
+        with open(lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            context = start_ray(ray)
     finally:
         for name, value in saved.items():
             if value is None:
