@@ -94,6 +94,7 @@ class Executions:
             response.json()["upload_url"],
             content=build_tar_gz(files),
             headers={"Content-Type": "application/gzip"},
+            timeout=30,
         )
         assert put.status_code == 200, put.text
 
@@ -146,7 +147,7 @@ class Executions:
             f"/local-sandbox/{sandbox_id}/export-artifacts", json={"execution_name": name}
         )
         assert response.status_code == 200, response.text
-        download = httpx.get(response.json()["download_url"])
+        download = httpx.get(response.json()["download_url"], timeout=30)
         assert download.status_code == 200, download.text
         return read_tar_gz(download.content)
 

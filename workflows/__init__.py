@@ -88,6 +88,7 @@ from ._sandbox import LocalSandbox, list_sandboxes
 from ._seed import DEFAULT_MAX_FILE_SIZE
 from ._server_data import DATA_SERVERS, ServerData
 from ._snapshot import ManifestEntry, Snapshot, SnapshotDiff
+from ._tracing import TRACING_ENV, disable_tracing, enable_tracing
 from ._transport import install_log_redaction as _install_log_redaction
 
 __all__ = [
@@ -110,6 +111,10 @@ __all__ = [
     "Settings",
     # a local emulator started from an environment of its own (beside a harness pinning mcp 1.x)
     "EmulatorProcess",
+    # OpenTelemetry spans (the otel extra), off until enabled
+    "TRACING_ENV",
+    "disable_tracing",
+    "enable_tracing",
     # workspaces: seeding, dumping, their limits
     "DEFAULT_MAX_FILE_SIZE",
     "ArchiveLimits",

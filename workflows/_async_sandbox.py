@@ -32,7 +32,6 @@ from ._flows import (
     acquire_attempt,
     get_flow,
     list_flow,
-    release_flow,
     retry_acquire,
 )
 from ._handle import SandboxHandle, settings_for
@@ -50,6 +49,7 @@ from ._sandbox_base import SandboxBase
 from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
+from ._tracing import mcp_start, traced_call
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -366,6 +366,7 @@ class AsyncLocalSandbox(SandboxBase):
         """
         return open_session(self.mcp_url(server), timeout=timeout)
 
+    @traced_call("klavis.mcp.list_tools", mcp_start)
     async def list_tools(
         self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT
     ) -> builtins.list[ToolInfo]:
@@ -376,6 +377,7 @@ class AsyncLocalSandbox(SandboxBase):
         """
         return await async_list_tools(self.mcp_url(server), timeout=timeout)
 
+    @traced_call("klavis.mcp.call_tool", mcp_start)
     async def call_tool(
         self,
         server: str,
@@ -486,7 +488,7 @@ class AsyncLocalSandbox(SandboxBase):
     async def _release(self) -> bool:
         if self._released:
             return False
-        result = await self._driver.run(release_flow(self.id))
+        result = await self._driver.run(self._release_flow())
         self._released = True
         disown(self.id, self.settings, self._ledger)
         if self._owns_driver:

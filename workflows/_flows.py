@@ -29,7 +29,7 @@ from typing import IO, Any, Protocol, TypeVar
 
 from klavis_sandbox_client.types import Response
 
-from . import _ownership
+from . import _ownership, _tracing
 from ._config import Settings
 from ._dump._archive import ArchiveLimits, read_snapshot
 from ._dump._extract import Destination, prepare_destination
@@ -292,6 +292,7 @@ def get_flow(sandbox_id: str) -> Flow[SandboxInfo]:
     return info_from((yield Call(get_local_sandbox, True, {"local_sandbox_id": sandbox_id})))
 
 
+@_tracing.traced_flow("klavis.acquire", _tracing.acquire_start, _tracing.acquire_end)
 def acquire_attempt(
     request: AcquireRequest, settings: Settings, ledger: Ledger | None = None
 ) -> Flow[tuple[SandboxInfo, str | None]]:

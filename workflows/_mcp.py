@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -52,6 +53,7 @@ from ._errors import (
     McpError,
     error_from_status,
 )
+from ._tracing import session_start, traced_call
 
 if TYPE_CHECKING:
     import httpx2
@@ -359,7 +361,9 @@ def _run_in_thread(factory: Callable[[], Awaitable[T]], timeout: float) -> T:
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             outcome["error"] = exc
 
-    worker = threading.Thread(target=target, name="workflows-mcp", daemon=True)
+    # in the caller's context: its current span (a traced call's) is the MCP client's parent
+    context = contextvars.copy_context()
+    worker = threading.Thread(target=context.run, args=(target,), name="workflows-mcp", daemon=True)
     worker.start()
     worker.join(2 * timeout + 30.0)  # the work is bounded by timeout, its cleanup too
     if worker.is_alive():
@@ -413,9 +417,12 @@ class McpSession:
         *,
         timeout: float = DEFAULT_MCP_TIMEOUT,
         headers: Mapping[str, str] | None = None,
+        _span_attributes: Mapping[str, Any] | None = None,
     ) -> None:
-        """Prepare a session with the server at ``url`` (see :meth:`open`)."""
+        """Prepare a session with the server at ``url`` (see :meth:`open`). (``_span_attributes``,
+        private: what its calls' spans say of the sandbox and server, when tracing is on.)"""
         self._url = url
+        self._span_attributes = dict(_span_attributes or {})
         self._timeout = timeout
         self._headers = dict(headers or {})
         self._lock = threading.Lock()
@@ -508,10 +515,12 @@ class McpSession:
                 raise
             raise translated from exc
 
+    @traced_call("klavis.mcp.list_tools", session_start)
     def list_tools(self) -> list[ToolInfo]:
         """The tools of the server, in its order (all pages)."""
         return self._run(_all_tools)
 
+    @traced_call("klavis.mcp.call_tool", session_start)
     def call_tool(self, tool: str, arguments: Mapping[str, Any] | None = None) -> ToolResult:
         """Call ``tool``; a tool's own failure comes back with ``is_error`` set (see
         :meth:`ToolResult.raise_for_error`), a JSON-RPC error raises :class:`McpError`."""

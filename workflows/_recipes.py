@@ -33,6 +33,7 @@ from ._progress import progress_bar
 from ._sandbox import LocalSandbox
 from ._seed import SourceFile, plan_mapping
 from ._snapshot import Snapshot
+from ._tracing import id_start, release_end, traced_flow
 
 __all__ = [
     "AcquireResult",
@@ -403,6 +404,12 @@ def _release_plan(
     return targets, _release_settings(targets, options), ledger_of(options.get("ledger", True))
 
 
+@traced_flow("klavis.release", id_start, release_end)
+def _release_id(sandbox_id: str) -> Flow[bool]:
+    """Release a sandbox known by its id only (its span has no server names)."""
+    return release_flow(sandbox_id)
+
+
 def _release_one(
     target: Any,
     settings: Settings | None,
@@ -417,7 +424,7 @@ def _release_one(
     try:
         if isinstance(target, str):
             assert settings is not None
-            gone = not (yield from release_flow(sandbox_id))
+            gone = not (yield from _release_id(sandbox_id))
             yield Blocking(disown, (sandbox_id, settings, ledger))
         else:
             gone = not (yield Act(target.release))

@@ -27,7 +27,6 @@ from ._flows import (
     acquire_attempt,
     get_flow,
     list_flow,
-    release_flow,
     retry_acquire,
 )
 from ._handle import SandboxHandle, settings_for
@@ -46,6 +45,7 @@ from ._sandbox_base import SandboxBase
 from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
+from ._tracing import mcp_start, traced_call
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -306,8 +306,10 @@ class LocalSandbox(SandboxBase):
 
         ``timeout`` bounds opening and each call.
         """
-        return McpSession(self.mcp_url(server), timeout=timeout).open()
+        spans = mcp_start(self, server)  # what its calls' spans say, when tracing is on
+        return McpSession(self.mcp_url(server), timeout=timeout, _span_attributes=spans).open()
 
+    @traced_call("klavis.mcp.list_tools", mcp_start)
     def list_tools(
         self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT
     ) -> builtins.list[ToolInfo]:
@@ -318,6 +320,7 @@ class LocalSandbox(SandboxBase):
         """
         return list_tools(self.mcp_url(server), timeout=timeout)
 
+    @traced_call("klavis.mcp.call_tool", mcp_start)
     def call_tool(
         self,
         server: str,
@@ -421,7 +424,7 @@ class LocalSandbox(SandboxBase):
         already released (by this object, its TTL, or anyone else)."""
         if self._released:
             return False
-        result = self._driver.run(release_flow(self.id))
+        result = self._driver.run(self._release_flow())
         self._released = True
         disown(self.id, self.settings, self._ledger)
         log.info("released sandbox %s", self.id)

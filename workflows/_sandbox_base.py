@@ -25,6 +25,7 @@ from ._flows import (
     dump_flow,
     dump_to_flow,
     dump_to_target,
+    release_flow,
     reset_flow,
     seed_flow,
 )
@@ -34,6 +35,7 @@ from ._ownership import Ledger, unwind_on_sigterm
 from ._seed import SourceFile
 from ._server_data import server_data_body
 from ._snapshot import Snapshot
+from ._tracing import release_end, sandbox_start, traced_flow
 
 __all__ = ["SandboxBase"]
 
@@ -155,15 +157,18 @@ class SandboxBase:
             )
 
     # the flows of the faces' methods, after their checks (the faces only run them)
+    @traced_flow("klavis.seed", sandbox_start)
     def _seed(self, entries: Sequence[SourceFile], progress: bool | None) -> Flow[int]:
         self._check_live()
         return seed_flow(self.id, entries, self._show(progress))
 
+    @traced_flow("klavis.dump", sandbox_start)
     def _dump(self, progress: bool | None, timeout: object) -> Flow[Snapshot]:
         seconds = check_timeout(timeout)
         self._check_live()
         return dump_flow(self.id, self.limits, self._show(progress), seconds)
 
+    @traced_flow("klavis.dump_to", sandbox_start)
     def _dump_to(self, path: object, progress: bool | None, timeout: object) -> Flow[Path]:
         target = dump_to_target(path)
         seconds = check_timeout(timeout)
@@ -171,9 +176,14 @@ class SandboxBase:
         unwind_on_sigterm()  # its temporary entry is removed on SIGTERM too, as on Ctrl-C
         return dump_to_flow(self.id, target, self.limits, self._show(progress), seconds)
 
+    @traced_flow("klavis.reset", sandbox_start)
     def _reset(self) -> Flow[None]:
         self._check_live()
         return reset_flow(self.id)
+
+    @traced_flow("klavis.release", sandbox_start, release_end)
+    def _release_flow(self) -> Flow[bool]:
+        return release_flow(self.id)
 
     def _start(
         self,

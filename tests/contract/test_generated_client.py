@@ -105,6 +105,7 @@ def test_lifecycle_with_sync_functions(api: AuthenticatedClient, make_tar_gz: Ma
             upload.upload_url,
             content=make_tar_gz(FILES),
             headers={"Content-Type": "application/gzip"},
+            timeout=30,
         )
         assert put.status_code == 200
 
@@ -115,7 +116,7 @@ def test_lifecycle_with_sync_functions(api: AuthenticatedClient, make_tar_gz: Ma
 
         dumped = dump_workspace.sync(sandbox_id, client=api)
         assert isinstance(dumped, DumpUrlResponse)
-        download = httpx.get(dumped.download_url)
+        download = httpx.get(dumped.download_url, timeout=30)
         assert download.status_code == 200
         assert _members(download.content) == EXPECTED_DUMP
 
@@ -123,7 +124,7 @@ def test_lifecycle_with_sync_functions(api: AuthenticatedClient, make_tar_gz: Ma
         assert isinstance(reset, MessageResponse)
         dumped_again = dump_workspace.sync(sandbox_id, client=api)
         assert isinstance(dumped_again, DumpUrlResponse)
-        assert _members(httpx.get(dumped_again.download_url).content) == {".": None}
+        assert _members(httpx.get(dumped_again.download_url, timeout=30).content) == {".": None}
 
         released = release_local_sandbox.sync(sandbox_id, client=api)
         assert isinstance(released, MessageResponse)
@@ -251,6 +252,7 @@ def test_an_execution_with_the_generated_client(
             upload.upload_url,
             content=make_tar_gz({"main.py": script}),
             headers={"Content-Type": "application/gzip"},
+            timeout=30,
         )
         assert put.status_code == 200
         started = execute_script.sync(
@@ -277,7 +279,9 @@ def test_an_execution_with_the_generated_client(
             sandbox_id, client=api, body=ExportArtifactsRequest(execution_name="gen")
         )
         assert isinstance(exported, ExportArtifactsResponse)
-        assert _members(httpx.get(exported.download_url).content)["./result.txt"] == b"42"
+        assert (
+            _members(httpx.get(exported.download_url, timeout=30).content)["./result.txt"] == b"42"
+        )
 
         unknown = get_execution_status.sync_detailed(sandbox_id, client=api, execution_name="x")
         assert unknown.status_code == HTTPStatus.NOT_FOUND

@@ -96,6 +96,7 @@ def _put(http: httpx.Client, url_path: str, body: dict[str, Any] | None, archive
             response.json()["upload_url"],
             content=archive,
             headers={"Content-Type": "application/gzip"},
+            timeout=30,
         )
         assert put.status_code == 200, put.text
 

@@ -18,7 +18,9 @@ def test_an_acquire_is_not_answered_before_the_delay() -> None:
         headers = {"Authorization": "Bearer delay-test"}
         body = {"server_names": ["filesystem"]}
         started = time.monotonic()
-        answered = httpx.post(f"{server.base_url}/local-sandbox", json=body, headers=headers)
+        answered = httpx.post(
+            f"{server.base_url}/local-sandbox", json=body, headers=headers, timeout=30
+        )
         assert answered.status_code == 201
         assert time.monotonic() - started >= 1.0  # a lower bound: the delay itself
 

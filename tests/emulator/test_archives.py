@@ -175,7 +175,7 @@ def test_archive_caps_answer_413(tmp_path: Path, token: str, make_tar_gz: MakeTa
     with (
         EmulatorServer(EmulatorConfig(data_dir=tmp_path, archive_limits=limits)) as server,
         httpx.Client(
-            base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}
+            base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
         ) as http,
     ):
         sandbox_id = _acquire(http)

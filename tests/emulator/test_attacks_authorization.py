@@ -140,7 +140,7 @@ def test_a_real_server_refuses_a_non_loopback_client(token: str) -> None:
 
 def test_the_session_emulator_answers_its_loopback_tests(emulator: EmulatorServer) -> None:
     for method, path, body, status in CONTROL_ROUTES:
-        response = httpx.request(method, f"{emulator.base_url}{path}", json=body)
+        response = httpx.request(method, f"{emulator.base_url}{path}", json=body, timeout=30)
         assert response.status_code == status, (method, path, response.text)
 
 
@@ -287,7 +287,7 @@ def _seeded(http: httpx.Client) -> str:
     assert response.status_code == 201, response.text
     sandbox_id: str = response.json()["local_sandbox_id"]
     url = http.post(f"/local-sandbox/{sandbox_id}/upload-url").json()["upload_url"]
-    put = httpx.put(url, content=tar_gz([file("secret.txt", "owner's")]), headers=GZIP)
+    put = httpx.put(url, content=tar_gz([file("secret.txt", "owner's")]), headers=GZIP, timeout=30)
     assert put.status_code == 200, put.text
     assert http.post(f"/local-sandbox/{sandbox_id}/initialize").status_code == 200
     return sandbox_id
@@ -346,13 +346,13 @@ def test_signed_urls_cannot_be_pointed_at_another_tenants_objects(
         f"{base}/_storage/upload/sandboxes/{mine}/%2e%2e/{victim}/workspace-upload-us.tar.gz"
         f"{query}",
     ]:
-        response = httpx.put(target, content=archive, headers=GZIP)
+        response = httpx.put(target, content=archive, headers=GZIP, timeout=30)
         assert response.status_code in (403, 404), (target, response.text)
     for target in [
         f"{base}{urlsplit(victim_dump).path}{dump_query}",
         f"{base}{urlsplit(download).path.replace(mine, victim)}{dump_query}",
     ]:
-        response = httpx.get(target)
+        response = httpx.get(target, timeout=30)
         assert response.status_code in (403, 404), (target, response.text)
         assert b"owner's" not in response.content
     # nothing reached the owner's sandbox: its initialize finds only its own upload

@@ -143,6 +143,7 @@ def test_initialize_never_copies_through_a_folder_swapped_while_it_copies(
         upload,
         content=build_tar_gz({"seed.txt": "seeded"}),
         headers={"Content-Type": "application/gzip"},
+        timeout=30,
     )
     assert put.status_code == 200
     _start_swapper(tenant, sandbox_id)

@@ -54,7 +54,7 @@ def _acquire_all(client: httpx.Client) -> str:
 )
 def test_missing_or_empty_token_is_401(emulator: EmulatorServer, headers: dict[str, str]) -> None:
     sandbox = str(uuid.uuid4())
-    with httpx.Client(base_url=emulator.base_url, headers=headers) as anonymous:
+    with httpx.Client(base_url=emulator.base_url, headers=headers, timeout=30) as anonymous:
         for method, path, body in [
             ("GET", "/local-sandbox", None),
             ("POST", "/local-sandbox", {"server_names": ["git"]}),
@@ -68,14 +68,18 @@ def test_missing_or_empty_token_is_401(emulator: EmulatorServer, headers: dict[s
 
 def test_401_comes_before_validation(emulator: EmulatorServer) -> None:
     response = httpx.post(
-        f"{emulator.base_url}/local-sandbox", json={"server_names": ["nope"], "ttl_seconds": 1}
+        f"{emulator.base_url}/local-sandbox",
+        json={"server_names": ["nope"], "ttl_seconds": 1},
+        timeout=30,
     )
     assert response.status_code == 401
 
 
 def test_bearer_scheme_is_case_insensitive(emulator: EmulatorServer, token: str) -> None:
     response = httpx.get(
-        f"{emulator.base_url}/local-sandbox", headers={"Authorization": f"bearer {token}"}
+        f"{emulator.base_url}/local-sandbox",
+        headers={"Authorization": f"bearer {token}"},
+        timeout=30,
     )
     assert response.status_code == 200
 
@@ -85,7 +89,7 @@ def test_another_tenant_sees_nothing(
 ) -> None:
     sandbox_id = _acquire_all(client)
     with httpx.Client(
-        base_url=emulator.base_url, headers={"Authorization": f"Bearer other-{token}"}
+        base_url=emulator.base_url, headers={"Authorization": f"Bearer other-{token}"}, timeout=30
     ) as intruder:
         assert intruder.get("/local-sandbox").json() == {"local_sandboxes": [], "total_count": 0}
         for method, path, body in OPERATIONS:
@@ -112,12 +116,12 @@ def test_api_keys_restrict_access(tmp_path: Path) -> None:
     ) as server:
         url = f"{server.base_url}/local-sandbox"
         for key in ("key-one", "key-two"):
-            response = httpx.get(url, headers={"Authorization": f"Bearer {key}"})
+            response = httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
             assert response.status_code == 200
-        rejected = httpx.get(url, headers={"Authorization": "Bearer key-three"})
+        rejected = httpx.get(url, headers={"Authorization": "Bearer key-three"}, timeout=30)
         assert rejected.status_code == 401
         assert "key-three" not in rejected.text
-        assert httpx.get(f"{server.base_url}/_emulator/health").status_code == 200
+        assert httpx.get(f"{server.base_url}/_emulator/health", timeout=30).status_code == 200
 
 
 def test_tokens_are_never_stored(tmp_path: Path) -> None:
@@ -127,6 +131,7 @@ def test_tokens_are_never_stored(tmp_path: Path) -> None:
             f"{server.base_url}/local-sandbox",
             json={"server_names": ["git"]},
             headers={"Authorization": f"Bearer {secret}"},
+            timeout=30,
         )
         assert response.status_code == 201
     for path in tmp_path.rglob("*"):

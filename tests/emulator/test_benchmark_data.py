@@ -32,7 +32,7 @@ def _make_pack(root: Path) -> Path:
 
 def _files(client: httpx.Client, sandbox_id: str) -> dict[str, bytes]:
     url = client.get(f"/local-sandbox/{sandbox_id}/dump").json()["download_url"]
-    archive = httpx.get(url).content
+    archive = httpx.get(url, timeout=30).content
     files: dict[str, bytes] = {}
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
         for member in tar:

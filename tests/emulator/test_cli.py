@@ -46,11 +46,12 @@ def running(
 def test_module_starts_on_port_zero_and_serves(tmp_path: Path) -> None:
     args = [sys.executable, "-m", "klavis_emulator", "--port", "0", "--data-dir", str(tmp_path)]
     with running([*args, "--log-level", "warning"]) as (url, process):
-        assert httpx.get(f"{url}/_emulator/health").status_code == 200
+        assert httpx.get(f"{url}/_emulator/health", timeout=30).status_code == 200
         response = httpx.post(
             f"{url}/local-sandbox",
             json={"server_names": ["git"]},
             headers={"Authorization": "Bearer cli-test"},
+            timeout=30,
         )
         assert response.status_code == 201
         assert response.json()["servers"][0]["mcp_server_url"].startswith(f"{url}/git/mcp/")
@@ -77,18 +78,24 @@ def test_console_script_with_api_keys_and_faults(tmp_path: Path) -> None:
         "--log-level=warning",
     ]
     with running(args) as (url, _):
-        faults = httpx.get(f"{url}/_emulator/faults").json()
+        faults = httpx.get(f"{url}/_emulator/faults", timeout=30).json()
         assert faults["rate"] == 1.0
         assert faults["mode"] == "before"
         assert faults["latency_ms"] == 1
-        unknown = httpx.get(f"{url}/local-sandbox", headers={"Authorization": "Bearer three"})
+        unknown = httpx.get(
+            f"{url}/local-sandbox", headers={"Authorization": "Bearer three"}, timeout=30
+        )
         assert unknown.status_code in (429, 500, 502, 503)  # faults come first
-        httpx.post(f"{url}/_emulator/faults", json={"rate": 0})
+        httpx.post(f"{url}/_emulator/faults", json={"rate": 0}, timeout=30)
         assert (
-            httpx.get(f"{url}/local-sandbox", headers={"Authorization": "Bearer three"}).status_code
+            httpx.get(
+                f"{url}/local-sandbox", headers={"Authorization": "Bearer three"}, timeout=30
+            ).status_code
             == 401
         )
-        known = httpx.get(f"{url}/local-sandbox", headers={"Authorization": "Bearer two"})
+        known = httpx.get(
+            f"{url}/local-sandbox", headers={"Authorization": "Bearer two"}, timeout=30
+        )
         assert known.status_code == 200
 
 
@@ -198,7 +205,7 @@ def test_no_confine_starts_unconfined_even_with_a_failing_bwrap(
         assert process.stdout.readline().rstrip("\n") == (
             "Executions and MCP servers: NOT confined (confinement was turned off (--no-confine))"
         )
-        assert httpx.get(f"{url}/_emulator/health").status_code == 200
+        assert httpx.get(f"{url}/_emulator/health", timeout=30).status_code == 200
 
 
 def test_startup_says_when_executions_are_confined(tmp_path: Path) -> None:
@@ -217,17 +224,26 @@ def test_the_control_token_comes_from_the_environment_or_the_flag(tmp_path: Path
     advance = "/_emulator/clock/advance"
     env = {**os.environ, "KLAVIS_EMULATOR_CONTROL_TOKEN": "env-token"}
     with running([*args, "--data-dir", str(tmp_path / "a")], env) as (url, _):
-        assert httpx.post(url + advance, json={"seconds": 1}).status_code == 401
+        assert httpx.post(url + advance, json={"seconds": 1}, timeout=30).status_code == 401
         wrong = {"X-Emulator-Control-Token": "nope"}
-        assert httpx.post(url + advance, json={"seconds": 1}, headers=wrong).status_code == 403
+        assert (
+            httpx.post(url + advance, json={"seconds": 1}, headers=wrong, timeout=30).status_code
+            == 403
+        )
         right = {"X-Emulator-Control-Token": "env-token"}
-        assert httpx.post(url + advance, json={"seconds": 1}, headers=right).status_code == 200
-        assert httpx.get(f"{url}/_emulator/health").status_code == 200  # always public
+        assert (
+            httpx.post(url + advance, json={"seconds": 1}, headers=right, timeout=30).status_code
+            == 200
+        )
+        assert httpx.get(f"{url}/_emulator/health", timeout=30).status_code == 200  # always public
     flagged = [*args, "--data-dir", str(tmp_path / "b"), "--control-token", "flag-token"]
     with running(flagged) as (url, _):
         right = {"X-Emulator-Control-Token": "flag-token"}
-        assert httpx.post(url + advance, json={"seconds": 1}).status_code == 401
-        assert httpx.post(url + advance, json={"seconds": 1}, headers=right).status_code == 200
+        assert httpx.post(url + advance, json={"seconds": 1}, timeout=30).status_code == 401
+        assert (
+            httpx.post(url + advance, json={"seconds": 1}, headers=right, timeout=30).status_code
+            == 200
+        )
 
 
 def test_a_control_token_with_a_space_stops_the_cli_with_one_line(tmp_path: Path) -> None:

@@ -401,7 +401,7 @@ def test_unsafe_execution_archives_are_refused(
             f"{base}/execution-upload-url", json={"execution_name": "evil"}
         ).json()["upload_url"]
         put = httpx.put(
-            url, content=buffer.getvalue(), headers={"Content-Type": "application/gzip"}
+            url, content=buffer.getvalue(), headers={"Content-Type": "application/gzip"}, timeout=30
         )
         assert put.status_code == 200
         response = executions.execute(sandbox_id, "evil")
@@ -422,15 +422,17 @@ def test_signed_urls_cover_execution_uploads_and_artifacts(executions: Execution
     assert "/_storage/upload/" in url
     assert "signature=" in url
     forged = url.replace("signed.tar.gz", "other.tar.gz")
-    response = httpx.put(forged, content=b"\x1f\x8b", headers={"Content-Type": "application/gzip"})
+    response = httpx.put(
+        forged, content=b"\x1f\x8b", headers={"Content-Type": "application/gzip"}, timeout=30
+    )
     assert response.status_code == 403
     assert executions.run(sandbox_id, "signed", {"main.py": "print(1)"}) == "completed"
     export = executions.http.post(f"{base}/export-artifacts", json={"execution_name": "signed"})
     download = export.json()["download_url"]
     assert export.json()["expires_in_minutes"] == 30
     assert "/_storage/download/" in download
-    assert httpx.get(download.replace("signature=", "signature=0")).status_code == 403
-    assert httpx.put(download, content=b"x").status_code in (403, 405)
+    assert httpx.get(download.replace("signature=", "signature=0"), timeout=30).status_code == 403
+    assert httpx.put(download, content=b"x", timeout=30).status_code in (403, 405)
 
 
 @pytest.fixture
@@ -467,7 +469,9 @@ def test_execution_uploads_are_capped(short_limits: Executions) -> None:
         f"/local-sandbox/{sandbox_id}/execution-upload-url", json={"execution_name": "big"}
     ).json()["upload_url"]
     too_big = b"\x1f\x8b" + bytes(1024 * 1024)
-    response = httpx.put(url, content=too_big, headers={"Content-Type": "application/gzip"})
+    response = httpx.put(
+        url, content=too_big, headers={"Content-Type": "application/gzip"}, timeout=30
+    )
     assert response.status_code == 413
     # Past the archive caps: 413 from execute, and nothing runs.
     short_limits.upload(sandbox_id, "many", {f"f{i}.txt": "x" for i in range(4)})
@@ -599,7 +603,7 @@ def test_executions_belong_to_their_tenant(
     sandbox_id = executions.acquire()
     assert executions.run(sandbox_id, "mine", {"main.py": "print('secret')"}) == "completed"
     with httpx.Client(
-        base_url=emulator.base_url, headers={"Authorization": f"Bearer other-{token}"}
+        base_url=emulator.base_url, headers={"Authorization": f"Bearer other-{token}"}, timeout=30
     ) as intruder:
         for response in (
             intruder.get(

@@ -22,7 +22,7 @@ def faulty(tmp_path: Path) -> Iterator[EmulatorServer]:
 @pytest.fixture
 def http(faulty: EmulatorServer, token: str) -> Iterator[httpx.Client]:
     with httpx.Client(
-        base_url=faulty.base_url, headers={"Authorization": f"Bearer {token}"}
+        base_url=faulty.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
     ) as client:
         yield client
 
@@ -116,9 +116,11 @@ def test_fault_settings_from_the_constructor(tmp_path: Path, token: str) -> None
         EmulatorConfig(data_dir=tmp_path, fault_rate=1.0, fault_mode="before", fault_seed=3)
     ) as server:
         response = httpx.get(
-            f"{server.base_url}/local-sandbox", headers={"Authorization": f"Bearer {token}"}
+            f"{server.base_url}/local-sandbox",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
         )
         assert response.status_code in (429, 500, 502, 503)
-        assert httpx.get(f"{server.base_url}/_emulator/health").status_code == 200
+        assert httpx.get(f"{server.base_url}/_emulator/health", timeout=30).status_code == 200
     with pytest.raises(ValueError, match="fault_mode"):
         EmulatorServer(EmulatorConfig(data_dir=tmp_path, fault_mode="sometimes")).start()

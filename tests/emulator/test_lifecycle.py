@@ -38,6 +38,7 @@ def upload(client: httpx.Client, sandbox_id: str, archive: bytes, region: str = 
         response.json()["upload_url"],
         content=archive,
         headers={"Content-Type": "application/gzip"},
+        timeout=30,
     )
     assert put.status_code == 200, put.text
 
@@ -50,7 +51,7 @@ def dump_members(client: httpx.Client, sandbox_id: str) -> dict[str, bytes | Non
     """Dump the workspace and return member name -> content (None for non-files)."""
     response = client.get(f"/local-sandbox/{sandbox_id}/dump")
     assert response.status_code == 200, response.text
-    download = httpx.get(response.json()["download_url"])
+    download = httpx.get(response.json()["download_url"], timeout=30)
     assert download.status_code == 200, download.text
     assert download.headers["content-type"] == "application/gzip"
     members: dict[str, bytes | None] = {}
@@ -223,9 +224,9 @@ def test_reset_empties_the_workspace_and_keeps_the_sandbox(
 def test_dump_download_after_release_is_gone(client: httpx.Client) -> None:
     sandbox_id = acquire(client)["local_sandbox_id"]
     url = client.get(f"/local-sandbox/{sandbox_id}/dump").json()["download_url"]
-    assert httpx.get(url).status_code == 200
+    assert httpx.get(url, timeout=30).status_code == 200
     client.delete(f"/local-sandbox/{sandbox_id}")
-    gone = httpx.get(url)
+    gone = httpx.get(url, timeout=30)
     assert gone.status_code == 404
     assert "released" in gone.json()["detail"]
 
@@ -248,7 +249,7 @@ def test_unknown_sandbox_is_404_everywhere(client: httpx.Client) -> None:
 
 
 def test_health_needs_no_key(emulator: EmulatorServer) -> None:
-    response = httpx.get(f"{emulator.base_url}/_emulator/health")
+    response = httpx.get(f"{emulator.base_url}/_emulator/health", timeout=30)
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
 
@@ -258,7 +259,7 @@ def test_ttl_expiry_follows_the_emulator_clock(tmp_path: Path, token: str) -> No
     with (
         EmulatorServer(EmulatorConfig(data_dir=tmp_path, clock=clock)) as server,
         httpx.Client(
-            base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}
+            base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
         ) as http,
     ):
         short = acquire(http, server_names=["git"], ttl_seconds=60)["local_sandbox_id"]
@@ -288,7 +289,7 @@ def test_state_survives_a_restart(tmp_path: Path, token: str, make_tar_gz: MakeT
     headers = {"Authorization": f"Bearer {token}"}
     with (
         EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
-        httpx.Client(base_url=server.base_url, headers=headers) as http,
+        httpx.Client(base_url=server.base_url, headers=headers, timeout=30) as http,
     ):
         acquired = acquire(http, server_names=["filesystem"], benchmark="MCP_Mark")
         sandbox_id = acquired["local_sandbox_id"]
@@ -300,7 +301,7 @@ def test_state_survives_a_restart(tmp_path: Path, token: str, make_tar_gz: MakeT
     assert (tmp_path / "emulator.sqlite3").is_file()
     with (
         EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
-        httpx.Client(base_url=server.base_url, headers=headers) as http,
+        httpx.Client(base_url=server.base_url, headers=headers, timeout=30) as http,
     ):
         listing = http.get("/local-sandbox").json()
         assert [item["local_sandbox_id"] for item in listing["local_sandboxes"]] == [sandbox_id]
@@ -318,7 +319,7 @@ def test_emulator_server_removes_its_temporary_data_dir() -> None:
     with EmulatorServer() as server:
         data_dir = server.data_dir
         assert (data_dir / "emulator.sqlite3").is_file()
-        assert httpx.get(f"{server.base_url}/_emulator/health").status_code == 200
+        assert httpx.get(f"{server.base_url}/_emulator/health", timeout=30).status_code == 200
     assert not data_dir.exists()
     with pytest.raises(RuntimeError, match="not running"):
         _ = server.base_url
@@ -329,14 +330,14 @@ def test_emulator_server_start_stop_and_restart(tmp_path: Path) -> None:
     server.start()
     try:
         url = server.base_url
-        assert httpx.get(f"{url}/_emulator/health").status_code == 200
+        assert httpx.get(f"{url}/_emulator/health", timeout=30).status_code == 200
     finally:
         server.stop()
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/_emulator/health", timeout=5)
     server.start()
     try:
-        assert httpx.get(f"{server.base_url}/_emulator/health").status_code == 200
+        assert httpx.get(f"{server.base_url}/_emulator/health", timeout=30).status_code == 200
     finally:
         server.stop()
     server.stop()  # idempotent

@@ -69,7 +69,7 @@ def test_a_server_that_cannot_run_offline_answers_501_saying_why(
     emulator: EmulatorServer, name: str
 ) -> None:
     http, urls = _acquire(emulator, [name])
-    answer = httpx.post(urls[name], json={})
+    answer = httpx.post(urls[name], json={}, timeout=30)
     http.close()
     install = CATALOG[name].install
     assert isinstance(install, NotHosted)
@@ -84,8 +84,8 @@ def test_a_hosted_server_not_installed_here_answers_503_naming_the_fix(
 ) -> None:
     http, urls = _acquire(emulator, ["terminal", "filesystem"])
     with mock.patch.object(McpHost, "tools", return_value=McpToolPaths(node=None)):
-        terminal = httpx.post(urls["terminal"], json={})
-        filesystem = httpx.post(urls["filesystem"], json={})
+        terminal = httpx.post(urls["terminal"], json={}, timeout=30)
+        filesystem = httpx.post(urls["filesystem"], json={}, timeout=30)
     http.close()
     assert terminal.status_code == 503
     assert "not installed on this machine" in terminal.json()["detail"]

@@ -293,6 +293,7 @@ def test_reset_and_initialize_restart_the_server_on_the_new_workspace(
         upload,
         content=make_tar_gz({"seeded.txt": "from the archive"}),
         headers={"Content-Type": "application/gzip"},
+        timeout=30,
     )
     assert put.status_code == 200
     assert box.http.post(f"/local-sandbox/{box.id}/initialize").status_code == 200
@@ -331,7 +332,7 @@ def test_unknown_sandbox_answers_404_with_a_json_detail(emulator_mcp: EmulatorSe
     ghost = "00000000-0000-4000-8000-000000000000"
     for query in (ghost, "not-a-uuid", "../../etc"):
         answer = httpx.post(
-            f"{emulator_mcp.base_url}/filesystem/mcp/?local_sandbox_id={query}", json={}
+            f"{emulator_mcp.base_url}/filesystem/mcp/?local_sandbox_id={query}", json={}, timeout=30
         )
         assert answer.status_code == 404
         assert "not found" in answer.json()["detail"]
@@ -342,8 +343,10 @@ def test_unknown_sandbox_answers_404_with_a_json_detail(emulator_mcp: EmulatorSe
 
 
 def test_missing_id_and_unknown_server_name_are_refused(emulator_mcp: EmulatorServer) -> None:
-    missing = httpx.post(f"{emulator_mcp.base_url}/git/mcp/", json={})
-    unknown = httpx.post(f"{emulator_mcp.base_url}/nonsense/mcp/?local_sandbox_id=x", json={})
+    missing = httpx.post(f"{emulator_mcp.base_url}/git/mcp/", json={}, timeout=30)
+    unknown = httpx.post(
+        f"{emulator_mcp.base_url}/nonsense/mcp/?local_sandbox_id=x", json={}, timeout=30
+    )
     assert missing.status_code == 400
     assert "local_sandbox_id" in missing.json()["detail"]
     assert unknown.status_code == 404
@@ -353,14 +356,14 @@ def test_missing_id_and_unknown_server_name_are_refused(emulator_mcp: EmulatorSe
 def test_a_server_the_sandbox_does_not_hold_answers_404(emulator_mcp: EmulatorServer) -> None:
     box = Sandbox(emulator_mcp, ["git"])
     url = box.urls["git"].replace("/git/mcp/", "/filesystem/mcp/")
-    answer = httpx.post(url, json={})
+    answer = httpx.post(url, json={}, timeout=30)
     assert answer.status_code == 404
     assert "does not hold the 'filesystem' server" in answer.json()["detail"]
     box.release()
 
 
 def test_a_server_the_emulator_does_not_host_answers_a_clear_error(sandbox: Sandbox) -> None:
-    answer = httpx.post(sandbox.urls["canvas"], json={})
+    answer = httpx.post(sandbox.urls["canvas"], json={}, timeout=30)
     assert answer.status_code == 501
     assert "does not host the 'canvas' MCP server" in answer.json()["detail"]
 
@@ -375,7 +378,7 @@ def test_the_url_without_trailing_slash_is_served_not_redirected(sandbox: Sandbo
     url = sandbox.urls["filesystem"].replace("/mcp/?", "/mcp?")
     tools = client.list_tools(url)
     assert {tool.name for tool in tools} == FILESYSTEM_TOOLS
-    raw = httpx.post(url, json={})  # not an MCP message: the server itself answers
+    raw = httpx.post(url, json={}, timeout=30)  # not an MCP message: the server itself answers
     assert raw.status_code not in (307, 308)
 
 

@@ -189,7 +189,7 @@ def test_pdf_tools_without_a_python_3_12_answers_503_and_check_says_so() -> None
             answer = http.post("/local-sandbox", json={"server_names": ["pdf-tools"]})
             url = answer.json()["servers"][0]["mcp_server_url"]
             with mock.patch.object(McpHost, "tools", return_value=McpToolPaths(node=None)):
-                served = httpx.post(url, json={})
+                served = httpx.post(url, json={}, timeout=30)
             http.close()
         finally:
             host(server).shutdown(wait=15)

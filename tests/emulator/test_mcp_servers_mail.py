@@ -274,7 +274,9 @@ def test_no_mail_server_is_made_once_the_host_stopped_its_mail_servers() -> None
         mcp_host = host(server)
         mcp_host.mail.stop_all()  # what the host's shutdown runs
         http = httpx.Client(
-            base_url=server.base_url, headers={"Authorization": f"Bearer m-{secrets.token_hex(6)}"}
+            base_url=server.base_url,
+            headers={"Authorization": f"Bearer m-{secrets.token_hex(6)}"},
+            timeout=30,
         )
         with http:
             acquired = http.post("/local-sandbox", json={"server_names": [SERVER]})

@@ -213,14 +213,16 @@ def test_a_missing_system_program_is_named_by_check_and_by_a_503(
     assert rows[server][3] == problem
 
     http = httpx.Client(
-        base_url=emulator.base_url, headers={"Authorization": f"Bearer srv-{secrets.token_hex(8)}"}
+        base_url=emulator.base_url,
+        headers={"Authorization": f"Bearer srv-{secrets.token_hex(8)}"},
+        timeout=30,
     )
     acquired = http.post("/local-sandbox", json={"server_names": [server]})
     assert acquired.status_code == 201, acquired.text
     url = acquired.json()["servers"][0]["mcp_server_url"]
     try:
         with mock.patch.object(McpHost, "tools", return_value=without):
-            answer = httpx.post(url, json={})
+            answer = httpx.post(url, json={}, timeout=30)
     finally:
         http.delete(f"/local-sandbox/{acquired.json()['local_sandbox_id']}")
         http.close()
@@ -239,7 +241,9 @@ def test_playwright_cannot_reach_the_control_routes_of_its_emulator(
     box = make_sandbox("playwright")
     assert_confinement(emulator, mode_of(request))
     faults = f"{emulator.base_url}/_emulator/faults"
-    assert httpx.get(faults).status_code == 200  # the user's own loopback client is answered
+    assert (
+        httpx.get(faults, timeout=30).status_code == 200
+    )  # the user's own loopback client is answered
     opened = client.call_tool(box.url, "browser_navigate", {"url": faults})
     assert not opened.is_error, opened.text
     page = client.call_tool(box.url, "browser_snapshot", {}).text

@@ -27,7 +27,9 @@ while not go.exists() and time.monotonic() < deadline:
 
 def _initialize(http: httpx.Client, sandbox_id: str, files: dict[str, bytes | str]) -> None:
     url = http.post(f"/local-sandbox/{sandbox_id}/upload-url").json()["upload_url"]
-    put = httpx.put(url, content=build_tar_gz(files), headers={"Content-Type": "application/gzip"})
+    put = httpx.put(
+        url, content=build_tar_gz(files), headers={"Content-Type": "application/gzip"}, timeout=30
+    )
     assert put.status_code == 200
     assert http.post(f"/local-sandbox/{sandbox_id}/initialize").status_code == 200
 
@@ -69,7 +71,7 @@ def test_the_clock_route_expires_at_once_and_listeners_hear_it(tmp_path: Path, t
     with (
         EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
         httpx.Client(
-            base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}
+            base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
         ) as http,
     ):
         gone: list[str] = []
@@ -117,7 +119,7 @@ def test_the_clock_offset_survives_a_restart(tmp_path: Path, token: str) -> None
     headers = {"Authorization": f"Bearer {token}"}
     with (
         EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
-        httpx.Client(base_url=server.base_url, headers=headers) as http,
+        httpx.Client(base_url=server.base_url, headers=headers, timeout=30) as http,
     ):
         sandbox_id = http.post(
             "/local-sandbox", json={"server_names": ["git"], "ttl_seconds": 3600}
@@ -125,7 +127,7 @@ def test_the_clock_offset_survives_a_restart(tmp_path: Path, token: str) -> None
         moved = http.post("/_emulator/clock/advance", json={"seconds": 3000}).json()["time"]
     with (
         EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
-        httpx.Client(base_url=server.base_url, headers=headers) as http,
+        httpx.Client(base_url=server.base_url, headers=headers, timeout=30) as http,
     ):
         # Time did not run backwards: the sandbox is 3000 s older, 600 s from its end.
         assert http.get("/_emulator/clock").json()["time"] >= moved

@@ -244,7 +244,7 @@ def test_server_data_belongs_to_its_tenant(
     sandbox_id = _acquire(client)
     client.post(f"/local-sandbox/canvas/{sandbox_id}/initialize", json=CANVAS)
     with httpx.Client(
-        base_url=emulator.base_url, headers={"Authorization": f"Bearer other-{token}"}
+        base_url=emulator.base_url, headers={"Authorization": f"Bearer other-{token}"}, timeout=30
     ) as intruder:
         for response in (
             intruder.get(f"/local-sandbox/canvas/{sandbox_id}/dump"),
@@ -259,7 +259,7 @@ def test_the_generated_client_reads_the_dumps(emulator: EmulatorServer, token: s
     with (
         AuthenticatedClient(base_url=emulator.base_url, token=token) as api,
         httpx.Client(
-            base_url=emulator.base_url, headers={"Authorization": f"Bearer {token}"}
+            base_url=emulator.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
         ) as http,
     ):
         sandbox_id = _acquire(http)

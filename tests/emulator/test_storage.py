@@ -42,7 +42,7 @@ def own_emulator(tmp_path: Path) -> Iterator[EmulatorServer]:
 @pytest.fixture
 def own_client(own_emulator: EmulatorServer, token: str) -> Iterator[httpx.Client]:
     with httpx.Client(
-        base_url=own_emulator.base_url, headers={"Authorization": f"Bearer {token}"}
+        base_url=own_emulator.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
     ) as http:
         yield http
 
@@ -170,7 +170,7 @@ def test_signed_urls_survive_a_restart(tmp_path: Path, token: str, make_tar_gz: 
     headers = {"Authorization": f"Bearer {token}"}
     with (
         EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
-        httpx.Client(base_url=server.base_url, headers=headers) as http,
+        httpx.Client(base_url=server.base_url, headers=headers, timeout=30) as http,
     ):
         sandbox_id = _acquire(http)
         path_and_query = (
@@ -180,7 +180,7 @@ def test_signed_urls_survive_a_restart(tmp_path: Path, token: str, make_tar_gz: 
         )
     with (
         EmulatorServer(EmulatorConfig(data_dir=tmp_path)) as server,
-        httpx.Client(base_url=server.base_url, headers=headers) as http,
+        httpx.Client(base_url=server.base_url, headers=headers, timeout=30) as http,
     ):
         put = http.put(path_and_query, content=make_tar_gz({"a": "a"}), headers=GZIP)
         assert put.status_code == 200

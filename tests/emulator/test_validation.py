@@ -123,11 +123,11 @@ def test_weird_ids_never_cause_a_server_error(client: httpx.Client) -> None:
 
 def test_control_routes_validate_too(client: httpx.Client, emulator: Any) -> None:
     url = f"{emulator.base_url}/_emulator"
-    assert httpx.post(f"{url}/faults", json={"rate": 2}).status_code == 422
-    assert httpx.post(f"{url}/faults", json={"mode": "sometimes"}).status_code == 422
-    assert httpx.post(f"{url}/faults", json={"bogus": 1}).status_code == 422
-    assert httpx.post(f"{url}/clock/advance", json={"seconds": -5}).status_code == 422
-    assert httpx.get(f"{url}/faults").json()["rate"] == 0.0
+    assert httpx.post(f"{url}/faults", json={"rate": 2}, timeout=30).status_code == 422
+    assert httpx.post(f"{url}/faults", json={"mode": "sometimes"}, timeout=30).status_code == 422
+    assert httpx.post(f"{url}/faults", json={"bogus": 1}, timeout=30).status_code == 422
+    assert httpx.post(f"{url}/clock/advance", json={"seconds": -5}, timeout=30).status_code == 422
+    assert httpx.get(f"{url}/faults", timeout=30).json()["rate"] == 0.0
 
 
 def test_wrong_method_is_405_with_the_allowed_ones(client: httpx.Client) -> None:
@@ -228,6 +228,7 @@ def test_a_control_body_over_the_cap_is_413(emulator: Any) -> None:
         f"{emulator.base_url}/_emulator/faults",
         content=b'{"rate": 0, "x": "' + b"a" * MAX_JSON_BYTES + b'"}',
         headers=JSON,
+        timeout=30,
     )
     assert response.status_code == 413, response.text
-    assert httpx.get(f"{emulator.base_url}/_emulator/faults").json()["rate"] == 0.0
+    assert httpx.get(f"{emulator.base_url}/_emulator/faults", timeout=30).json()["rate"] == 0.0

@@ -70,6 +70,7 @@ def _client(status: int, body: object, headers: dict[str, str] | None = None) ->
         transport=httpx.MockTransport(handler),
         base_url="http://api.test",
         event_hooks=api_hooks(),
+        timeout=30,
     )
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from .._flows import Act, Flow
+from .._tracing import task_end, task_start, traced_flow
 from ._failures import FailureKind, RetryOn, failure_kind, should_retry
 from ._results import TaskResult, failed
 
@@ -69,6 +70,7 @@ class Hands(Protocol):
         """Release ``sandbox`` and stop lending it, logging ``why`` at ``level``."""
 
 
+@traced_flow("klavis.pool.task", task_start, task_end)
 def task_flow(
     index: int,
     task: Any,

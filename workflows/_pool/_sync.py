@@ -7,6 +7,7 @@ are joined at interpreter exit: one task stuck forever would keep the process fr
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import queue
 import threading
@@ -249,9 +250,9 @@ class SandboxPool(PoolBase):
         with self._cond:
             self._stops.add(stop)
         workers = [
-            threading.Thread(
-                target=self._worker,
-                args=(run, done, stop),
+            threading.Thread(  # in the caller's context (its current span, its contextvars)
+                target=contextvars.copy_context().run,
+                args=(self._worker, run, done, stop),
                 name=f"sandbox-pool-{n}",
                 daemon=True,
             )
@@ -383,7 +384,10 @@ def _call(
         finally:
             finished.set()
 
-    threading.Thread(target=attempt, name=f"sandbox-pool-task-{index}", daemon=True).start()
+    context = contextvars.copy_context()  # the task's span, its contextvars, as without a timeout
+    threading.Thread(
+        target=context.run, args=(attempt,), name=f"sandbox-pool-task-{index}", daemon=True
+    ).start()
     if not finished.wait(timeout):
         error = TaskTimeoutError(f"task {index} ran past its timeout of {timeout} s; abandoned")
         return None, error, True

@@ -115,7 +115,9 @@ class World:
     def assert_nothing_leaked(self) -> None:
         """Nothing acquired, nothing outside the target, no temporary leftovers."""
         with httpx.Client(
-            base_url=self.emulator.base_url, headers={"Authorization": f"Bearer {self.token}"}
+            base_url=self.emulator.base_url,
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=30,
         ) as http:
             listed = http.get("/local-sandbox").json()["local_sandboxes"]
         assert listed == [], "sandboxes leaked"

@@ -90,6 +90,7 @@ class Ctx:
             self.upload_url(sandbox_id),
             content=archive,
             headers={"Content-Type": "application/gzip"},
+            timeout=30,
         )
         assert put.status_code == 200, put.text
         response = self.client.post(f"/local-sandbox/{sandbox_id}/initialize")
@@ -446,7 +447,7 @@ for _id, _archive, _fragment in [
 
 def _get(path: str, headers: Mapping[str, str]) -> Callable[[Ctx], httpx.Response]:
     def run(ctx: Ctx) -> httpx.Response:
-        return httpx.get(ctx.emulator.base_url + path, headers=dict(headers))
+        return httpx.get(ctx.emulator.base_url + path, headers=dict(headers), timeout=30)
 
     return run
 
@@ -462,6 +463,7 @@ case("http-another-tenant", Answers(404, "belongs to another API key"))(
     lambda ctx: httpx.get(
         f"{ctx.emulator.base_url}/local-sandbox/{ctx.acquire()}",
         headers={"Authorization": f"Bearer other-{ctx.token}"},
+        timeout=30,
     )
 )
 
@@ -597,7 +599,10 @@ for _id, _archive, _status, _fragment in [
 
 def _put(url: str, content_type: str = "application/gzip") -> httpx.Response:
     return httpx.put(
-        url, content=build_tar_gz({"a.txt": "a"}), headers={"Content-Type": content_type}
+        url,
+        content=build_tar_gz({"a.txt": "a"}),
+        headers={"Content-Type": content_type},
+        timeout=30,
     )
 
 
@@ -629,7 +634,7 @@ def _expired(ctx: Ctx) -> httpx.Response:
     with (
         EmulatorServer() as own,
         httpx.Client(
-            base_url=own.base_url, headers={"Authorization": f"Bearer {ctx.token}"}
+            base_url=own.base_url, headers={"Authorization": f"Bearer {ctx.token}"}, timeout=30
         ) as client,
     ):
         own_ctx = Ctx(own, client, ctx.token, ctx.tmp)
@@ -650,12 +655,14 @@ def _released_download(ctx: Ctx) -> httpx.Response:
     sandbox_id = ctx.acquire()
     url = ctx.client.get(f"/local-sandbox/{sandbox_id}/dump").json()["download_url"]
     assert ctx.client.delete(f"/local-sandbox/{sandbox_id}").status_code == 200
-    return httpx.get(url)
+    return httpx.get(url, timeout=30)
 
 
 def _upload_url_used_for_download(ctx: Ctx) -> httpx.Response:
     url = httpx.URL(ctx.upload_url(ctx.acquire()))
-    return httpx.get(str(url.copy_with(path=url.path.replace("/upload/", "/download/"))))
+    return httpx.get(
+        str(url.copy_with(path=url.path.replace("/upload/", "/download/"))), timeout=30
+    )
 
 
 case("url-tampered-signature", Answers(403, "does not match"))(_tampered)

@@ -43,7 +43,9 @@ def test_never_keeps_the_sandbox_past_any_ttl_and_0_still_means_never(
         assert code == 0, err
         held[ttl] = sandbox_id
         assert ("TTL 600 s" if ttl == "600" else "no TTL") in err, err
-    moved = httpx.post(f"{own_emulator}/_emulator/clock/advance", json={"seconds": 86400 + 1})
+    moved = httpx.post(
+        f"{own_emulator}/_emulator/clock/advance", json={"seconds": 86400 + 1}, timeout=30
+    )
     assert moved.status_code == 200, moved.text
     left = {info.id for info in list_sandboxes(api_key="ttl-test", base_url=own_emulator)}
     assert left == {held["never"], held["NONE"], held["0"]}

@@ -12,7 +12,7 @@ from tests.helpers import Face, listed_sandboxes
 
 
 def _faults(url: str, **settings: object) -> None:
-    httpx.post(f"{url}/_emulator/faults", json=settings).raise_for_status()
+    httpx.post(f"{url}/_emulator/faults", json=settings, timeout=30).raise_for_status()
 
 
 @pytest.mark.parametrize("mode", ["before", "after", "mixed"])

@@ -140,6 +140,7 @@ def test_an_unhealthy_idle_sandbox_is_replaced(
         httpx.delete(
             f"{conn['base_url']}/local-sandbox/{gone}",
             headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
         ).raise_for_status()
         second = pool.map(lambda sb, task: sb.id, [0, 1])
     assert [r.ok for r in second] == [True, True]

@@ -154,6 +154,7 @@ def test_a_sandbox_that_vanishes_under_its_task_is_infrastructure_and_retried(
             httpx.delete(
                 f"{conn['base_url']}/local-sandbox/{sb.id}",
                 headers={"Authorization": f"Bearer {token}"},
+                timeout=30,
             ).raise_for_status()
         return str(sb.call_tool("filesystem", "list_allowed_directories").text)
 
