@@ -31,7 +31,7 @@ from .._acquire import AcquireOptions, Unpack
 from .._errors import InvalidInputError, TaskTimeoutError, WorkerDiedError
 from .._handle import SandboxHandle
 from .._models import ServerNames
-from .._pool._base import Run
+from .._pool._base import Run, log
 from .._pool._retry_rules import Outcome
 from .._pool._sync import SandboxPool, _Hands
 from .._recipes import ReleaseResult
@@ -182,8 +182,6 @@ class RaySandboxPool(SandboxPool):
         try:
             self.broker._release(lease_id)
         except Exception as exc:  # noqa: BLE001 - the broker ends it after lease_timeout
-            from .._pool._base import log
-
             log.warning("could not release sandbox %s through the broker: %s", sandbox.id, exc)
 
     def _release_all(self, sandboxes: list[LocalSandbox]) -> list[ReleaseResult]:
