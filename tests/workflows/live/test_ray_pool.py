@@ -157,9 +157,25 @@ def test_the_acquire_rate_is_the_cluster_s(
     ray_cluster: RayCluster, pool_kwargs: dict[str, Any]
 ) -> None:
     rate = 4.0
-    with RaySandboxPool(["filesystem"], size=4, max_acquires_per_second=rate, **pool_kwargs) as p:
-        results = p.map(double, range(8))
-        stats = p.broker.stats()
+    gate = Gate.remote()  # type: ignore[attr-defined]
+
+    def waits(sb: LocalSandbox, task: int) -> int:  # each task holds its sandbox until all 4 do
+        ray.get(gate.wait.remote())
+        return task
+
+    pool = RaySandboxPool(
+        ["filesystem"],
+        size=4,
+        max_acquires_per_second=rate,
+        task_options={"num_cpus": 0},
+        **pool_kwargs,
+    )
+    with pool, ThreadPoolExecutor(1) as executor:
+        running = executor.submit(pool.map, waits, range(8))
+        wait_until(lambda: pool.broker.stats().acquired == 4, "holding 4 sandboxes")
+        ray.get(gate.open.remote())
+        results = running.result(timeout=120)
+        stats = pool.broker.stats()
     assert not results.failures
     assert stats.max_acquires_per_second == rate
     times = stats.acquire_times
