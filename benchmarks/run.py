@@ -20,6 +20,7 @@ file, since a busy or slow disk moves the seed and dump figures more than any co
 | hostile | hostile_emulator_peak_rss_mb, hostile_client_peak_rss_mb, hostile_inputs_refused |
 | mcp | mcp_first_call_s, mcp_session_speedup |
 | pool | pool_throughput_vs_fresh_acquire, pool_overhead_vs_ideal |
+| ray | ray_pool_scaling, ray_pool_overhead_vs_ideal, ray_dead_worker_leaked |
 | shapes | <shape>_seed_speedup, _seed_vs_limit, _dump_speedup, _dump_vs_limit (3 shapes) |
 | | emulator_dump_mb_s, emulator_dump_vs_limit, emulator_initialize_vs_limit |
 | footprint | demo_fresh_s, setup_full_s, setup_disk_mb |
@@ -49,6 +50,7 @@ from benchmarks import (
     bench_interrupt,
     bench_mcp,
     bench_pool,
+    bench_ray,
     bench_seed,
     bench_shapes,
     bench_soak,
@@ -77,6 +79,7 @@ GROUPS: dict[str, Callable[[BenchContext], list[Figure]]] = {
     "hostile": bench_hostile.run,
     "mcp": bench_mcp.run,
     "pool": bench_pool.run,
+    "ray": bench_ray.run,
     "shapes": bench_shapes.run,
     "footprint": bench_footprint.run,
 }

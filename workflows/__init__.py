@@ -45,6 +45,7 @@ from ._errors import (
     TransferError,
     TransferTimeoutError,
     UnsafeArchiveError,
+    WorkerDiedError,
 )
 from ._execution import AsyncExecution, Execution
 from ._handle import SandboxHandle
@@ -199,6 +200,7 @@ __all__ = [
     "TransferError",
     "TransferTimeoutError",
     "UnsafeArchiveError",
+    "WorkerDiedError",
 ]
 
 try:

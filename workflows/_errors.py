@@ -26,7 +26,8 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
     ├── LocalWriteError (OSError)   writing on this machine failed: disk or quota full, EFBIG
     ├── McpError                    an MCP server answered an error, or a tool failed
     ├── ExecutionTimeoutError (TimeoutError)   ``Execution.wait(timeout=...)`` ran out
-    └── TaskTimeoutError (TimeoutError)        a pool's task ran past ``map(timeout=...)``
+    ├── TaskTimeoutError (TimeoutError)        a pool's task ran past ``map(timeout=...)``
+    └── WorkerDiedError             the process running a pool's task died (a Ray worker, a node)
 
 Messages never contain the API key or a signed URL's query string. The public ones are listed
 once, in ``workflows.__all__``; this module has no ``__all__`` to repeat them.
@@ -283,6 +284,13 @@ class ExecutionTimeoutError(KlavisError, TimeoutError):
 class TaskTimeoutError(KlavisError, TimeoutError):
     """A pool's task ran past its ``timeout``: it was abandoned and its sandbox replaced (only
     recorded in the task's result, never raised out of ``map``)."""
+
+
+class WorkerDiedError(KlavisError):
+    """The process that ran a pool's task died under it (a Ray worker killed, its node lost,
+    its task cancelled by someone else): an ``"infrastructure"`` failure, retried when the
+    run's ``retries`` allow. Only recorded in the task's result, never raised out of ``map``.
+    The message names what the engine reported (for Ray, the ``ray.exceptions`` class)."""
 
 
 def _detail_text(body: Any) -> tuple[str, list[tuple[str, str]]]:

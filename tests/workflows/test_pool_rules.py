@@ -26,6 +26,7 @@ from workflows import (
     TaskTimeoutError,
     TransferError,
     TransferTimeoutError,
+    WorkerDiedError,
 )
 from workflows._config import ApiKey, Settings
 from workflows._drivers import SyncDriver
@@ -238,6 +239,7 @@ def test_an_infrastructure_failure_is_retried_until_retries_run_out(driver: Sync
         (TransferError("upload failed", status_code=503), "infrastructure"),
         (TransferTimeoutError("download too slow", timeout=5.0), "infrastructure"),
         (TaskTimeoutError("past its timeout"), "infrastructure"),
+        (WorkerDiedError("the Ray worker running task 3 died"), "infrastructure"),
         (
             Group("both", [ServerError("x", status_code=500), ApiTimeoutError("y")]),
             "infrastructure",

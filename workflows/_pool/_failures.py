@@ -5,8 +5,9 @@ failed (its result: an agent that got it wrong), ``"infrastructure"`` when the s
 service failed it (the agent did nothing wrong: running it again may pass). By default a pool
 retries only the second kind (``retry_on="infrastructure"``).
 
-Where the failure happened decides first: a sandbox that could not be acquired, or an attempt
-that ran past its ``timeout``, is infrastructure whatever the error. An exception raised out of
+Where the failure happened decides first: a sandbox that could not be acquired, an attempt
+that ran past its ``timeout``, or one whose process died (:class:`~workflows.WorkerDiedError`,
+the Ray pool's), is infrastructure whatever the error. An exception raised out of
 the task's function is the task's, unless it is one of the library's errors listed in
 :data:`INFRASTRUCTURE` (raised by a sandbox call inside the function and let through), a
 :class:`~workflows.NotFoundError` about the very sandbox the task was lent (it disappeared under
@@ -28,6 +29,7 @@ from .._errors import (
     ServerError,
     TaskTimeoutError,
     TransferError,
+    WorkerDiedError,
 )
 
 __all__ = ["INFRASTRUCTURE", "FailureKind", "RetryOn", "failure_kind", "should_retry"]
@@ -46,6 +48,7 @@ INFRASTRUCTURE: tuple[type[BaseException], ...] = (
     TransferError,  # a signed-URL upload or download failed (or timed out)
     AcquireAmbiguousError,  # an acquire the library could not reconcile
     TaskTimeoutError,  # the attempt ran past the run's timeout
+    WorkerDiedError,  # the process running the task died (a Ray worker, its node)
 )
 """The library's errors that are infrastructure failures when a task's function lets one
 through. An :class:`~workflows.McpError` is one too when its ``connection_lost`` is true (the

@@ -145,7 +145,7 @@ class SandboxPool(PoolBase):
 
     def _acquire(self) -> LocalSandbox:
         try:
-            sandbox = LocalSandbox.acquire(self._server_names, **self._acquire_options)
+            sandbox = self._acquire_one()
         except BaseException:
             with self._cond:
                 self._book.acquiring -= 1
@@ -157,7 +157,7 @@ class SandboxPool(PoolBase):
             if not closed:
                 self._book.live[sandbox.id] = sandbox
         if closed:  # the pool was closed during the acquire: nobody else will release it
-            _release_quietly(sandbox)
+            self._release_one(sandbox)
             raise PoolClosed
         return sandbox
 
@@ -182,7 +182,26 @@ class SandboxPool(PoolBase):
             self._cond.notify()
         if mine:
             log.log(level, "replacing sandbox %s: %s", sandbox.id, why)
-            _release_quietly(sandbox)
+            self._release_one(sandbox)
+
+    # what a pool of another engine does its own way (workflows.ray.RaySandboxPool)
+    def _acquire_one(self) -> LocalSandbox:
+        """A new sandbox, acquired for the pool."""
+        return LocalSandbox.acquire(self._server_names, **self._acquire_options)
+
+    def _release_one(self, sandbox: LocalSandbox) -> None:
+        """Release one sandbox the pool stopped lending, logging a failure."""
+        _release_quietly(sandbox)
+
+    def _release_all(self, sandboxes: list[LocalSandbox]) -> list[ReleaseResult]:
+        """Release every sandbox of a closing pool (``size`` at a time); one result each."""
+        if not sandboxes:
+            return []
+        return bulk_release(sandboxes, concurrency=self.size, progress=False)
+
+    def _hands(self, run: Run[Task[Any]], index: int, task: Any) -> _Hands:
+        """The hands of :func:`~workflows._pool._retry_rules.task_flow` for one task."""
+        return _Hands(self, run, index, task)
 
     # ----------------------------------------------------------------- running tasks
     def map(
@@ -289,7 +308,7 @@ class SandboxPool(PoolBase):
         stop: threading.Event,
     ) -> tuple[TaskResult[R], LocalSandbox | None]:
         """Run :func:`~workflows._pool._retry_rules.task_flow` with blocking hands."""
-        hands = _Hands(self, run, index, task)
+        hands = self._hands(run, index, task)
         flow = task_flow(
             index,
             task,
@@ -311,9 +330,7 @@ class SandboxPool(PoolBase):
                 stop.set()
             sandboxes = self._book.close()
             self._cond.notify_all()
-        if not sandboxes:
-            return []
-        return report_release(bulk_release(sandboxes, concurrency=self.size, progress=False))
+        return report_release(self._release_all(sandboxes))
 
     def __enter__(self) -> SandboxPool:
         return self

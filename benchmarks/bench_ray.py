@@ -1,0 +1,197 @@
+"""The pool on a local Ray cluster (2 CPUs): :class:`~workflows.ray.RaySandboxPool`.
+
+Figures:
+
+* ``ray_pool_scaling``: throughput of ``RaySandboxPool(size=2)`` over ``size=1`` (the baseline,
+  measured in the same run), ``TASKS`` tasks that each wait ``WORK_S`` seconds (a sleep: the
+  agent waiting on its model) as Ray tasks, on an emulator whose acquire takes
+  ``ACQUIRE_DELAY`` seconds (``--acquire-delay``). The detail has the overhead of each run
+  against the ideal ``TASKS * WORK_S / size`` (acquire, resets, Ray's dispatch and the release
+  included; the broker and the workers already running, as a cluster's are: an uncounted
+  warm-up run starts the workers first), goal <= 1.3 (as the figure
+  ``ray_pool_overhead_vs_ideal``). Measured on a 2-core machine shared with other jobs:
+  a cold first run paid 2 to 4 s per worker process started, a warm one ~10 ms of Ray
+  dispatch and ~10 ms of reset per task.
+* ``ray_dead_worker_leaked``: sandboxes the emulator still lists after a run in which a pool
+  task's worker was SIGKILLed mid-task (its task retried) and an actor holding a broker lease
+  was ``ray.kill``-ed (its lease released after ``lease_timeout``). Goal 0.
+
+The cluster's machines get the key from their environment (set while ``ray.init`` starts
+them), never through Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import (
+    BenchContext,
+    EmulatorProcess,
+    Figure,
+    listed_ids,
+    median,
+    new_token,
+)
+from workflows import LocalSandbox
+
+__all__ = ["ACQUIRE_DELAY", "TASKS", "WORK_S", "run"]
+
+TASKS = 40
+WORK_S = 0.5
+ACQUIRE_DELAY = 1.0
+LEASE_TIMEOUT = 3.0
+
+
+def work(sb: LocalSandbox, task: int) -> int:
+    """A task that waits ``WORK_S`` seconds (its model) and touches nothing."""
+    time.sleep(WORK_S)
+    return task
+
+
+def _init_ray(url: str, token: str, state: Path) -> None:
+    import ray
+
+    env = {"KLAVIS_API_KEY": token, "KLAVIS_BASE_URL": url, "KLAVIS_SANDBOX_STATE_DIR": str(state)}
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        for attempt in range(3):  # Ray waits a fixed 30 s for its raylet: a loaded machine may not
+            try:
+                ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+                break
+            except Exception as exc:
+                if "timed out during startup" not in str(exc) or attempt == 2:
+                    raise
+                ray.shutdown()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _scaling_run(url: str, token: str, size: int, tasks: int = TASKS) -> float:
+    from workflows.ray import RaySandboxPool, SandboxBroker
+
+    name = f"bench-broker-{secrets.token_hex(4)}"
+    broker = SandboxBroker.connect(name, max_sandboxes=size)
+    try:
+        started = time.perf_counter()
+        with RaySandboxPool(
+            ["filesystem"], size, broker_name=name, api_key=token, base_url=url, progress=False
+        ) as pool:
+            results = pool.map(work, range(tasks))
+        seconds = time.perf_counter() - started
+    finally:
+        broker.shutdown()
+    if results.failures:
+        raise AssertionError(f"ray pool size {size}: {results.summary()}")
+    if listed_ids(url, token):
+        raise AssertionError("sandboxes still listed after the Ray pool closed")
+    return seconds
+
+
+def _dead_worker_run(ctx: BenchContext, url: str, token: str) -> dict[str, Any]:
+    import ray
+
+    from workflows.ray import RaySandboxPool, SandboxBroker
+
+    name = f"bench-broker-{secrets.token_hex(4)}"
+    marker = ctx.folder("ray-dead-worker") / "died"
+
+    def dies_once(sb: LocalSandbox, task: int) -> int:
+        if task == 2 and not marker.exists():
+            marker.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)  # the worker dies mid-task
+        time.sleep(WORK_S)
+        return task
+
+    @ray.remote(num_cpus=0)
+    class Holder:
+        def hold(self, broker: SandboxBroker, path: str) -> None:
+            with broker.sandbox(["filesystem"]) as sb:
+                Path(path).write_text(sb.id)
+                threading.Event().wait()
+
+    broker = SandboxBroker.connect(name, max_sandboxes=3, lease_timeout=LEASE_TIMEOUT)
+    held = marker.with_name("held")
+    holder = Holder.remote()  # type: ignore[attr-defined]
+    holder.hold.remote(broker, str(held))
+    with RaySandboxPool(
+        ["filesystem"], 2, broker_name=name, api_key=token, base_url=url, progress=False
+    ) as pool:
+        results = pool.map(dies_once, range(6), retries=1)
+    deadline = time.monotonic() + 60
+    while not held.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ray.kill(holder)
+    # the killed actor's lease ends lease_timeout after its last heartbeat: wait up to 3 times
+    deadline = time.monotonic() + 3 * LEASE_TIMEOUT
+    while listed_ids(url, token) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    leaked = len(listed_ids(url, token))
+    stats = broker.stats()
+    broker.shutdown()
+    return {
+        "leaked": leaked,
+        "killed_task_attempts": results[2].attempts,
+        "killed_task_ok": results[2].ok,
+        "failures": len(results.failures),
+        "expired_leases": stats.expired,
+    }
+
+
+def run(ctx: BenchContext) -> list[Figure]:
+    """Measure the Ray pool's figures."""
+    import ray
+
+    token = new_token()
+    with EmulatorProcess(
+        ctx.emulator_root, acquire_delay=ACQUIRE_DELAY, mcp_at_acquire=False
+    ) as emulator:
+        url = emulator.base_url
+        _init_ray(url, token, ctx.folder("ray-state"))
+        try:
+            # a warm-up run, not counted: Ray starts a worker process per CPU on first use
+            # (2 to 4 s each on this machine), which a cluster running a job has done already
+            _scaling_run(url, token, 2, tasks=4)
+            one = [_scaling_run(url, token, 1) for _ in range(ctx.repeats)]
+            two = [_scaling_run(url, token, 2) for _ in range(ctx.repeats)]
+            dead = _dead_worker_run(ctx, url, token)
+        finally:
+            ray.shutdown()
+    one_s, two_s = median(one), median(two)
+    overhead = {size: s / (TASKS * WORK_S / size) for size, s in ((1, one_s), (2, two_s))}
+    common = {"tasks": TASKS, "work_s": WORK_S, "acquire_delay_s": ACQUIRE_DELAY}
+    return [
+        Figure(
+            "ray_pool_scaling",
+            one_s / two_s,
+            "x",
+            ">=",
+            1.6,
+            {
+                **common,
+                "size_1_s": [round(v, 2) for v in one],
+                "size_2_s": [round(v, 2) for v in two],
+                "overhead_vs_ideal_size_1": round(overhead[1], 3),
+                "overhead_vs_ideal_size_2": round(overhead[2], 3),
+            },
+        ),
+        Figure(
+            "ray_pool_overhead_vs_ideal",
+            overhead[2],
+            "x",
+            "<=",
+            1.3,
+            {**common, "size": 2, "ideal_s": TASKS * WORK_S / 2, "pool_s": round(two_s, 2)},
+        ),
+        Figure("ray_dead_worker_leaked", dead["leaked"], "sandboxes", "==", 0, dead),
+    ]

@@ -1,0 +1,287 @@
+"""RaySandboxPool on a real local Ray cluster and the session emulator: results in order, the
+cluster-wide cap and the acquire rate held, a worker killed mid-task leaves nothing acquired
+and its task retried, a driver's Ctrl-C releases everything, and reap after a killed driver."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import RayCluster, listed_sandboxes
+from workflows import LocalSandbox, TaskTimeoutError, WorkerDiedError
+
+ray = pytest.importorskip(
+    "ray", reason="ray is not installed (the ray extra: pip install 'klavis-sandbox[ray]')"
+)
+import workflows.ray  # noqa: E402 - after the skip: it needs ray
+from workflows.ray import RaySandboxPool, SandboxBroker  # noqa: E402
+
+# Ray ships this module's functions and classes by value: its workers need not import tests/.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+pytestmark = pytest.mark.slow
+DRIVER = Path(__file__).with_name("ray_driver.py")
+
+
+def wait_until(check: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
+    """Poll ``check`` until it holds (a deadline, never a fixed sleep standing for an event)."""
+    end = time.monotonic() + deadline
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"still not {what} after {deadline} s")
+        time.sleep(0.1)
+
+
+@ray.remote(num_cpus=0)
+class Gate:
+    """What the tasks wait for, on the cluster: opened by the test."""
+
+    def __init__(self) -> None:
+        self.event: asyncio.Event | None = None
+
+    def _event(self) -> asyncio.Event:
+        if self.event is None:  # made on the actor's event loop
+            self.event = asyncio.Event()
+        return self.event
+
+    async def wait(self) -> None:
+        await self._event().wait()
+
+    async def open(self) -> None:
+        self._event().set()
+
+
+def _lease_and_wait(broker: SandboxBroker, gate: Any) -> str:
+    """A worker the framework owns, leasing through the same broker as the pool."""
+    with broker.sandbox(["filesystem"]) as sb:
+        ray.get(gate.wait.remote())
+        return sb.id
+
+
+lease_and_wait: Any = ray.remote(num_cpus=0)(_lease_and_wait)
+
+
+class Poller:
+    """Counts the emulator's sandboxes of the cluster's tenant in a thread, keeping the most."""
+
+    def __init__(self, cluster: RayCluster) -> None:
+        self.cluster, self.most, self._stop = cluster, 0, threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            count = len(listed_sandboxes(self.cluster.base_url, self.cluster.token))
+            self.most = max(self.most, count)
+
+    def __enter__(self) -> Poller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture
+def pool_kwargs(ray_conn: dict[str, str], broker_name: str) -> dict[str, Any]:
+    return {**ray_conn, "broker_name": broker_name, "progress": False}
+
+
+def double(sb: LocalSandbox, task: int) -> dict[str, Any]:
+    sb.seed({"task.txt": str(task)})
+    return {"task": task, "twice": 2 * task, "pid": os.getpid()}
+
+
+def test_results_in_order_with_task_failures_kept_apart(
+    ray_cluster: RayCluster, pool_kwargs: dict[str, Any]
+) -> None:
+    def fails_on_three(sb: LocalSandbox, task: int) -> dict[str, Any]:
+        if task == 3:
+            raise ValueError("wrong answer")
+        return double(sb, task)
+
+    with RaySandboxPool(["filesystem"], size=2, **pool_kwargs) as pool:
+        results = pool.map(fails_on_three, range(6))
+        assert len(pool.sandbox_ids) <= 2
+    assert [r.index for r in results] == list(range(6))
+    assert [r.value["twice"] for r in results if r.ok and r.value] == [0, 2, 4, 8, 10]
+    (failed,) = results.failures
+    assert (failed.index, failed.failure, failed.error_type) == (3, "task", "ValueError")
+    assert failed.attempts == 1  # a task's own failure is not retried by default
+    assert {r.value["pid"] for r in results if r.ok and r.value} != {
+        os.getpid()
+    }  # ran on Ray's workers
+    assert listed_sandboxes(ray_cluster.base_url, ray_cluster.token) == []
+
+
+def test_the_cluster_cap_holds_for_the_pool_and_other_workers_together(
+    ray_cluster: RayCluster, pool_kwargs: dict[str, Any]
+) -> None:
+    broker = SandboxBroker.connect(pool_kwargs["broker_name"], max_sandboxes=2)
+    gate = Gate.remote()  # type: ignore[attr-defined]
+
+    def waits(sb: LocalSandbox, task: int) -> int:
+        ray.get(gate.wait.remote())
+        return task
+
+    with Poller(ray_cluster) as poller, ThreadPoolExecutor(1) as executor:
+        outsider = lease_and_wait.remote(broker, gate)
+        # the pool wants 3 sandboxes, the outsider 1: the broker's cap of 2 holds for all
+        pool = RaySandboxPool(["filesystem"], size=3, task_options={"num_cpus": 0}, **pool_kwargs)
+        with pool:
+            running = executor.submit(pool.map, waits, range(6))
+            wait_until(lambda: len(broker.held()) == 4, "asked for 4 leases")
+            wait_until(lambda: poller.most == 2, "at the cap")
+            assert sum(lease.state == "waiting" for lease in broker.held()) == 2
+            ray.get(gate.open.remote())
+            results = running.result(timeout=120)
+        assert ray.get(outsider, timeout=60)
+    assert [r.value for r in results] == list(range(6))
+    assert poller.most == 2
+    assert listed_sandboxes(ray_cluster.base_url, ray_cluster.token) == []
+
+
+def test_the_acquire_rate_is_the_cluster_s(
+    ray_cluster: RayCluster, pool_kwargs: dict[str, Any]
+) -> None:
+    rate = 4.0
+    gate = Gate.remote()  # type: ignore[attr-defined]
+
+    def waits(sb: LocalSandbox, task: int) -> int:  # each task holds its sandbox until all 4 do
+        ray.get(gate.wait.remote())
+        return task
+
+    pool = RaySandboxPool(
+        ["filesystem"],
+        size=4,
+        max_acquires_per_second=rate,
+        task_options={"num_cpus": 0},
+        **pool_kwargs,
+    )
+    with pool, ThreadPoolExecutor(1) as executor:
+        running = executor.submit(pool.map, waits, range(8))
+        wait_until(lambda: pool.broker.stats().acquired == 4, "holding 4 sandboxes")
+        ray.get(gate.open.remote())
+        results = running.result(timeout=120)
+        stats = pool.broker.stats()
+    assert not results.failures
+    assert stats.max_acquires_per_second == rate
+    times = stats.acquire_times
+    assert len(times) == len(results.sandbox_ids) == 4
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert min(gaps) >= 1 / rate - 0.02, gaps
+
+
+def test_a_worker_killed_mid_task_leaves_nothing_and_its_task_is_retried(
+    ray_cluster: RayCluster, pool_kwargs: dict[str, Any], tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "worker.pid"
+
+    def dies_once(sb: LocalSandbox, task: int) -> str:
+        if not pid_file.exists():  # the first attempt: say who runs it, then block
+            pid_file.write_text(str(os.getpid()))
+            threading.Event().wait()
+        return "second attempt"
+
+    with (
+        RaySandboxPool(["filesystem"], size=1, **pool_kwargs) as pool,
+        ThreadPoolExecutor(1) as executor,
+    ):
+        running = executor.submit(pool.map, dies_once, [0], retries=1)
+        wait_until(pid_file.exists, "running the task")
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        results = running.result(timeout=120)
+    (result,) = results
+    assert (result.ok, result.value, result.attempts) == (True, "second attempt", 2)
+    assert listed_sandboxes(ray_cluster.base_url, ray_cluster.token) == []
+
+    # without retries, the death is the task's result: an infrastructure failure
+    pid_file.unlink()
+    with (
+        RaySandboxPool(["filesystem"], size=1, **pool_kwargs) as pool,
+        ThreadPoolExecutor(1) as executor,
+    ):
+        running = executor.submit(pool.map, dies_once, [0])
+        wait_until(pid_file.exists, "running the task")
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        (result,) = running.result(timeout=120)
+    assert (result.ok, result.failure, result.error_type) == (
+        False,
+        "infrastructure",
+        WorkerDiedError.__name__,
+    )
+    assert listed_sandboxes(ray_cluster.base_url, ray_cluster.token) == []
+
+
+def test_a_timed_out_task_is_cancelled_and_its_sandbox_replaced(
+    ray_cluster: RayCluster, pool_kwargs: dict[str, Any]
+) -> None:
+    gate = Gate.remote()  # type: ignore[attr-defined]
+
+    def waits(sb: LocalSandbox, task: int) -> int:
+        ray.get(gate.wait.remote())  # never opened
+        return task
+
+    with RaySandboxPool(["filesystem"], size=1, **pool_kwargs) as pool:
+        (result,) = pool.map(waits, [0], timeout=2)
+        assert pool.sandbox_ids == []  # retired: the cancelled task may still have used it
+    assert result.timed_out
+    assert (result.failure, result.error_type) == ("infrastructure", TaskTimeoutError.__name__)
+    assert listed_sandboxes(ray_cluster.base_url, ray_cluster.token) == []
+
+
+@pytest.fixture
+def driver(ray_cluster: RayCluster, broker_name: str, tmp_path: Path) -> Iterator[Any]:
+    """Start :data:`DRIVER` (2 blocked tasks) and wait until both hold their sandbox."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KLAVIS_")}
+    env.update(KLAVIS_API_KEY=ray_cluster.token, KLAVIS_BASE_URL=ray_cluster.base_url)
+    env["KLAVIS_SANDBOX_STATE_DIR"] = str(tmp_path / "driver-state")
+    process = subprocess.Popen(
+        [sys.executable, str(DRIVER), ray_cluster.address, broker_name, str(markers), "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until(lambda: len(list(markers.glob("*.held"))) == 2, "holding 2 sandboxes", 120)
+        process.markers = markers  # type: ignore[attr-defined]
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=60)
+
+
+def test_ctrl_c_in_the_driver_releases_everything(ray_cluster: RayCluster, driver: Any) -> None:
+    held = sorted(path.read_text() for path in driver.markers.glob("*.held"))
+    assert sorted(listed_sandboxes(ray_cluster.base_url, ray_cluster.token)) == held
+    driver.send_signal(signal.SIGINT)
+    output = driver.communicate(timeout=120)[0].decode()
+    assert driver.returncode != 0
+    assert "KeyboardInterrupt" in output
+    assert listed_sandboxes(ray_cluster.base_url, ray_cluster.token) == []
+
+
+def test_reap_releases_what_a_killed_driver_held(
+    ray_cluster: RayCluster, broker_name: str, driver: Any
+) -> None:
+    held = sorted(path.read_text() for path in driver.markers.glob("*.held"))
+    driver.kill()
+    driver.wait(timeout=60)
+    assert sorted(listed_sandboxes(ray_cluster.base_url, ray_cluster.token)) == held
+    assert sorted(workflows.ray.reap(broker_name)) == held
+    assert listed_sandboxes(ray_cluster.base_url, ray_cluster.token) == []
