@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from klavis_emulator._extra import EXTRA_MODULES
+from tests.helpers import as_from_a_shell
 from workflows import (
     EmulatorProcess,
     EmulatorStartError,
@@ -174,6 +175,7 @@ def test_the_emulator_never_outlives_its_owner(end: str) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_shell,
     )
     assert owner.stdout is not None
     try:

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.helpers import tiny_wheel
+from tests.helpers import as_from_a_shell, tiny_wheel
 from workflows import LocalSandbox, Snapshot, list_sandboxes
 from workflows._cli import EXIT_CODES, main
 
@@ -359,6 +359,7 @@ def test_interrupt_exits_130(env: dict[str, str], cli: Cli, tmp_path: Path) -> N
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=as_from_a_shell,
     ) as proc:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "started\n"  # the script runs: Ctrl-C now

@@ -25,7 +25,7 @@ import pytest
 
 import workflows
 from tests.faulty_proxy import Decision, faulty_proxy
-from tests.helpers import listed_sandboxes
+from tests.helpers import as_from_a_shell, listed_sandboxes
 from tests.workflows.live.pool_handle import PoolHandle
 from workflows import InvalidInputError, PoolResults, TaskResult, TaskTimeoutError
 
@@ -339,6 +339,7 @@ def test_signals_release_every_sandbox_of_the_pool(
         stderr=subprocess.PIPE,
         env=env,
         text=True,
+        preexec_fn=as_from_a_shell,
     )
     try:
         assert child.stdout is not None

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import RayCluster, listed_sandboxes
+from tests.helpers import RayCluster, as_from_a_shell, listed_sandboxes
 from workflows import LocalSandbox, TaskTimeoutError, WorkerDiedError
 
 ray = pytest.importorskip(
@@ -255,6 +255,7 @@ def driver(ray_cluster: RayCluster, broker_name: str, tmp_path: Path) -> Iterato
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        preexec_fn=as_from_a_shell,
     )
     try:
         wait_until(lambda: len(list(markers.glob("*.held"))) == 2, "holding 2 sandboxes", 120)

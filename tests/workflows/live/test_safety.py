@@ -14,7 +14,7 @@ import pytest
 
 import workflows
 from klavis_emulator import EmulatorServer
-from tests.helpers import Face, listed_sandboxes
+from tests.helpers import Face, as_from_a_shell, listed_sandboxes
 from workflows import ApiKey
 
 
@@ -119,6 +119,7 @@ def test_process_exit_and_signals_release(
         stderr=subprocess.PIPE,
         env=env,
         text=True,
+        preexec_fn=as_from_a_shell,
     )
     assert child.stdout is not None
     assert child.stdin is not None
