@@ -47,9 +47,8 @@ def ray_cluster(
     (they run one after another, each with a broker of its own). The environment is set only
     while ``ray.init`` starts the cluster's processes (they inherit it), never for the tests:
     the key reaches Ray's workers as it reaches a real cluster's, never through Ray."""
-    ray = pytest.importorskip(
-        "ray", reason="ray is not installed (the ray extra: pip install 'klavis-sandbox[ray]')"
-    )
+    import ray  # the dev extra installs it; imported here, as the mcp 1.x venv has none
+
     cluster = RayCluster(
         token=f"test-key-ray-{secrets.token_hex(12)}",
         base_url=emulator_url,

@@ -13,18 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 
+import workflows.ray
 from tests.helpers import RayCluster, listed_sandboxes
 from workflows import AsyncLocalSandbox, ConfigurationError, InvalidInputError, LocalSandbox
-
-ray = pytest.importorskip(
-    "ray", reason="ray is not installed (the ray extra: pip install 'klavis-sandbox[ray]')"
-)
-import workflows.ray  # noqa: E402 - after the skip: it needs ray
-from workflows.ray import SandboxBroker  # noqa: E402
+from workflows.ray import SandboxBroker
 
 # Ray ships this module's functions and classes by value: its workers need not import tests/.
-ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +49,7 @@ def _seed_then_hand_over(broker: SandboxBroker, key: str) -> dict[str, Any]:
     """Lease a sandbox, seed it, pass it to another Ray task (pickled: no key), which dumps it."""
     with broker.sandbox(["filesystem"]) as sb:
         sb.seed({"from-a.txt": "seeded by task A"})
-        payload = pickle.dumps(sb) + ray.cloudpickle.dumps(sb)
+        payload = pickle.dumps(sb) + ray.cloudpickle.dumps(sb)  # type: ignore[no-untyped-call]
         read = ray.get(dump_it.remote(sb))
         return {"read": read, "key_in_pickle": key.encode() in payload, "id": sb.id}
 
@@ -96,7 +93,7 @@ def test_a_sandbox_passed_between_two_tasks_works_and_carries_no_key(
 
     def capture(actor: Any, method: str, *args: Any) -> Any:
         answer = original(actor, method, *args)
-        sent.append(ray.cloudpickle.dumps((method, args, answer)))
+        sent.append(ray.cloudpickle.dumps((method, args, answer)))  # type: ignore[no-untyped-call]
         return answer
 
     monkeypatch.setattr(workflows.ray._client, "_send", capture)

@@ -18,18 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 
+import workflows.ray
 from tests.helpers import RayCluster, as_from_a_shell, listed_sandboxes
 from workflows import LocalSandbox, TaskTimeoutError, WorkerDiedError
-
-ray = pytest.importorskip(
-    "ray", reason="ray is not installed (the ray extra: pip install 'klavis-sandbox[ray]')"
-)
-import workflows.ray  # noqa: E402 - after the skip: it needs ray
-from workflows.ray import RaySandboxPool, SandboxBroker  # noqa: E402
+from workflows.ray import RaySandboxPool, SandboxBroker
 
 # Ray ships this module's functions and classes by value: its workers need not import tests/.
-ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 pytestmark = pytest.mark.slow
 DRIVER = Path(__file__).with_name("ray_driver.py")
