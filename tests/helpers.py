@@ -313,6 +313,15 @@ def as_from_a_shell() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+def wait_until(check: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
+    """Poll ``check`` until it holds (a deadline, never a fixed sleep standing for an event)."""
+    end = time.monotonic() + deadline
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"still not {what} after {deadline} s")
+        time.sleep(0.1)
+
+
 def listed_sandboxes(base_url: str, token: str) -> list[str]:
     """The ids of the sandboxes the emulator lists for ``token``, read with plain httpx."""
     response = httpx.get(

@@ -7,8 +7,6 @@ from __future__ import annotations
 import pickle
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ import pytest
 import ray
 
 import workflows.ray
-from tests.helpers import RayCluster, listed_sandboxes
+from tests.helpers import RayCluster, listed_sandboxes, wait_until
 from workflows import AsyncLocalSandbox, ConfigurationError, InvalidInputError, LocalSandbox
 from workflows.ray import SandboxBroker
 
@@ -24,15 +22,6 @@ from workflows.ray import SandboxBroker
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 pytestmark = pytest.mark.slow
-
-
-def wait_until(check: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
-    """Poll ``check`` until it holds (a deadline, never a fixed sleep standing for an event)."""
-    end = time.monotonic() + deadline
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"still not {what} after {deadline} s")
-        time.sleep(0.1)
 
 
 @ray.remote(num_cpus=0)

@@ -11,8 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 import ray
 
 import workflows.ray
-from tests.helpers import RayCluster, as_from_a_shell, listed_sandboxes
+from tests.helpers import RayCluster, as_from_a_shell, listed_sandboxes, wait_until
 from workflows import LocalSandbox, TaskTimeoutError, WorkerDiedError
 from workflows.ray import RaySandboxPool, SandboxBroker
 
@@ -30,15 +29,6 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[
 
 pytestmark = pytest.mark.slow
 DRIVER = Path(__file__).with_name("ray_driver.py")
-
-
-def wait_until(check: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
-    """Poll ``check`` until it holds (a deadline, never a fixed sleep standing for an event)."""
-    end = time.monotonic() + deadline
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"still not {what} after {deadline} s")
-        time.sleep(0.1)
 
 
 @ray.remote(num_cpus=0)
