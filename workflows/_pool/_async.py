@@ -241,8 +241,15 @@ class AsyncSandboxPool(PoolBase):
             if holder:  # cancelled mid-task or mid-reset: it is not known to be clean
                 await self._retire(holder.pop(), "its task was cancelled")
             raise
-        except BaseException as exc:  # noqa: BLE001 - PoolClosed, or a bug of ours: map raises it
+        except PoolClosed as exc:
             done.put_nowait(exc)
+        except BaseException as exc:  # noqa: BLE001 - a bug of ours: map raises it
+            try:  # the flow raised mid-task: its sandbox is not known to be clean
+                if holder:
+                    why = f"the pool's task flow raised {type(exc).__name__}"
+                    await self._retire(holder.pop(), why)
+            finally:  # once retired: map raises it at once
+                done.put_nowait(exc)
         finally:
             if holder:
                 await self._give_back(holder.pop())
@@ -253,7 +260,7 @@ class AsyncSandboxPool(PoolBase):
         """Run :func:`~workflows._pool._retry_rules.task_flow` with coroutine hands;
         ``holder`` holds the worker's sandbox (emptied before one is retired, so a cancelled
         worker never hands back a sandbox being released)."""
-        hands = _Hands(self, run, index, task, holder)
+        hands = self._hands(run, index, task, holder)
         flow = task_flow(
             index,
             task,
@@ -268,6 +275,12 @@ class AsyncSandboxPool(PoolBase):
             self._driver = AsyncDriver(self._settings)
         result: TaskResult[R] = (await self._driver.run(flow))[0]
         return result
+
+    def _hands(
+        self, run: Run[Task[Any]], index: int, task: Any, holder: list[AsyncLocalSandbox]
+    ) -> _Hands:
+        """The hands of :func:`~workflows._pool._retry_rules.task_flow` for one task."""
+        return _Hands(self, run, index, task, holder)
 
     # ----------------------------------------------------------------- release
     async def close(self) -> list[ReleaseResult]:

@@ -29,6 +29,7 @@ __all__ = [
     "check_failed_value",
     "check_pool_size",
     "check_run",
+    "describe",
     "failed",
 ]
 
@@ -77,6 +78,16 @@ class TaskResult(Generic[R]):
     exception: BaseException | None = field(default=None, repr=False, compare=False)
 
 
+def describe(exc: BaseException) -> str:
+    """``str(exc)``, or a placeholder naming its type when its ``__str__`` raises (a task's own
+    exception class may be broken: its result is recorded all the same, as :mod:`traceback`
+    does with ``<exception str() failed>``)."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - any failure of a user's __str__
+        return f"<{type(exc).__name__}: str() failed>"
+
+
 def failed(
     index: int,
     task: Any,
@@ -94,7 +105,7 @@ def failed(
         task,
         False,
         error_type=type(exc).__name__,
-        error=str(exc),
+        error=describe(exc),
         sandbox_id=sandbox_id,
         seconds=seconds,
         attempts=attempts,

@@ -199,9 +199,11 @@ class SandboxPool(PoolBase):
             return []
         return bulk_release(sandboxes, concurrency=self.size, progress=False)
 
-    def _hands(self, run: Run[Task[Any]], index: int, task: Any) -> _Hands:
+    def _hands(
+        self, run: Run[Task[Any]], index: int, task: Any, holder: list[LocalSandbox]
+    ) -> _Hands:
         """The hands of :func:`~workflows._pool._retry_rules.task_flow` for one task."""
-        return _Hands(self, run, index, task)
+        return _Hands(self, run, index, task, holder)
 
     # ----------------------------------------------------------------- running tasks
     def map(
@@ -282,7 +284,7 @@ class SandboxPool(PoolBase):
         done: queue.Queue[TaskResult[R] | BaseException],
         stop: threading.Event,
     ) -> None:
-        sandbox: LocalSandbox | None = None
+        holder: list[LocalSandbox] = []  # the sandbox this worker holds, between tasks or in one
         try:
             while True:
                 if stop.is_set():  # closed, or the caller stopped reading: say so, end
@@ -291,35 +293,43 @@ class SandboxPool(PoolBase):
                 if picked is None:
                     return
                 index, task = picked
-                result, sandbox = self._task(run, index, task, sandbox, stop)
-                done.put(result)
-        except BaseException as exc:  # noqa: BLE001 - PoolClosed, or a bug of ours: map raises it
+                done.put(self._task(run, index, task, holder, stop))
+        except PoolClosed as exc:
             done.put(exc)
+        except BaseException as exc:  # noqa: BLE001 - a bug of ours: map raises it
+            try:  # the flow raised mid-task: its sandbox is not known to be clean
+                if holder:
+                    self._retire(holder.pop(), f"the pool's task flow raised {type(exc).__name__}")
+            finally:  # once retired: map raises it at once
+                done.put(exc)
         finally:
-            if sandbox is not None:
-                self._give_back(sandbox)
+            if holder:
+                self._give_back(holder.pop())
 
     def _task(
         self,
         run: Run[Task[R]],
         index: int,
         task: Any,
-        sandbox: LocalSandbox | None,
+        holder: list[LocalSandbox],
         stop: threading.Event,
-    ) -> tuple[TaskResult[R], LocalSandbox | None]:
-        """Run :func:`~workflows._pool._retry_rules.task_flow` with blocking hands."""
-        hands = self._hands(run, index, task)
+    ) -> TaskResult[R]:
+        """Run :func:`~workflows._pool._retry_rules.task_flow` with blocking hands; ``holder``
+        holds the worker's sandbox (the one it took, emptied when it is retired), so that
+        whatever happens in the flow the worker knows what to give back."""
+        hands = self._hands(run, index, task, holder)
         flow = task_flow(
             index,
             task,
-            sandbox,
+            holder[0] if holder else None,
             hands,
             timeout=run.timeout,
             retries=run.retries,
             retry_on=run.retry_on,
             stopping=stop.is_set,
         )
-        return sync_driver_for(self._settings).run(flow)
+        result: TaskResult[R] = sync_driver_for(self._settings).run(flow)[0]
+        return result
 
     # ----------------------------------------------------------------- release
     def close(self) -> list[ReleaseResult]:
@@ -340,13 +350,23 @@ class SandboxPool(PoolBase):
 
 
 class _Hands:
-    """The sync pool's hands for one task (see :class:`~workflows._pool._retry_rules.Hands`)."""
+    """The sync pool's hands for one task (see :class:`~workflows._pool._retry_rules.Hands`);
+    ``holder`` is the worker's."""
 
-    def __init__(self, pool: SandboxPool, run: Run[Task[Any]], index: int, task: Any) -> None:
-        self.pool, self.run, self.index, self.task = pool, run, index, task
+    def __init__(
+        self,
+        pool: SandboxPool,
+        run: Run[Task[Any]],
+        index: int,
+        task: Any,
+        holder: list[LocalSandbox],
+    ) -> None:
+        self.pool, self.run, self.index, self.task, self.holder = pool, run, index, task, holder
 
     def take(self) -> LocalSandbox:
-        return self.pool._take()
+        sandbox = self.pool._take()
+        self.holder.append(sandbox)
+        return sandbox
 
     def attempt(self, sandbox: LocalSandbox) -> Outcome:
         started = time.perf_counter()
@@ -361,6 +381,7 @@ class _Hands:
         return time.perf_counter() - started
 
     def retire(self, sandbox: LocalSandbox, why: str, level: int) -> None:
+        self.holder.clear()
         self.pool._retire(sandbox, why, level)
 
 

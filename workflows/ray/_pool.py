@@ -204,13 +204,16 @@ class RaySandboxPool(SandboxPool):
             for sb in sandboxes
         ]
 
-    def _hands(self, run: Run[Any], index: int, task: Any) -> _Hands:
-        return _RayHands(self, run, index, task)
+    def _hands(self, run: Run[Any], index: int, task: Any, holder: list[LocalSandbox]) -> _Hands:
+        return _RayHands(self, run, index, task, holder)
 
     def _attempt(self, run: Run[Any], sandbox: LocalSandbox, task: Any, index: int) -> Outcome:
         """Run one attempt as a Ray task and wait for it (see the module)."""
         started = time.perf_counter()
-        ref = self._remote.remote(run.fn, sandbox.handle(), task)
+        try:  # Ray pickles the function and the task here: one that does not pickle fails
+            ref = self._remote.remote(run.fn, sandbox.handle(), task)
+        except Exception as exc:  # noqa: BLE001 - the task's own failure (its function or value)
+            return Outcome(None, exc, False, time.perf_counter() - started)
         with self._cond:
             self._inflight.add(ref)
         try:
