@@ -199,9 +199,10 @@ class AsyncLocalSandbox(SandboxBase):
         owned, without a request (so not awaited); :meth:`aclose` closes its connections.
 
         The key is never in a handle: it comes from ``api_key=`` or this process's environment
-        (``KLAVIS_API_KEY``; with Ray, the job's ``runtime_env``), and must be the one that
-        acquired the sandbox (:class:`~workflows.ConfigurationError` otherwise, before anything
-        is sent). The servers' ``auth_data`` is not handed over: :meth:`refresh` fetches it.
+        (``KLAVIS_API_KEY`` or ``KLAVIS_API_KEY_FILE``; with Ray, the machines'), and must be
+        the one that acquired the sandbox (:class:`~workflows.ConfigurationError` otherwise,
+        before anything is sent). The servers' ``auth_data`` is not handed over:
+        :meth:`refresh` fetches it.
 
         >>> async with AsyncLocalSandbox.from_handle(handle) as sb:  # doctest: +SKIP
         ...     snap = await sb.dump()

@@ -1,8 +1,17 @@
-"""Where the API key and base URL come from: argument > environment > ``.env`` > default."""
+"""Where the API key and base URL come from: argument > environment > ``.env`` > default.
+
+The key's environment is ``KLAVIS_API_KEY``, or ``KLAVIS_API_KEY_FILE``: the path of a file that
+holds it, for machines that get secrets as files (a Kubernetes ``Secret`` volume, Docker
+secrets, a Ray cluster's nodes: the path may travel where the key must not, such as a Ray
+``runtime_env``). The file is read as the ``.env`` is: refused when another user (but root,
+who owns mounted secrets) owns it or may write it, when it is not a regular file, or larger
+than :data:`_KEY_FILE_MAX_BYTES`; a file that others may read is used, with one warning.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import stat
@@ -14,6 +23,7 @@ from ._errors import ConfigurationError
 
 __all__ = [
     "API_KEY_ENV",
+    "API_KEY_FILE_ENV",
     "BASE_URL_ENV",
     "DEFAULT_BASE_URL",
     "DEFAULT_TIMEOUT",
@@ -24,6 +34,7 @@ __all__ = [
 
 DEFAULT_BASE_URL = "https://api.klavis.ai"
 API_KEY_ENV = "KLAVIS_API_KEY"
+API_KEY_FILE_ENV = "KLAVIS_API_KEY_FILE"
 BASE_URL_ENV = "KLAVIS_BASE_URL"
 DEFAULT_TIMEOUT = 60.0
 """Seconds each API call, and each read of a transfer, may wait. A download (``dump``,
@@ -135,6 +146,65 @@ def _find_dotenv(folder: Path) -> Path | None:
     return candidate
 
 
+_KEY_FILE_MAX_BYTES = 4096
+"""A key file larger than this is not a key file (keys are tens of bytes)."""
+
+_WARNED_READABLE: set[str] = set()
+
+
+def _read_key_file(name: str) -> str | None:
+    """The key in the file ``name`` (``KLAVIS_API_KEY_FILE``), whitespace stripped; see the
+    module for what is refused. Links are followed: a Kubernetes secret volume's files are
+    links into a folder of its own; the owner and mode checked are those of the file reached,
+    read through the descriptor that was checked."""
+    path = Path(name).expanduser()
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"{API_KEY_FILE_ENV} names {str(path)!r}, which cannot be read ({exc.strerror})"
+        ) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigurationError(
+                f"{API_KEY_FILE_ENV} names {str(path)!r}, which is not a regular file"
+            )
+        getuid = getattr(os, "getuid", None)
+        if getuid is not None and st.st_uid not in (getuid(), 0):
+            raise ConfigurationError(
+                f"{API_KEY_FILE_ENV} names {str(path)!r}, which belongs to another user (uid "
+                f"{st.st_uid}); refusing to read an API key from it"
+            )
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise ConfigurationError(
+                f"{API_KEY_FILE_ENV} names {str(path)!r}, which others may write (mode "
+                f"{stat.S_IMODE(st.st_mode):o}); make it writable by its owner only (chmod 600)"
+            )
+        if st.st_size > _KEY_FILE_MAX_BYTES:
+            raise ConfigurationError(
+                f"{API_KEY_FILE_ENV} names {str(path)!r}, of {st.st_size} bytes: more than "
+                f"{_KEY_FILE_MAX_BYTES}, so not a key file"
+            )
+        data = os.read(fd, _KEY_FILE_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if st.st_mode & (stat.S_IRGRP | stat.S_IROTH) and str(path) not in _WARNED_READABLE:
+        _WARNED_READABLE.add(str(path))
+        logging.getLogger("workflows").warning(
+            "%s names %s, which other users may read (mode %o): chmod 600 it",
+            API_KEY_FILE_ENV,
+            path,
+            stat.S_IMODE(st.st_mode),
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{str(path)!r} ({API_KEY_FILE_ENV}) is not UTF-8 text") from None
+    return text.strip() or None
+
+
 def _check_key(value: str, source: str) -> None:
     """Refuse a key that cannot be sent as a header, naming the problem but never the key.
 
@@ -190,6 +260,9 @@ def resolve_settings(
 ) -> Settings:
     """Resolve settings: argument > environment variable > ``.env`` (key only) > default.
 
+    The key's environment variables: ``KLAVIS_API_KEY``, then ``KLAVIS_API_KEY_FILE`` (a file
+    holding it; see the module).
+
     A ``.env`` file in the working directory (not its parents; owned by the current user) may
     supply ``KLAVIS_API_KEY`` but never the base URL, so a stray file cannot redirect your key.
     The key is checked here (printable ASCII, no spaces), before any request.
@@ -225,6 +298,9 @@ def resolve_settings(
         raw = api_key
         if not raw and os.environ.get(API_KEY_ENV):
             raw, source = os.environ.get(API_KEY_ENV), f"the {API_KEY_ENV} environment variable"
+        key_file = os.environ.get(API_KEY_FILE_ENV, "").strip()
+        if not raw and key_file:
+            raw, source = _read_key_file(key_file), f"the file {API_KEY_FILE_ENV} names"
         if not raw and dotenv:
             found = _find_dotenv(Path.cwd())
             raw = _read_dotenv_key(found) if found else None
@@ -234,8 +310,9 @@ def resolve_settings(
             _check_key(key.reveal(), source)
     if key is None:
         raise ConfigurationError(
-            "no Klavis API key: pass api_key=..., set the KLAVIS_API_KEY environment variable, "
-            "or put KLAVIS_API_KEY=... in a .env file in the current folder. To work offline, "
+            "no Klavis API key: pass api_key=..., set the KLAVIS_API_KEY environment variable "
+            "(or KLAVIS_API_KEY_FILE, the path of a file holding it), or put KLAVIS_API_KEY=... "
+            "in a .env file in the current folder. To work offline, "
             "start the local emulator "
             "(`klavis-emulator --port 8000`) and set KLAVIS_BASE_URL=http://127.0.0.1:8000 with "
             "any KLAVIS_API_KEY."

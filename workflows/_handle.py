@@ -5,9 +5,10 @@ is a :class:`SandboxHandle`: the sandbox's id, status and servers (names, MCP UR
 URL, the connection timeout and a one-way fingerprint of the key that acquired it. Never the key
 (it would sit in Ray's object store, a worker's log, a spilled file) and never the servers'
 ``auth_data`` or ``metadata``, which may hold credentials (``refresh()`` fetches them with the
-receiver's key). The receiver reads the key from its own environment (``KLAVIS_API_KEY``; with Ray,
-``runtime_env={"env_vars": {...}}``), and is told so, before anything is sent, when that key is
-missing or is not the one that acquired the sandbox.
+receiver's key). The receiver reads the key from its own environment (``KLAVIS_API_KEY`` or
+``KLAVIS_API_KEY_FILE``; with Ray, the environment of the cluster's machines, never a
+``runtime_env``: see :mod:`workflows.ray._key`), and is told so, before anything is sent, when
+that key is missing or is not the one that acquired the sandbox.
 
 A handed sandbox is not owned: leaving its ``with`` block does not release it (as ``attach``);
 the process that acquired it stays in charge, and ``release()`` still ends it from anywhere.
@@ -32,8 +33,10 @@ __all__ = ["SandboxHandle", "handle_of", "restore", "settings_for"]
 
 _NO_KEY_HINT = (
     "a sandbox handed to another process carries no API key (it is never pickled): set "
-    f"{API_KEY_ENV} in this process's environment (with Ray: "
-    f"ray.init(runtime_env={{'env_vars': {{'{API_KEY_ENV}': ...}}}}))"
+    f"{API_KEY_ENV} (or {API_KEY_ENV}_FILE, a file holding it) in this process's environment "
+    "(with Ray: in the environment of the cluster's machines, exported before ray.init() starts "
+    "a local cluster or before `ray start` on each node; never in a runtime_env, which every "
+    "job of the cluster can read)"
 )
 
 

@@ -163,9 +163,10 @@ class LocalSandbox(SandboxBase):
         owned (leaving ``with`` does not release it), made without a request.
 
         The key is never in a handle: it comes from ``api_key=`` or this process's environment
-        (``KLAVIS_API_KEY``; with Ray, the job's ``runtime_env``), and must be the one that
-        acquired the sandbox (:class:`~workflows.ConfigurationError` otherwise, before anything
-        is sent). The servers' ``auth_data`` is not handed over: :meth:`refresh` fetches it.
+        (``KLAVIS_API_KEY`` or ``KLAVIS_API_KEY_FILE``; with Ray, the machines'), and must be
+        the one that acquired the sandbox (:class:`~workflows.ConfigurationError` otherwise,
+        before anything is sent). The servers' ``auth_data`` is not handed over:
+        :meth:`refresh` fetches it.
 
         >>> with LocalSandbox.from_handle(handle) as sb:  # doctest: +SKIP
         ...     snap = sb.dump()

@@ -7,8 +7,9 @@
   and rate: ``with SandboxBroker.connect().sandbox(["filesystem"]) as sb:``.
 * :func:`reap`: release whatever the broker still holds, after a driver crashed.
 
-The API key is never sent through Ray: the broker and each worker read ``KLAVIS_API_KEY``
-from their own environment (put it in the job's ``runtime_env={"env_vars": {...}}``). A
+The API key is never sent through Ray: the broker and each worker read ``KLAVIS_API_KEY`` (or
+``KLAVIS_API_KEY_FILE``) from their own machine's environment, never from a ``runtime_env``,
+which Ray stores where every job of the cluster reads it (see :class:`KeyInRayWarning`). A
 worker that dies stops renewing its leases, and the broker releases its sandboxes
 ``lease_timeout`` seconds later.
 
@@ -28,12 +29,14 @@ except ImportError as _exc:  # pragma: no cover - the dev extra installs ray
 
 from ._broker import BrokerStats, Lease, LeaseState
 from ._client import DEFAULT_BROKER_NAME, DEFAULT_NAMESPACE, SandboxBroker, reap
+from ._key import KeyInRayWarning
 from ._pool import RaySandboxPool
 
 __all__ = [
     "DEFAULT_BROKER_NAME",
     "DEFAULT_NAMESPACE",
     "BrokerStats",
+    "KeyInRayWarning",
     "Lease",
     "LeaseState",
     "RaySandboxPool",

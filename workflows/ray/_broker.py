@@ -9,10 +9,11 @@ running a ``finally``.
 
 The broker is one process for the whole cluster, so its cap (``max_sandboxes``) and its
 acquire rate (``max_acquires_per_second``, a minimum interval between two acquires sent) are
-the cluster's. It reads the API key from its own environment (the job's ``runtime_env``, or
-the machine's), never from its clients: no argument of a call, and nothing it returns, holds
-the key. Clients compare key fingerprints (:attr:`~workflows.ApiKey.fingerprint`) to refuse a
-broker that would acquire with another key, or with none.
+the cluster's. It reads the API key from its own environment (its machine's: never a
+``runtime_env``, see :mod:`workflows.ray._key`), never from its clients: no argument of a
+call, and nothing it returns, holds the key. Clients compare key fingerprints
+(:attr:`~workflows.ApiKey.fingerprint`) to refuse a broker that would acquire with another key,
+or with none.
 
 The state lives in this module's :class:`Broker`, a plain class with async methods; the client
 (:mod:`workflows.ray._client`) makes it a named, detached Ray actor.

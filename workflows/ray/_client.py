@@ -27,6 +27,7 @@ from .._errors import ConfigurationError, InvalidInputError
 from .._models import ServerNames
 from .._sandbox import LocalSandbox
 from ._broker import Broker, BrokerStats, Lease, Leased, LeaseEnded
+from ._key import refuse_key_in_options, warn_if_the_job_carries_the_key
 
 __all__ = [
     "DEFAULT_BROKER_NAME",
@@ -129,9 +130,12 @@ class SandboxBroker:
         with broker.sandbox(["filesystem"]) as sb:     # in any Ray task or actor
             sb.seed({"task.txt": "..."})
 
-    The broker acquires and releases itself, with the key of its own environment: put
-    ``KLAVIS_API_KEY`` in the job's ``runtime_env={"env_vars": {...}}`` (or the machines'
-    environment). While a ``sandbox()`` block runs, a heartbeat renews its lease; a holder
+    The broker acquires and releases itself, with the key of its own environment: the
+    machines' (``KLAVIS_API_KEY`` exported before ``ray.init()`` starts a local cluster, or
+    before ``ray start`` on each node; or ``KLAVIS_API_KEY_FILE``), never a ``runtime_env``,
+    which every job of the cluster can read (a job whose ``runtime_env`` holds it gets a
+    :class:`~workflows.ray.KeyInRayWarning`; ``actor_options`` holding it are refused).
+    While a ``sandbox()`` block runs, a heartbeat renews its lease; a holder
     that dies stops renewing, and the broker releases its sandbox ``lease_timeout`` seconds
     later. The handle pickles (a task or actor can be given it).
     """
@@ -178,6 +182,7 @@ class SandboxBroker:
             raise InvalidInputError(f"max_sandboxes must be at least 1, got {max_sandboxes}")
         _positive("max_acquires_per_second", max_acquires_per_second, allow_none=True)
         _positive("lease_timeout", lease_timeout)
+        refuse_key_in_options(actor_options, "actor_options")
         options: dict[str, Any] = {
             "num_cpus": 0,  # it waits on the network: it must never take a task's CPU
             "max_concurrency": 1000,
@@ -193,6 +198,7 @@ class SandboxBroker:
             .remote(max_sandboxes, max_acquires_per_second, float(lease_timeout))
         )
         config = _send(actor, "config")
+        _warn_if_the_job_carries_the_key()
         return cls(actor, name, namespace, float(config["lease_timeout"]))
 
     # ----------------------------------------------------------------- the key
@@ -203,10 +209,11 @@ class SandboxBroker:
         if fingerprint is None:
             raise ConfigurationError(
                 f"the sandbox broker {self.name!r} has no Klavis API key in its environment, "
-                "and it acquires with its own: start the job with "
-                'ray.init(runtime_env={"env_vars": {"KLAVIS_API_KEY": ...}}) (or set '
-                "KLAVIS_API_KEY on the cluster's machines), then shut this broker down and "
-                "connect again"
+                "and it acquires with its own: give it to the cluster's machines (export "
+                "KLAVIS_API_KEY before ray.init() starts a local cluster, or before `ray start` "
+                "on each node, or set KLAVIS_API_KEY_FILE to a file holding it; never in a "
+                "runtime_env, which every job of the cluster can read), then shut this broker "
+                "down and connect again"
             )
         raise ConfigurationError(
             f"the sandbox broker {self.name!r} acquires with another Klavis API key than this "
@@ -362,6 +369,16 @@ class SandboxBroker:
     def _release_holder(self, holder: str) -> list[str]:
         released: list[str] = _send(self._actor, "release_holder", holder)
         return released
+
+
+def _warn_if_the_job_carries_the_key() -> None:
+    """:func:`~workflows.ray._key.warn_if_the_job_carries_the_key` for this process's job."""
+    try:
+        context = ray.get_runtime_context()
+        job, runtime_env = context.get_job_id(), dict(context.runtime_env)
+    except Exception:  # noqa: BLE001 - a Ray without these calls: nothing to check
+        return
+    warn_if_the_job_carries_the_key(runtime_env, job)
 
 
 def reap(name: str = DEFAULT_BROKER_NAME, *, namespace: str = DEFAULT_NAMESPACE) -> list[str]:

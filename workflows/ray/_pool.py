@@ -38,6 +38,7 @@ from .._recipes import ReleaseResult
 from .._sandbox import LocalSandbox
 from ._broker import LeaseEnded
 from ._client import DEFAULT_BROKER_NAME, DEFAULT_NAMESPACE, SandboxBroker, _Heartbeat
+from ._key import refuse_key_in_options
 
 __all__ = ["RaySandboxPool"]
 
@@ -64,7 +65,7 @@ class RaySandboxPool(SandboxPool):
     """:class:`~workflows.SandboxPool` on a Ray cluster: each task runs as a Ray task on the
     cluster's workers, over at most ``size`` sandboxes **across the whole cluster**::
 
-        ray.init(runtime_env={"env_vars": {"KLAVIS_API_KEY": key}})
+        ray.init()   # KLAVIS_API_KEY exported: the local cluster's processes inherit it
         with RaySandboxPool(["filesystem"], size=16, max_acquires_per_second=2) as pool:
             results = pool.map(run_task, tasks, timeout=600, retries=1)
 
@@ -89,9 +90,12 @@ class RaySandboxPool(SandboxPool):
     sandbox).
 
     The broker acquires with its own environment's key; so does each worker, to use the
-    sandbox: put ``KLAVIS_API_KEY`` in the job's ``runtime_env``. The key is never sent through
-    Ray. This process needs it too (resets, health checks): a
-    :class:`~workflows.ConfigurationError` says so when the broker's differs or is missing.
+    sandbox: give the key to the cluster's machines (exported before ``ray.init()`` starts a
+    local cluster, or before ``ray start`` on each node; or ``KLAVIS_API_KEY_FILE``). The key
+    is never sent through Ray, and ``task_options`` whose ``runtime_env`` holds it are refused
+    (Ray would keep it where every job of the cluster reads it). This process needs it too
+    (resets, health checks): a :class:`~workflows.ConfigurationError` says so when the
+    broker's differs or is missing.
     """
 
     def __init__(
@@ -111,6 +115,7 @@ class RaySandboxPool(SandboxPool):
             raise InvalidInputError(
                 f"task_options must be a dict of Ray task options, got {task_options!r}"
             )
+        refuse_key_in_options(task_options, "task_options")
         self._broker_args = (broker_name, namespace, max_acquires_per_second, lease_timeout)
         self._task_options: dict[str, Any] = {"max_retries": 0, **(task_options or {})}
         super().__init__(server_names, size=size, health_check_after=health_check_after, **options)
