@@ -17,14 +17,16 @@ path (see below); GitPython needs the git program. The reader is tested against
 
 The index is a tenant's file, so the reader is linear in its size, in time and in memory:
 
-* Index v4 stores each path as "drop N bytes of the previous path, append these". Expanding
+* Index v4 stores each path as "drop N bytes of the previous path, append these". Keeping
   every path costs the sum of the path lengths, quadratic in the index: a 1.9 MB index whose
   paths grow by one byte each expanded to about 400 MB per side (measured: ``diff`` of two such
-  indexes peaked 808 MB higher, in 5.9 s; 10 MB would need some 12 GB). The digest never
-  expands a path: it hashes every path in that same *prefix form* (bytes dropped, bytes
-  appended), which names the path sequence exactly. Paths of v2 and v3, which are stored whole,
-  are put in prefix form against the previous path (the longest common prefix, as git's v4
-  writer chooses it), so an index rewritten in another version means the same.
+  indexes peaked 808 MB higher, in 5.9 s; 10 MB would need some 12 GB). The digest keeps one
+  path, the current one, in a ``bytearray`` cut and extended in place (work: the bytes dropped
+  and appended, both bounded by the index's size), and hashes every path in *prefix form*
+  (bytes dropped, bytes appended), which names the path sequence exactly. The prefix form is
+  made canonical, the longest common prefix with the previous path (what git's v4 writer
+  writes, except at the blocks of an ``IEOT`` offset table, where it starts a path afresh), so
+  a v2, a v3 and a v4 index of the same entries, with or without offset table, mean the same.
 * The prefix length is git's varint (``varint.c``): ``decode_varint`` gives up once the value
   would pass 64 bits, so at most 10 bytes are read, and so here, where such a varint is
   refused (the old reader read a 1 MiB varint into a 7-million-bit integer, for minutes). A prefix
@@ -125,7 +127,7 @@ def _varint(data: bytes, at: int, number: int) -> tuple[int, int]:
     return value, at
 
 
-def _common_prefix(a: bytes, b: bytes) -> int:
+def _common_prefix(a: bytes | bytearray, b: bytes | bytearray) -> int:
     """The length of the longest common prefix of ``a`` and ``b`` (linear, in C)."""
     n = min(len(a), len(b))
     differ = int.from_bytes(a[:n], "big") ^ int.from_bytes(b[:n], "big")
@@ -154,8 +156,7 @@ def _entries(
 ) -> Iterator[_Record]:
     end = len(data) - size
     at = _HEADER.size
-    previous = b""  # v2/v3: the previous path; v4 never spells one out
-    previous_length = 0
+    current = bytearray()  # the path of the entry read last
     try:
         for number in range(1, count + 1):
             start = at
@@ -171,25 +172,31 @@ def _entries(
                     raise UnreadableIndex(f"entry {number}: extended flags in a version 2 index")
                 (extended,) = _FLAGS.unpack_from(data, at)
                 at += 2
+            before = len(current)
             if version == 4:
                 strip, at = _varint(data, at, number)
                 if number == 1:
                     strip = 0  # git ignores it: there is no previous path
-                elif strip > previous_length:
+                elif strip > len(current):
                     raise UnreadableIndex(
-                        f"entry {number}: drops {strip} bytes of a {previous_length}-byte path"
+                        f"entry {number}: drops {strip} bytes of a {len(current)}-byte path"
                     )
                 nul = _nul(data, at, end, number)
-                suffix = data[at:nul]
+                kept = len(current) - strip
+                appended = data[at:nul]
                 at = nul + 1
-                previous_length += len(suffix) - strip
+                # the longest common prefix may go on into what was appended
+                common = kept + _common_prefix(current[kept : kept + len(appended)], appended)
+                del current[kept:]
+                current += appended
             else:
                 nul = _nul(data, at, end, number)
                 path = data[at:nul]
                 at = start + ((nul - start) // 8 + 1) * 8  # 1 to 8 NULs pad the entry
-                common = _common_prefix(previous, path)
-                strip, suffix = len(previous) - common, path[common:]
-                previous = path
+                common = _common_prefix(current, path)
+                del current[common:]
+                current += path[common:]
+            strip, suffix = before - common, bytes(current[common:])
             if at > end:
                 raise UnreadableIndex(f"entry {number} runs into the checksum")
             yield _Record(strip, suffix, mode, oid, flags & ~_NAME_MASK, extended)

@@ -112,6 +112,20 @@ def test_a_v4_index_means_what_the_v2_one_of_the_same_entries_means(tmp_path: Pa
     assert not Snapshot({".git/index": version_2}).diff({".git/index": version_4})
 
 
+@needs_git
+def test_an_offset_table_that_restarts_a_path_means_the_same(tmp_path: Path) -> None:
+    # with index.threads set, git writes an IEOT table and starts each of its blocks with a
+    # whole path: here src/pkg/module_two.py drops all of src/pkg/module_one.py
+    repo = git_repo(tmp_path / "repo")
+    version_2 = (repo / ".git" / "index").read_bytes()
+    git(repo, "-c", "index.threads=2", "update-index", "--index-version=4")
+    blocks = (repo / ".git" / "index").read_bytes()
+    assert b"IEOT" in blocks
+    assert b"\x15src/pkg/module_two.py\x00" in blocks  # 21 bytes dropped, the path whole
+    assert index_digest(blocks) == index_digest(version_2)
+    assert index_meaning(blocks) == index_meaning(version_2)
+
+
 # --- indexes git would not write: a tenant's crafted ones ------------------------------------
 
 
