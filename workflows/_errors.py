@@ -29,7 +29,9 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
     ├── TaskTimeoutError (TimeoutError)        a pool's task ran past ``map(timeout=...)``
     └── WorkerDiedError             the process running a pool's task died (a Ray worker, a node)
 
-Messages never contain the API key or a signed URL's query string. The public ones are listed
+Messages never contain the API key or a signed URL's query string. A message that quotes a
+tool's output or an MCP server's answer carries, for OpenTelemetry spans, one without the quote
+(:func:`span_message`). The public ones are listed
 once, in ``workflows.__all__``; this module has no ``__all__`` to repeat them.
 """
 
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from ._mcp import ToolResult
@@ -45,6 +47,29 @@ if TYPE_CHECKING:
 
 class KlavisError(Exception):
     """The root of every error raised by `workflows`."""
+
+    _span_message: str | None = None
+    """What a span records as the message (:func:`span_message`), where the message itself
+    quotes a tool's output or an MCP server's answer; None: the message is the library's own."""
+
+
+_E = TypeVar("_E", bound=KlavisError)
+
+
+def for_spans(error: _E, message: str) -> _E:
+    """``error``, whose message quotes what a tool or an MCP server said, with ``message`` (the
+    library's own words, without the quote) as what spans record of it."""
+    error._span_message = message
+    return error
+
+
+def span_message(error: KlavisError) -> str:
+    """What a span may record of ``error``'s message: never a tool's output or arguments.
+
+    >>> span_message(for_spans(McpError("tool 'grep' failed: secret"), "tool 'grep' failed"))
+    "tool 'grep' failed"
+    """
+    return str(error) if error._span_message is None else error._span_message
 
 
 class ConfigurationError(KlavisError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import stat
 import tempfile
@@ -15,10 +16,12 @@ from typing import IO, NamedTuple
 
 from workflows._dump._paths import link_target_in_tree
 from workflows._errors import InvalidInputError
-from workflows._git_index import index_meaning, is_git_index
+from workflows._git_index import UnreadableIndex, index_digest, is_git_index
 from workflows._seed import DEFAULT_MAX_FILE_SIZE, SeedContent, plan_directory, plan_mapping
 
 __all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
+
+log = logging.getLogger("workflows")
 
 _CHUNK = 1024 * 1024
 _O_BINARY: int = getattr(os, "O_BINARY", 0)
@@ -322,7 +325,10 @@ class Snapshot(Mapping[str, bytes]):
         A repository's ``.git/index`` counts as modified only when what it says changed (its
         entries: paths, modes, object ids, stages; not git's stat cache): the first git command
         in a sandbox (``git_status`` included) rewrites the cache of a seeded repository, whose
-        files have new inodes and times there. ``exact=True`` compares every byte.
+        files have new inodes and times there. ``exact=True`` compares every byte. An index that
+        cannot be read as one (a split index, a corrupt or crafted one: a prefix length over
+        git's 64-bit varint) is compared byte for byte, and the ``workflows`` logger says so
+        (WARNING, naming the path and the reason).
 
         >>> str(Snapshot({"a": "1", "b": "2"}).diff({"b": "3", "c": "4"}))
         '- a\\n~ b\\n+ c'
@@ -344,8 +350,11 @@ class Snapshot(Mapping[str, bytes]):
         """Whether ``path`` is a git index in both snapshots that says the same in both."""
         if not is_git_index(path) or path in self._links or path in theirs._links:
             return False
-        mine = index_meaning(self[path])
-        return mine is not None and mine == index_meaning(theirs[path])
+        try:
+            return index_digest(self[path]) == index_digest(theirs[path])
+        except UnreadableIndex as exc:
+            log.warning("Snapshot.diff: %s compared byte for byte: %s", path, exc)
+            return False
 
     def to_directory(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> list[Path]:
         """Write every file and link under the folder ``path`` (created if missing); return the
