@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from .host_paths import INSTALLS_DIR, LAYER_CAPS, Layer, init_prefix, init_programs, layer_args
+from .host_paths import INSTALLS_DIR, LAYER_OPTIONS, Layer, init_prefix, init_programs, layer_args
 from .root_masks import MERGED_DIRS, SYSTEM_READ_ONLY, mask_args, masked_paths
 
 __all__ = [
@@ -376,7 +376,7 @@ def _bwrap_args(
             args += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.target]
     args += layer_args(layers)
     if layers:
-        args += LAYER_CAPS
+        args += LAYER_OPTIONS
     args += [*read_only_masks, "--remount-ro", SANDBOX_BIN]
     args += ["--chdir", chdir]
     for key, value in env.items():

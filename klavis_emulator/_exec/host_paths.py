@@ -88,7 +88,7 @@ from typing import Final
 __all__ = [
     "INIT_NAME",
     "INSTALLS_DIR",
-    "LAYER_CAPS",
+    "LAYER_OPTIONS",
     "STAGE_DIR",
     "Layer",
     "command_of",
@@ -105,9 +105,16 @@ STAGE_DIR: Final = "/.klavis-stage"
 unmounted by the init before the command starts (an empty folder is left)."""
 INIT_NAME: Final = "klavis-sandbox"
 """The ``$0`` of the init shell (what ``ps`` shows inside the sandbox for PID 1)."""
-LAYER_CAPS: Final[tuple[str, ...]] = ("--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP")
-"""What bubblewrap leaves the init (after ``--cap-drop ALL``) when it mounts layers: mounting
-an overlay needs ``CAP_SYS_ADMIN``; emptying the bounding set needs ``CAP_SETPCAP``."""
+LAYER_OPTIONS: Final[tuple[str, ...]] = (
+    *("--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"),
+    *("--uid", "0", "--gid", "0"),
+)
+"""What bubblewrap gives the init (after ``--cap-drop ALL``) when it mounts layers: mounting
+an overlay needs ``CAP_SYS_ADMIN``, emptying the bounding set ``CAP_SETPCAP``, and util-linux
+``mount`` uid 0 (as any other uid it said "must be superuser to use mount", capabilities or
+not): an unprivileged emulator's confined processes are uid 0 without capabilities, as a root
+emulator's always were (the user's files show as root's; the kernel still checks the host
+user)."""
 
 _SYSTEM_PATH: Final = "/usr/sbin:/usr/bin:/sbin:/bin"
 _SYSTEM_PREFIXES: Final[tuple[str, ...]] = ("/usr/", "/bin/", "/sbin/")
