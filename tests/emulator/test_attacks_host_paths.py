@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,7 +31,12 @@ import pytest
 
 import klavis_emulator
 from klavis_emulator import EmulatorConfig, EmulatorServer
-from klavis_emulator._exec.confinement import CONFINED_WORKSPACE
+from klavis_emulator._exec.confinement import (
+    CONFINE_ENV,
+    CONFINED_WORKSPACE,
+    bwrap_args,
+    decide_confinement,
+)
 from klavis_emulator._exec.host_paths import command_of
 from klavis_emulator._mcp.launch import HOSTED_SERVERS, launch_spec
 from klavis_emulator._mcp.setup import default_tools_dir, find_tools
@@ -264,3 +270,44 @@ def test_each_servers_confinement_shows_no_host_path(
     found = proc_files(done.stdout)
     assert_nothing_named(found, confined_server.state.data_dir)
     assert f" {CONFINED_WORKSPACE} " in found["/proc/self/mountinfo"]
+
+
+def test_where_overlays_fail_the_trees_are_bound_as_before_and_the_log_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``bwrap`` that refuses the init's capabilities (as a host that forbids overlayfs in
+    user namespaces would fail its mounts): confinement still works, without the layers."""
+    real = shutil.which("bwrap")
+    if real is None:
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    folder = tmp_path / "fake-bin"
+    folder.mkdir()
+    fake = folder / "bwrap"
+    fake.write_text(
+        '#!/bin/sh\nfor arg; do [ "$arg" = CAP_SYS_ADMIN ] && { echo "no caps" >&2; exit 1; }; '
+        f'done\nexec {real} "$@"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv(CONFINE_ENV, "1")
+    with caplog.at_level("WARNING", logger="klavis_emulator"):
+        confinement = decide_confinement()
+    assert confinement.enabled
+    assert confinement.bwrap == str(fake)
+    said = [record.getMessage() for record in caplog.records]
+    assert any("mounting them as overlays failed" in line and "no caps" in line for line in said)
+    args = bwrap_args(str(fake), workspace=tmp_path, env={})
+    assert "CAP_SYS_ADMIN" not in args
+    prefix = os.path.realpath(sys.prefix)
+    assert ["--ro-bind", prefix, prefix] == args[args.index(prefix) - 1 : args.index(prefix) + 2]
+    done = subprocess.run(
+        [*args, sys.executable, "-I", "-c", READER],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found = proc_files(done.stdout)
+    assert leaks(found, host_paths(tmp_path))  # as before issue 32: the interpreter shows
+    assert "--bind" not in found["/proc/1/cmdline"]  # the init is PID 1 all the same
