@@ -6,6 +6,7 @@ a wait given up or cancelled. The live tests (two real processes against the emu
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import stat
 import threading
@@ -19,7 +20,6 @@ from workflows import ConfigurationError, HostLimits, InvalidInputError, LocalSa
 from workflows._config import ApiKey
 from workflows._host_limits import (
     HostSlot,
-    LimitsFolder,
     SlotWaitAbandoned,
     _reserve_turn,
     acquire_turn,
@@ -31,6 +31,7 @@ from workflows._host_limits import (
     release_host_slot,
     resolve_host_limits,
 )
+from workflows._host_limits_files import LimitsFolder
 from workflows._host_limits_turns import Reservation, parse
 
 SECRET = "sk-host-limits-secret-0123456789"
@@ -286,3 +287,32 @@ def test_limits_that_cannot_be_kept_say_where_before_anything_is_sent(
         LocalSandbox.acquire(["git"], api_key="k", base_url=CLOSED_URL, host_limits=limits)
     with pytest.raises(ConfigurationError, match=r"^cannot keep the host limits"):
         list(acquire_turn(HostLimits(max_acquires_per_second=1), settings))
+
+
+def test_a_wait_for_a_slot_says_why_once_at_info(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    limits = HostLimits(max_sandboxes=1)
+    with host_slot(limits, settings) as held:
+        held.keep("a")
+    tries = 0
+
+    def stop_after_a_few_tries() -> bool:
+        nonlocal tries
+        tries += 1
+        return tries >= 4
+
+    with (
+        caplog.at_level(logging.INFO, logger="workflows"),
+        pytest.raises(SlotWaitAbandoned),
+        giving_up_when(stop_after_a_few_tries),
+        host_slot(limits, settings),
+    ):
+        pytest.fail("a second slot under a cap of 1")
+    release_host_slot(settings.base_url, "a")
+    [record] = caplog.records  # once per wait, not once per try
+    assert record.levelno == logging.INFO
+    assert record.getMessage() == (
+        "an acquire waits for a place under the host's cap of 1 sandboxes: every one is held "
+        "by this host's processes (host_limits' max_sandboxes, or $KLAVIS_HOST_MAX_SANDBOXES)"
+    )
