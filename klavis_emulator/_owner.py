@@ -12,7 +12,8 @@ shutdown, then the app's: every sandbox's MCP servers and executions ended), and
   emulator gets the read end (``--exit-with-fd N``) and a thread of it reads until the end of
   the pipe, which comes when every write end is closed: when the owner stops it, or dies of
   anything, SIGKILL included. It works on every POSIX system, and through a wrapper command
-  (a shell script, ``uv run``) that passes its descriptors on.
+  that passes its descriptors on (a shell script does; one that closes them, as ``sudo``
+  does, leaves a variable naming no pipe, which is then ignored).
 * **A parent-death signal, on Linux** (``--exit-with-parent PID``): ``PR_SET_PDEATHSIG``
   asks the kernel for SIGTERM when the parent goes, set by the emulator itself at its start
   rather than by the owner between ``fork`` and ``exec`` (a ``preexec_fn`` is unsafe in a

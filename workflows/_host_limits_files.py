@@ -7,7 +7,9 @@ a shared ``/tmp/...`` folder). Opened by path, as the first version did (``mkdir
 a root harness truncated and overwrote a 0600 file of root's through a ``rate`` link. So:
 
 * the state folder is the one the user named (links in that path are the user's choice), but
-  it must be owned by this user and writable by nobody else, or nothing is opened in it;
+  it must be owned by this user and not writable by every user (``/tmp`` is), or nothing is
+  opened in it (writable by its group is let be: a umask of 002 makes folders so, and a
+  member of the group can do no more there than make the check below refuse);
 * below it, ``host-limits/<digest>/`` and its files are opened relative to the folder above
   (``dir_fd``), with ``O_NOFOLLOW``, each checked with ``fstat`` on the open descriptor: a
   folder owned by this user and writable by no one else (one readable by others is made
@@ -63,14 +65,14 @@ def _check_owner(where: Path, info: os.stat_result) -> None:
 
 
 def _open_state_folder(state: Path) -> int:
-    """The state folder (made 0700 if missing), checked: this user's, writable by no one else."""
+    """The state folder (made 0700 if missing), checked: this user's, not writable by all."""
     with cannot_keep_limits(state):
         os.makedirs(state, mode=0o700, exist_ok=True)
         fd = os.open(state, _DIRECTORY_FLAGS)
     try:
         info = os.fstat(fd)
         _check_owner(state, info)
-        if info.st_mode & _OTHERS_WRITE:
+        if info.st_mode & stat.S_IWOTH:
             raise _refuse(state, f"others can write in it (mode {stat.S_IMODE(info.st_mode):04o})")
     except BaseException:
         os.close(fd)

@@ -37,7 +37,7 @@ from workflows._host_limits_turns import Reservation, parse
 
 PRECIOUS = "precious: root's own 0600 file\n"
 CAPPED = HostLimits(max_sandboxes=2)
-RATED = HostLimits(max_acquires_per_second=0.1)  # one turn every 10 s
+RATED = HostLimits(max_acquires_per_second=0.01)  # one turn every 100 s: never waited for
 WAIT = 60.0  # seconds before a hang fails a test (never reached when all is well)
 
 
@@ -189,6 +189,21 @@ def test_a_state_folder_others_can_write_is_refused(
     assert not (state / "host-limits").exists()
 
 
+def test_a_state_folder_its_group_can_write_is_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, settings: Settings
+) -> None:
+    """A umask of 002 makes folders group-writable: the limits' own folders stay 0700."""
+    state = tmp_path / "group-state"
+    state.mkdir()
+    state.chmod(0o775)
+    monkeypatch.setenv("KLAVIS_SANDBOX_STATE_DIR", str(state))
+    take_place("rate", settings)
+    folder = limits_folder(settings)
+    assert folder.parent.parent == state
+    assert stat.S_IMODE(folder.stat().st_mode) == stat.S_IMODE(folder.parent.stat().st_mode)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
 @pytest.mark.parametrize("which", ["rate", "slot.000.lock"])
 @pytest.mark.parametrize("link", ["symbolic", "hard"])
 def test_a_link_in_the_limits_folder_is_never_followed(
@@ -306,15 +321,15 @@ def test_an_interrupted_wait_gives_its_turn_back(settings: Settings) -> None:
     [first] = parse(rate.read_bytes())
     second, third = acquire_turn(RATED, settings), acquire_turn(RATED, settings)
     assert sleep_of(second) > 0
-    assert sleep_of(third) > 10  # one turn of 10 s behind the second
+    assert sleep_of(third) > 100  # one turn of 100 s behind the second
     turns = [t.turn for t in parse(rate.read_bytes())]
-    assert turns == [first.turn, first.turn + 10, first.turn + 20]
+    assert turns == [first.turn, first.turn + 100, first.turn + 200]
     third.close()
     second.close()
     assert [t.turn for t in parse(rate.read_bytes())] == [first.turn]
     fourth = acquire_turn(RATED, settings)
     sleep_of(fourth)
-    assert [t.turn for t in parse(rate.read_bytes())] == [first.turn, first.turn + 10]
+    assert [t.turn for t in parse(rate.read_bytes())] == [first.turn, first.turn + 100]
     fourth.close()
 
 
@@ -332,8 +347,8 @@ def test_a_wait_of_more_than_a_few_turns_says_why_at_warning(
     assert record.levelno == logging.WARNING
     message = record.getMessage()
     assert re.match(r"an acquire waits \d+\.\d s for its turn", message), message
-    assert seconds > 30
-    assert "the host's rate of 0.1 acquires per second: 3 acquires" in message
+    assert seconds > 300
+    assert "the host's rate of 0.01 acquires per second: 3 acquires" in message
     assert "$KLAVIS_HOST_MAX_ACQUIRES_PER_SECOND" in message
     for flow in waiting:
         flow.close()
@@ -341,10 +356,10 @@ def test_a_wait_of_more_than_a_few_turns_says_why_at_warning(
 
 def test_a_turn_that_has_come_is_not_given_back(settings: Settings) -> None:
     """Only a wait gives its turn back: the acquire whose turn came went on to send."""
-    fast = HostLimits(max_acquires_per_second=1000.0)
-    flows = [acquire_turn(fast, settings) for _ in range(2)]
-    for flow in flows:
-        for step in flow:
-            assert isinstance(step, Sleep)
-            time.sleep(step.seconds)  # the flow's own wait, as the driver does it
+    fast = HostLimits(max_acquires_per_second=10.0)
+    assert list(acquire_turn(fast, settings)) == []  # the first: now
+    second = acquire_turn(fast, settings)
+    for step in second:  # the second waits its 0.1 s, as the driver does
+        assert isinstance(step, Sleep)
+        time.sleep(step.seconds)
     assert len(parse((limits_folder(settings) / "rate").read_bytes())) == 2

@@ -234,21 +234,19 @@ def test_the_acquire_rate_spaces_the_acquires_of_every_process(
 def test_turns_of_processes_interrupted_while_waiting_are_given_back(
     children: Children, conn: dict[str, str]
 ) -> None:
-    """Three processes wait for their turns behind a first one, at one acquire every 10 s,
-    and are interrupted by Ctrl-C: their turns are given back, so a fifth process waits at
-    most one turn (the report: the next process waited 16.6 s behind six dead turns)."""
-    spacing = 10.0
+    """Three processes wait for their turns behind a first one, at one acquire a minute, and
+    are interrupted by Ctrl-C: their turns are given back, so a fifth process waits at most
+    one turn (the report: the next process waited 16.6 s behind six dead turns)."""
+    spacing = 60.0  # far more than a process takes to start on a loaded machine
     children.env[workflows.HOST_MAX_ACQUIRES_PER_SECOND_ENV] = str(1 / spacing)
     first = children.start("cycles", "1")
-    _, opening = children.next_event("turn")
+    children.next_event("turn")
     waiters = {children.start("cycles", "1") for _ in range(3)}
     turns: dict[int, dict[str, Any]] = {}
     while set(turns) != waiters:  # each logged its turn, just before it waits for it
         index, event = children.next_event("turn")
         turns[index] = event
-    assert sorted(e["turn"] - opening["turn"] for e in turns.values()) == pytest.approx(
-        [spacing, 2 * spacing, 3 * spacing]
-    )
+    assert all(event["turn"] > event["t"] for event in turns.values()), turns  # they wait
     for index in waiters:
         children.procs[index].send_signal(signal.SIGINT)
     for index in waiters:
@@ -257,10 +255,12 @@ def test_turns_of_processes_interrupted_while_waiting_are_given_back(
     index, event = children.next_event("turn")
     assert index == late
     # its turn is the first free one: at most a turn after it asked, not three behind
-    assert event["turn"] - event["t"] <= spacing + 1e-6, (opening, turns, event)
+    assert event["turn"] - event["t"] <= spacing + 1e-6, (turns, event)
+    if event["turn"] > event["t"]:  # it waits (a turn, at most): its turn is all we need
+        children.procs[late].send_signal(signal.SIGINT)
+        waiters.add(late)
     children.finish(interrupted=frozenset(waiters))
     assert children.procs[first].returncode == 0
-    assert children.procs[late].returncode == 0
 
 
 def test_two_pools_in_two_processes_share_a_cap_and_finish(
