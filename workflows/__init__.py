@@ -40,10 +40,10 @@ from ._errors import (
     NotFoundError,
     RateLimitError,
     RequestValidationError,
+    SeedTemplateError,
     ServerError,
     SourceChangedError,
     TaskTimeoutError,
-    TemplateCorruptError,
     TransferError,
     TransferTimeoutError,
     UnsafeArchiveError,
@@ -91,6 +91,7 @@ from ._sandbox import LocalSandbox, list_sandboxes
 from ._seed import DEFAULT_MAX_FILE_SIZE
 from ._server_data import DATA_SERVERS, ServerData
 from ._snapshot import ManifestEntry, Snapshot, SnapshotDiff
+from ._template import SeedTemplate
 from ._tracing import TRACING_ENV, disable_tracing, enable_tracing
 from ._transport import install_log_redaction as _install_log_redaction
 
@@ -122,6 +123,7 @@ __all__ = [
     "DEFAULT_MAX_FILE_SIZE",
     "ArchiveLimits",
     "ManifestEntry",
+    "SeedTemplate",
     "Snapshot",
     "SnapshotDiff",
     # MCP servers, executions and server data
@@ -200,7 +202,7 @@ __all__ = [
     "ServerError",
     "SourceChangedError",
     "TaskTimeoutError",
-    "TemplateCorruptError",
+    "SeedTemplateError",
     "TransferError",
     "TransferTimeoutError",
     "UnsafeArchiveError",

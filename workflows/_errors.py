@@ -10,7 +10,7 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
     │   ├── InvalidSeedPathError         a seed key that is absolute, has "..", NUL, or collides
     │   ├── FileTooLargeError            a file over ``max_file_size`` while seeding a folder
     │   ├── SourceChangedError           a planned file changed before it was packed (a link swap)
-    │   └── TemplateCorruptError         a seed template's archive does not match its digest
+    │   └── SeedTemplateError            a seed template's archive is gone or not its digest's
     ├── UnsafeArchiveError (ValueError)  an archive that would escape its folder, or is too big
     ├── ApiConnectionError          the API could not be reached (DNS, refused, reset)
     │   └── ApiTimeoutError         the API did not answer in time
@@ -118,10 +118,12 @@ class SourceChangedError(InvalidInputError):
         self.reason = reason
 
 
-class TemplateCorruptError(InvalidInputError):
-    """A :class:`~workflows.SeedTemplate`'s archive is not the one its digest names (a cached
-    file damaged or changed on disk, bytes damaged on their way to another process); it is
-    never uploaded. ``digest`` is the template's. Make the template again from its source."""
+class SeedTemplateError(InvalidInputError):
+    """A :class:`~workflows.SeedTemplate`'s archive cannot be used: it is no longer in the
+    cache (removed, or evicted to keep the cache under its size), or it is not the archive its
+    digest names (a cached file damaged or changed on disk, bytes damaged on their way from
+    another process). It is never uploaded. ``digest`` is the template's; make the template
+    again from its source."""
 
     def __init__(self, message: str, *, digest: str) -> None:
         super().__init__(message)
