@@ -117,7 +117,9 @@ def cache_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
             base = platformdirs.user_cache_dir("klavis-sandbox", appauthor=False)
         folder = Path(base) / "templates"
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # what is there is checked below
+            folder.mkdir(mode=0o700)
         info = os.lstat(folder)
     except OSError as exc:
         raise LocalWriteError(
@@ -212,7 +214,8 @@ def _evict(folder: Path, limit: int, *, keep: str) -> None:
             for entry in entries:
                 partial = _PARTIAL.fullmatch(entry.name)
                 if partial is not None:
-                    if not process_running(int(partial.group(1))):
+                    pid = int(partial.group(1))
+                    if pid != os.getpid() and not process_running(pid):
                         with contextlib.suppress(OSError):
                             os.unlink(entry.path)
                     continue
