@@ -140,7 +140,7 @@ def test_the_template_is_the_archive_a_plain_seed_packs(tmp_path: Path) -> None:
 def test_a_template_from_a_mapping_or_a_snapshot_seeds_what_seed_sends(
     face: Face, conn: dict[str, str], packs: list[int]
 ) -> None:
-    files = {"task.md": "fix it", "data/x.bin": b"\x00\x01"}
+    files: dict[str, str | bytes] = {"task.md": "fix it", "data/x.bin": b"\x00\x01"}
     by_mapping = SeedTemplate.from_mapping(files, links={"link": "task.md"})
     assert by_mapping.files == 3
     with face.acquire(["filesystem"], **conn) as sb:
