@@ -113,3 +113,22 @@ def test_a_ray_pool_task_closing_over_a_template_seeds_from_it(
         results = pool.map(task, range(4))
     assert [r.value for r in results] == [template.files] * 4, results.summary()
     assert listed_sandboxes(ray_cluster.base_url, ray_cluster.token) == []
+
+
+def test_rays_serializer_carries_a_template_as_digest_and_one_buffer(tmp_path: Path) -> None:
+    """What Ray's object store receives, without a cluster: Ray's cloudpickle at protocol 5
+    puts the archive in one out-of-band buffer, and loading it back never packs."""
+    from ray import cloudpickle
+
+    dumps: Any = cloudpickle.dumps  # untyped
+    template = SeedTemplate.from_folder(make_task(tmp_path / "task"))
+    buffers: list[Any] = []
+    data = dumps(template, protocol=5, buffer_callback=buffers.append)
+    assert [bytes(b.raw()) for b in buffers] == [template.read_bytes()]
+    assert len(data) < 300  # the digest and the count, not the archive
+    again = cloudpickle.loads(data, buffers=buffers)
+    assert (again.digest, again.files, again.size) == (
+        template.digest,
+        template.files,
+        template.size,
+    )
