@@ -202,7 +202,7 @@ class PlannedTree:
                 raise SourceChanged(
                     parts, f"its size changed from {identity.size:,} to {now.size:,} bytes"
                 )
-            os.set_blocking(fd, True)
+            # O_NONBLOCK stays: it changes nothing for a regular file (its reads never wait)
         except BaseException:
             os.close(fd)
             raise

@@ -10,13 +10,45 @@ file the system will not let us read.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from typing import IO
+from typing import Protocol
 
 from klavis_archive import PlannedTree, SourceChanged
 from workflows._errors import InvalidInputError, SourceChangedError
 
 from ._entries import OnDisk, SourceFile
+
+
+class _Readable(Protocol):
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
+class _Descriptor:
+    """A planned file open for reading: ``read`` and ``close`` on the descriptor itself (a
+    ``FileIO`` would ``fstat`` it once more: 5,000 small files packed ~5 % slower)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            return b"".join(iter(lambda: os.read(self._fd, 1 << 20), b""))
+        return os.read(self._fd, n)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> _Descriptor:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class ExactReader:
@@ -26,7 +58,7 @@ class ExactReader:
     (what grew after planning is not read)."""
 
     def __init__(
-        self, raw: IO[bytes], name: str, size: int, progress: Callable[[int], object] | None
+        self, raw: _Readable, name: str, size: int, progress: Callable[[int], object] | None
     ) -> None:
         self._raw = raw
         self._name = name
@@ -90,8 +122,9 @@ class PlannedFiles:
             self._trees[key] = tree
         return tree
 
-    def open(self, entry: SourceFile) -> IO[bytes]:
-        """The planned file ``entry`` opened for reading (unbuffered; the caller closes it).
+    def open(self, entry: SourceFile) -> _Descriptor:
+        """The planned file ``entry`` opened for reading (unbuffered; close it, or use it in a
+        ``with`` block).
 
         Raises :class:`~workflows.SourceChangedError` when it (or a folder on its path, or the
         root) changed since it was planned, :class:`~workflows.InvalidInputError` when it
@@ -111,4 +144,4 @@ class PlannedFiles:
                 f"cannot read {disk.shown!r}: {exc.strerror or exc}; fix its permissions or "
                 "add it to ignore="
             ) from exc
-        return open(fd, "rb", buffering=0)
+        return _Descriptor(fd)
