@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -121,7 +122,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="rounds of each way (3)")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="klavis-bench-template-"))
-    figure = template_seed_figure(emulator_root(scratch), scratch, max(1, args.repeats))
+    root = emulator_root(scratch)
+    try:
+        figure = template_seed_figure(root, scratch, max(1, args.repeats))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     print(f"{figure.name}: {figure.value:.2f}{figure.unit} (goal {figure.goal}, met {figure.met})")
     for key, value in figure.detail.items():
         print(f"  {key}: {value}")
