@@ -15,6 +15,8 @@ Figures:
 * ``ray_dead_worker_leaked``: sandboxes the emulator still lists after a run in which a pool
   task's worker was SIGKILLed mid-task (its task retried) and an actor holding a broker lease
   was ``ray.kill``-ed (its lease released after ``lease_timeout``). Goal 0.
+* ``template_seed_speedup``: 16 seeds of a 2,000-file tree from one ``SeedTemplate`` against
+  16 plain seeds, measured first and without Ray (``benchmarks/_template_seed.py``). Goal >= 1.4.
 
 The cluster's machines get the key from their environment (set while ``ray.init`` starts
 them), never through Ray.
@@ -38,6 +40,7 @@ from benchmarks._common import (
     median,
     new_token,
 )
+from benchmarks._template_seed import template_seed_figure
 from workflows import LocalSandbox
 
 __all__ = ["ACQUIRE_DELAY", "TASKS", "WORK_S", "run"]
@@ -152,6 +155,7 @@ def run(ctx: BenchContext) -> list[Figure]:
     """Measure the Ray pool's figures."""
     import ray
 
+    template = template_seed_figure(ctx.emulator_root, ctx.scratch, ctx.repeats)  # no Ray
     token = new_token()
     with EmulatorProcess(
         ctx.emulator_root, acquire_delay=ACQUIRE_DELAY, mcp_at_acquire=False
@@ -194,4 +198,5 @@ def run(ctx: BenchContext) -> list[Figure]:
             {**common, "size": 2, "ideal_s": TASKS * WORK_S / 2, "pool_s": round(two_s, 2)},
         ),
         Figure("ray_dead_worker_leaked", dead["leaked"], "sandboxes", "==", 0, dead),
+        template,
     ]

@@ -40,7 +40,9 @@ from ._errors import (
     NotFoundError,
     RateLimitError,
     RequestValidationError,
+    SeedTemplateError,
     ServerError,
+    SourceChangedError,
     TaskTimeoutError,
     TransferError,
     TransferTimeoutError,
@@ -89,6 +91,7 @@ from ._sandbox import LocalSandbox, list_sandboxes
 from ._seed import DEFAULT_MAX_FILE_SIZE
 from ._server_data import DATA_SERVERS, ServerData
 from ._snapshot import ManifestEntry, Snapshot, SnapshotDiff
+from ._template import SeedTemplate
 from ._tracing import TRACING_ENV, disable_tracing, enable_tracing
 from ._transport import install_log_redaction as _install_log_redaction
 
@@ -120,6 +123,7 @@ __all__ = [
     "DEFAULT_MAX_FILE_SIZE",
     "ArchiveLimits",
     "ManifestEntry",
+    "SeedTemplate",
     "Snapshot",
     "SnapshotDiff",
     # MCP servers, executions and server data
@@ -196,7 +200,9 @@ __all__ = [
     "RateLimitError",
     "RequestValidationError",
     "ServerError",
+    "SourceChangedError",
     "TaskTimeoutError",
+    "SeedTemplateError",
     "TransferError",
     "TransferTimeoutError",
     "UnsafeArchiveError",

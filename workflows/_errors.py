@@ -8,7 +8,9 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
     │   └── EmulatorStartError      EmulatorProcess found no klavis-emulator, or it did not listen
     ├── InvalidInputError (ValueError)   bad input caught before anything is sent
     │   ├── InvalidSeedPathError         a seed key that is absolute, has "..", NUL, or collides
-    │   └── FileTooLargeError            a file over ``max_file_size`` while seeding a folder
+    │   ├── FileTooLargeError            a file over ``max_file_size`` while seeding a folder
+    │   ├── SourceChangedError           a planned file changed before it was packed (a link swap)
+    │   └── SeedTemplateError            a seed template's archive is gone or not its digest's
     ├── UnsafeArchiveError (ValueError)  an archive that would escape its folder, or is too big
     ├── ApiConnectionError          the API could not be reached (DNS, refused, reset)
     │   └── ApiTimeoutError         the API did not answer in time
@@ -119,6 +121,38 @@ class FileTooLargeError(InvalidInputError):
         self.path = path
         self.size = size
         self.limit = limit
+
+
+class SourceChangedError(InvalidInputError):
+    """A file of a folder being packed (seeded, executed, read into a snapshot or a template)
+    changed between planning and packing: it disappeared, was put in another file's place or
+    swapped for a symbolic link, or a folder on its path was. ``path`` names the entry on
+    disk; ``reason`` says how it changed. Nothing of what replaced it was read, and nothing was
+    sent: run the operation again once the folder stops changing.
+
+    >>> print(SourceChangedError("a.txt", "it was replaced by a link"))  # doctest: +ELLIPSIS
+    'a.txt' changed after it was planned: it was replaced by a link; nothing was sent...
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(
+            f"{path!r} changed after it was planned: {reason}; nothing was sent (try again "
+            "once the folder stops changing)"
+        )
+        self.path = path
+        self.reason = reason
+
+
+class SeedTemplateError(InvalidInputError):
+    """A :class:`~workflows.SeedTemplate`'s archive cannot be used: it is no longer in the
+    cache (removed, or evicted to keep the cache under its size), or it is not the archive its
+    digest names (a cached file damaged or changed on disk, bytes damaged on their way from
+    another process). It is never uploaded. ``digest`` is the template's; make the template
+    again from its source."""
+
+    def __init__(self, message: str, *, digest: str) -> None:
+        super().__init__(message)
+        self.digest = digest
 
 
 class UnsafeArchiveError(KlavisError, ValueError):

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from ._dump._paths import normalize_seed_key
 from ._errors import InvalidInputError, InvalidSeedPathError
-from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
+from ._seed import DEFAULT_MAX_FILE_SIZE, OnDisk, SourceFile, plan_directory, plan_mapping
 from ._seed._entries import EXEC_MODE, FILE_MODE
 
 __all__ = [
@@ -332,7 +332,12 @@ def _from_disk(key: str, name: str, path: Path) -> list[SourceFile]:
             f"{DEFAULT_MAX_FILE_SIZE:,}-byte limit for one file"
         )
     mode = EXEC_MODE if st.st_mode & stat.S_IXUSR else FILE_MODE
-    return [SourceFile(name=name, size=st.st_size, mode=mode, path=path)]
+    # packed from its real folder, following no link from there (a link the user named is
+    # followed now, once), and only while it is still the file stat() saw
+    real = os.path.realpath(path)
+    folder, base = os.path.split(real)
+    disk = OnDisk.planned(folder, os.stat(folder), base, st, os.fspath(path))
+    return [SourceFile(name=name, size=st.st_size, mode=mode, disk=disk)]
 
 
 def _as_files_error(exc: InvalidInputError) -> InvalidInputError:

@@ -84,6 +84,7 @@ __all__ = [
     "retry_acquire",
     "seed_flow",
     "signed_transfer",
+    "upload_archive",
     "upload_signed",
 ]
 
@@ -201,20 +202,27 @@ def signed_transfer(ask: Call, key: str, transfer: Callable[[str], Flow[T]]) -> 
 
 def upload_signed(ask: Call, entries: Sequence[SourceFile], progress: bool | None) -> Flow[int]:
     """Pack ``entries`` into a temporary tar.gz and upload it to the signed URL ``ask`` gets
-    (see :func:`signed_transfer`). Returns the bytes uploaded."""
+    (see :func:`upload_archive`). Returns the bytes uploaded."""
     total = sum(e.size for e in entries)
     with progress_bar(total=total, desc="packing", progress=progress) as update:
         packed: tuple[IO[bytes], int] = yield Blocking(
             pack_to_tempfile, (entries,), {"progress": update}
         )
     archive, size = packed
-    with archive, progress_bar(total=size, desc="uploading", progress=progress) as sent:
+    with archive:
+        yield from upload_archive(ask, archive, size, progress)
+    return size
+
+
+def upload_archive(ask: Call, archive: IO[bytes], size: int, progress: bool | None) -> Flow[None]:
+    """Upload the ``size`` bytes of ``archive`` (open, at 0; left open) to the signed URL
+    ``ask`` gets (see :func:`signed_transfer`)."""
+    with progress_bar(total=size, desc="uploading", progress=progress) as sent:
 
         def upload(url: str) -> Flow[None]:
             yield Upload(url, archive, size, sent)
 
         yield from signed_transfer(ask, "upload_url", upload)
-    return size
 
 
 def download_signed(

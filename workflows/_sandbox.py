@@ -46,6 +46,7 @@ from ._sandbox_base import SandboxBase
 from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 from ._server_data import ServerData, dump_data_flow, initialize_data_flow
 from ._snapshot import Snapshot
+from ._template import SeedTemplate
 from ._tracing import mcp_start, traced_call
 
 if TYPE_CHECKING:
@@ -186,8 +187,11 @@ class LocalSandbox(SandboxBase):
         return self._info
 
     # ----------------------------------------------------------------- workspace
-    def seed(self, files: Mapping[str, str | bytes], *, progress: bool | None = None) -> int:
-        """Add files to the workspace from a mapping of relative path to text or bytes.
+    def seed(
+        self, files: Mapping[str, str | bytes] | SeedTemplate, *, progress: bool | None = None
+    ) -> int:
+        """Add files to the workspace from a mapping of relative path to text or bytes, or
+        from a :class:`~workflows.SeedTemplate` (packed once, for many sandboxes).
 
         Keys are checked first (no absolute paths, ``..``, NUL or collisions) and nothing is
         sent if one is bad. Existing files of the same name are overwritten; others stay.
@@ -195,7 +199,17 @@ class LocalSandbox(SandboxBase):
 
         >>> sb.seed({"hello.txt": "hi", "data/x.bin": b"\\x00"})  # doctest: +SKIP
         2
+
+        A template's archive is uploaded as it was packed, with no planning and no packing,
+        once checked against its digest (:class:`~workflows.SeedTemplateError`, before any
+        request, when it is damaged or gone):
+
+        >>> template = SeedTemplate.from_folder("./task")  # doctest: +SKIP
+        >>> sb.seed(template)  # doctest: +SKIP
+        2000
         """
+        if isinstance(files, SeedTemplate):
+            return self._driver.run(self._seed_template(files, progress))
         entries = plan_mapping(files)
         self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)

@@ -35,6 +35,7 @@ from ._ownership import Ledger, unwind_on_sigterm
 from ._seed import SourceFile
 from ._server_data import server_data_body
 from ._snapshot import Snapshot
+from ._template import SeedTemplate, template_seed_flow
 from ._tracing import release_end, sandbox_start, traced_flow
 
 __all__ = ["SandboxBase"]
@@ -161,6 +162,11 @@ class SandboxBase:
     def _seed(self, entries: Sequence[SourceFile], progress: bool | None) -> Flow[int]:
         self._check_live()
         return seed_flow(self.id, entries, self._show(progress))
+
+    @traced_flow("klavis.seed", sandbox_start)
+    def _seed_template(self, template: SeedTemplate, progress: bool | None) -> Flow[int]:
+        self._check_live()
+        return template_seed_flow(self.id, template, self._show(progress))
 
     @traced_flow("klavis.dump", sandbox_start)
     def _dump(self, progress: bool | None, timeout: object) -> Flow[Snapshot]:

@@ -12,12 +12,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, NamedTuple
+from typing import IO, NamedTuple, Protocol
 
 from workflows._dump._paths import link_target_in_tree
 from workflows._errors import InvalidInputError
 from workflows._git_index import UnreadableIndex, index_digest, is_git_index
-from workflows._seed import DEFAULT_MAX_FILE_SIZE, SeedContent, plan_directory, plan_mapping
+from workflows._seed import (
+    DEFAULT_MAX_FILE_SIZE,
+    ExactReader,
+    PlannedFiles,
+    SeedContent,
+    plan_directory,
+    plan_mapping,
+)
 
 __all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
 
@@ -26,6 +33,12 @@ log = logging.getLogger("workflows")
 _CHUNK = 1024 * 1024
 _O_BINARY: int = getattr(os, "O_BINARY", 0)
 _O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
+
+
+class _Readable(Protocol):
+    """What :meth:`_SnapshotWriter.add` reads from: a file, or a reader of a planned one."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
 
 
 class ManifestEntry(NamedTuple):
@@ -158,7 +171,9 @@ class Snapshot(Mapping[str, bytes]):
 
         The same arguments select the same files (``.gitignore``, ``.sandboxignore``,
         ``ignore=``; links kept only inside the folder; a file over ``max_file_size`` refused):
-        what this snapshot holds is what seeding the folder would send. So a dump compares
+        what this snapshot holds is what seeding the folder would send, read as seeding reads
+        it (no link followed; a file changed since the folder was listed raises
+        :class:`~workflows.SourceChangedError`). So a dump compares
         with the folder it came from, with ``==`` or :meth:`diff`::
 
             sb.seed_directory("./project", ignore=["*.log"])
@@ -177,18 +192,14 @@ class Snapshot(Mapping[str, bytes]):
         )
         writer = _SnapshotWriter()
         try:
-            for entry in entries:
-                if entry.link_target is not None:
-                    writer.link(entry.name, entry.link_target)
-                elif entry.path is not None:
-                    try:
-                        with open(entry.path, "rb") as reader:
+            with PlannedFiles() as files:
+                for entry in entries:
+                    if entry.link_target is not None:
+                        writer.link(entry.name, entry.link_target)
+                    elif entry.disk is not None:
+                        with files.open(entry) as raw:
+                            reader = ExactReader(raw, entry.disk.shown, entry.size, None)
                             writer.add(entry.name, reader, mode=entry.mode)
-                    except OSError as exc:
-                        raise InvalidInputError(
-                            f"cannot read {os.fspath(entry.path)!r}: {exc.strerror or exc}; fix "
-                            "it or add it to ignore="
-                        ) from exc
         except BaseException:
             writer.abort()
             raise
@@ -487,7 +498,7 @@ class _SnapshotWriter:
         self._links: dict[str, str] = {}
         self._skipped: dict[str, str] = {}
 
-    def add(self, name: str, reader: IO[bytes], *, mode: int = 0o644) -> None:
+    def add(self, name: str, reader: _Readable, *, mode: int = 0o644) -> None:
         """Append a file's contents, hashing as they stream; a later duplicate replaces it."""
         self._links.pop(name, None)
         digest = hashlib.sha256()

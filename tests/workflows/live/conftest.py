@@ -58,6 +58,8 @@ def ray_cluster(
         "KLAVIS_API_KEY": cluster.token,
         "KLAVIS_BASE_URL": emulator_url,
         "KLAVIS_SANDBOX_STATE_DIR": str(cluster.state_dir),
+        # the workers' template cache (a pickled SeedTemplate is kept there), never the user's
+        "KLAVIS_SANDBOX_CACHE_DIR": str(tmp_path_factory.mktemp("ray-cache")),
     }
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
