@@ -87,9 +87,10 @@ class ForwardTarFile(tarfile.TarFile):
     extended header, which tarfile reads with what follows it), takes it and hands it to
     tarfile's ``_proc_member`` (the checks of ``before_member``, the member's offsets, the
     global PAX records): the steps tarfile's ``next`` and ``fromtarfile`` take, without their
-    calls and checks for what cannot happen here (1.5 us of the 14 a member cost, on 5,000
-    small files). Anything else, or a header not yet decompressed, goes to tarfile's ``next``
-    as before: it finds the stream where it would have.
+    calls and checks for what cannot happen here (about 2 us of the 14 a member cost, on
+    5,000 small files); where no global PAX record is to be applied, it takes
+    ``_proc_builtin``'s steps itself. Anything else, or a header not yet decompressed, goes
+    to tarfile's ``next`` as before: it finds the stream where it would have.
     """
 
     def next(self) -> tarfile.TarInfo | None:
@@ -120,8 +121,20 @@ class ForwardTarFile(tarfile.TarFile):
             return super().next()  # nothing was taken: tarfile reads the header itself
         stream.read(tarfile.BLOCKSIZE)
         info.offset = offset
-        member: tarfile.TarInfo = info._proc_member(self)  # type: ignore[attr-defined]
-        return member
+        if self.pax_headers or not isinstance(info, HookedTarInfo):
+            member: tarfile.TarInfo = info._proc_member(self)  # type: ignore[attr-defined]
+            return member
+        # what _proc_member does for such a member (_proc_builtin, the same from 3.10 to
+        # 3.13), with no global PAX record to apply
+        info.before_member(self)
+        data = offset + tarfile.BLOCKSIZE
+        info.offset_data = data
+        if info.isreg() or info.type not in tarfile.SUPPORTED_TYPES:
+            data += -(-info.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+        self.offset = data
+        if info.isdir():
+            info.name = info.name.rstrip("/")
+        return info
 
 
 class HookedTarInfo(tarfile.TarInfo):

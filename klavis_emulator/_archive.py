@@ -180,6 +180,8 @@ class _Tree:
         # descriptors of folders files were written in, by the parts asked (see folder_fd)
         self._descriptors: dict[tuple[str, ...], int] = {}
         self.umask = _umask()
+        # whether the tree holds a symbolic link: seen by links_outside, or made by symlink
+        self.has_links = False
 
     def host(self, parts: tuple[str, ...]) -> str:
         """The host path of resolved ``parts``."""
@@ -388,6 +390,7 @@ class _Tree:
                 f"outside the workspace ({display(member.linkname)})."
             )
         os.symlink(member.linkname, target)
+        self.has_links = True
         self._forget_folders()
 
     def hardlink(
@@ -421,6 +424,7 @@ class _Tree:
                 for entry in entries:
                     parts = (*folder, entry.name)
                     if entry.is_symlink():
+                        self.has_links = True
                         if self.resolve(parts).parts is None:
                             found.add((parts, os.readlink(entry.path)))
                     elif entry.is_dir(follow_symlinks=False):
@@ -432,7 +436,12 @@ class _Tree:
         member may have changed where an earlier link leads), unless that link was there,
         leading outside, before the archive: made inside the sandbox (a venv's ``bin/python
         -> /usr/bin/python3``), it is not the archive's doing, and no member was written
-        through it."""
+        through it.
+
+        A tree that held no symbolic link before (:meth:`links_outside` met none) and got
+        none from the archive (:meth:`symlink` made none) holds none: nothing to walk."""
+        if not self.has_links:
+            return
         made = sorted(self.links_outside() - before)
         if made:
             parts, target = made[0]
