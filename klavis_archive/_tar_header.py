@@ -149,21 +149,26 @@ def parse_common(cls: type[_Info], buf: bytes, encoding: str, errors: str) -> _I
         chksum = _octal(chksum_field)
         if not _sums_to(buf, chksum - 256 + sum(chksum_field)):
             return None  # maybe the signed checksum, maybe a broken header: frombuf decides
+        octals, texts = _OCTALS, _TEXTS  # a call only on a miss: a hit is what it would give
         obj = cls()
         obj.name = _text(name, encoding, errors)
-        obj.mode = _octal_cached(mode)
-        obj.uid = _octal_cached(uid)
-        obj.gid = _octal_cached(gid)
+        obj.mode = octals[mode] if mode in octals else _octal_cached(mode)
+        obj.uid = octals[uid] if uid in octals else _octal_cached(uid)
+        obj.gid = octals[gid] if gid in octals else _octal_cached(gid)
         obj.size = _octal(size)
-        obj.mtime = _octal_cached(mtime)
+        obj.mtime = octals[mtime] if mtime in octals else _octal_cached(mtime)
         obj.chksum = chksum
         obj.type = kind
-        obj.linkname = _text_cached(linkname, encoding, errors)
-        obj.uname = _text_cached(uname, encoding, errors)
-        obj.gname = _text_cached(gname, encoding, errors)
-        obj.devmajor = _octal_cached(devmajor)
-        obj.devminor = _octal_cached(devminor)
-        prefix = _text_cached(prefix_field, encoding, errors)
+        key = (linkname, encoding, errors)
+        obj.linkname = texts[key] if key in texts else _text_cached(*key)
+        key = (uname, encoding, errors)
+        obj.uname = texts[key] if key in texts else _text_cached(*key)
+        key = (gname, encoding, errors)
+        obj.gname = texts[key] if key in texts else _text_cached(*key)
+        obj.devmajor = octals[devmajor] if devmajor in octals else _octal_cached(devmajor)
+        obj.devminor = octals[devminor] if devminor in octals else _octal_cached(devminor)
+        key = (prefix_field, encoding, errors)
+        prefix = texts[key] if key in texts else _text_cached(*key)
     except (ValueError, UnicodeError):
         return None  # frombuf raises its own error for it
     # frombuf's fix-ups, in its order

@@ -107,8 +107,8 @@ class ForwardTarFile(tarfile.TarFile):
         ):
             return super().next()
         gap = offset - stream.tell()
-        if 0 < gap <= tarfile.BLOCKSIZE:  # the padding after a member's data, read at once
-            if len(stream.read(gap)) < gap:
+        if 0 < gap <= tarfile.BLOCKSIZE:  # the padding after a member's data, at once
+            if stream.skip(gap) < gap:
                 raise tarfile.ReadError("unexpected end of data")
         elif gap:  # as tarfile's next: skip to the header, the data must be there
             stream.seek(offset - 1)
@@ -119,7 +119,7 @@ class ForwardTarFile(tarfile.TarFile):
         )
         if info is None or info.type in _EXTENDED:
             return super().next()  # nothing was taken: tarfile reads the header itself
-        stream.read(tarfile.BLOCKSIZE)
+        stream.skip(tarfile.BLOCKSIZE)  # what peek showed: there
         info.offset = offset
         if self.pax_headers or not isinstance(info, HookedTarInfo):
             member: tarfile.TarInfo = info._proc_member(self)  # type: ignore[attr-defined]
