@@ -70,6 +70,7 @@ from .sandboxes import (
     BENCHMARKS,
     LOCAL_SERVER_NAMES,
     AcquireOptions,
+    FreshWorkspaces,
     ListenerHooks,
     Sandboxes,
     SandboxRecord,
@@ -271,6 +272,12 @@ class EmulatorState:
         """Set the ``auth_data`` of a live sandbox's server item (see :meth:`Sandboxes.set_auth_data
         <.sandboxes.Sandboxes.set_auth_data>`)."""
         self._sandboxes.set_auth_data(sandbox_id, server_name, auth_data)
+
+    def supply_fresh_workspaces(self, supplier: FreshWorkspaces | None) -> None:
+        """Let resets take fresh workspace folders from ``supplier`` (see
+        :meth:`Sandboxes.supply_fresh_workspaces
+        <.sandboxes.Sandboxes.supply_fresh_workspaces>`)."""
+        self._sandboxes.supply_fresh_workspaces(supplier)
 
     def add_listener(self, **hooks: Unpack[ListenerHooks]) -> Callable[[], None]:
         """Subscribe to sandboxes being acquired, going away or being reset; returns an
