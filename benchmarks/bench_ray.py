@@ -15,6 +15,9 @@ Figures:
 * ``ray_dead_worker_leaked``: sandboxes the emulator still lists after a run in which a pool
   task's worker was SIGKILLed mid-task (its task retried) and an actor holding a broker lease
   was ``ray.kill``-ed (its lease released after ``lease_timeout``). Goal 0.
+* ``emulator_acquire_s``, ``emulator_reset_s``, ``emulator_reset_vs_acquire``: what the reset
+  between a pool's samples costs against a fresh acquire, measured first and without Ray (see
+  :mod:`benchmarks._reset`).
 
 The cluster's machines get the key from their environment (set while ``ray.init`` starts
 them), never through Ray.
@@ -30,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _reset
 from benchmarks._common import (
     BenchContext,
     EmulatorProcess,
@@ -149,9 +153,10 @@ def _dead_worker_run(ctx: BenchContext, url: str, token: str) -> dict[str, Any]:
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    """Measure the Ray pool's figures."""
+    """Measure the Ray pool's figures (and first, without Ray, the emulator's reset)."""
     import ray
 
+    resets = _reset.run(ctx)
     token = new_token()
     with EmulatorProcess(
         ctx.emulator_root, acquire_delay=ACQUIRE_DELAY, mcp_at_acquire=False
@@ -194,4 +199,5 @@ def run(ctx: BenchContext) -> list[Figure]:
             {**common, "size": 2, "ideal_s": TASKS * WORK_S / 2, "pool_s": round(two_s, 2)},
         ),
         Figure("ray_dead_worker_leaked", dead["leaked"], "sandboxes", "==", 0, dead),
+        *resets,
     ]

@@ -61,10 +61,13 @@ def sandbox_processes(workspace: Path, *also: Path) -> list[psutil.Process]:
             if process.pid in found:
                 continue
             try:
-                command, cwd = process.cmdline(), process.cwd()
+                command = process.cmdline()
+                ours = any(_binds(command, folder) for folder in folders)
+                if not ours:
+                    cwd = process.cwd()
+                    ours = any(_inside(cwd, folder) for folder in folders)
             except psutil.Error:
                 continue
-            ours = any(_binds(command, folder) or _inside(cwd, folder) for folder in folders)
             if ours:
                 found[process.pid] = process
                 with contextlib.suppress(psutil.Error):

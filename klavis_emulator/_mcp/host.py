@@ -44,7 +44,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 from urllib.parse import parse_qs
 
 import anyio
@@ -320,6 +320,16 @@ class McpHost:
                 await asyncio.wait({task})
 
         asyncio.run_coroutine_threadsafe(waiting(), loop).result(timeout)
+
+    def status(self) -> dict[str, Any]:
+        """On the loop: the servers up (their count), whether servers or spares are being
+        started in the background (``busy``), the spare sets ready by shape (servers joined by
+        commas)."""
+        return {
+            "servers": len(self._backends),
+            "busy": bool(self._warming or self.resets.refilling),
+            "spares": {",".join(shape): n for shape, n in self.resets.spares.ready().items()},
+        }
 
     def warming(self, sandbox_id: str) -> asyncio.Task[None] | None:
         """The background start of the sandbox's servers under way (on the loop), if any."""

@@ -402,7 +402,9 @@ def test_a_release_during_a_reset_leaves_nothing(confined: EmulatorServer) -> No
     with box(confined, servers) as sb:
         sb.reset()  # the shape is wanted from now on: a spare is started
         _fill_the_stock(confined)
-        assert host(confined).resets.spares.ready()
+        status = httpx.get(f"{confined.base_url}/_emulator/mcp", timeout=30).json()
+        assert status["busy"] is False
+        assert status["spares"] == {"filesystem,terminal": 1}
         spares = state.data_dir / "tmp" / "spares"
         folders = [spares / name for name in os.listdir(spares)]
         released: list[int] = []
