@@ -137,9 +137,6 @@ class Backend:
         self._make_process = make_process
         self.relay = ServerRelay(process.transport)
         self.app: Any = proxy_for(self.relay, f"klavis-emulator-{key[1]}").http_app(path="/")
-        self.folders: set[Path] = {process.folder}
-        """Every folder a process of this backend was started on (see
-        :func:`~klavis_emulator._exec.processes.sandbox_processes`)."""
         self.stopping = anyio.Event()
         self.stopped = anyio.Event()
         self.stopped_callback: Callable[[Backend], None] | None = None
@@ -172,7 +169,6 @@ class Backend:
         new = fresh if fresh is not None else self._make_process()
         old, self.process = self.process, new
         self.relay.inner = new.transport
-        self.folders.add(new.folder)
         await old.close()
 
     def log_tail(self, limit: int = 600) -> str:

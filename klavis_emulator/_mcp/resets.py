@@ -84,11 +84,13 @@ class Resets:
                 logger.warning("reset of %s: server processes %s outlived a kill", sandbox_id, left)
 
     async def _hold(self, sandbox_id: str) -> list[Path]:
-        """Hold the requests; the folders the sandbox's server processes were started on
-        (its workspace, and the old path of a spare's folder it was given)."""
+        """Hold the requests; the folders the sandbox's server processes were started on, as
+        their command lines say (the workspace, or the old path of a spare's folder it was
+        given; a process that a server's exit made the transport start again is on the
+        workspace's path, see :meth:`~.backend.ServerProcess.rebind`)."""
         self._held.setdefault(sandbox_id, asyncio.Event())
-        backends = self._host.backends_of(sandbox_id)
-        return sorted({folder for backend in backends.values() for folder in backend.folders})
+        backends = self._host.backends_of(sandbox_id).values()
+        return sorted({backend.process.folder for backend in backends})
 
     # ------------------------------------------------------------------ 2. a spare
 

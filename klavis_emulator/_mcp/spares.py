@@ -5,7 +5,7 @@ quick; what a fresh server costs is its start: measured confined on this project
 machine (load 1 to 7), from spawn to the answer to MCP's ``initialize``: filesystem 0.4-0.5 s,
 terminal 0.5-0.7 s, arxiv 0.6 s, localmemory 0.4-0.9 s, code-runner 1.1-1.3 s,
 desktop-commander 1.4-1.5 s, git 1.6-1.7 s (bubblewrap itself ~0.1 s of it); the seven of the
-MCP-Atlas shape about 6.5 s of CPU in all. A reset that starts them after killing the old
+MCP-Atlas shape about 7 s one after the other. A reset that starts them after killing the old
 ones is as slow as a fresh acquire, however the starts are arranged.
 
 So the reset of a confined sandbox swaps in a **spare**: an empty folder, and one started
@@ -23,10 +23,11 @@ What each way to make a reset cheaper costs, as weighed for this module:
 
 * **Stopping the old processes at once** (SIGKILL to every process of the sandbox, one pass,
   then waiting for them: see :func:`~klavis_emulator._exec.processes.end_processes`) rather
-  than closing each server's stdin and waiting up to 2 s for it to exit, as the MCP SDK
-  does: nothing of the old life is kept, so nothing is lost; measured, the graceful close
-  took 20-430 ms a server one by one, and under Ray's load a reset took 2.2 s (the SDK's
-  2-second grace, then SIGTERM). Taken, always.
+  than closing each server's stdin and waiting for it to exit, up to 2 s before the MCP SDK
+  sends SIGTERM: nothing of the old life is kept, so nothing is lost. Measured at load 1-7,
+  the graceful close took 20-430 ms a server (up to 810 ms; a Ray pool's load made a reset
+  2.2 s); the kill, 45-95 ms for the seven servers of the MCP-Atlas shape together. Taken,
+  always.
 * **Starting fresh servers in parallel**: 7 starts on 2 cores are CPU-bound, so parallel
   starts save only the waits between them; the sum of CPU stays. Taken (it is how a
   sandbox's servers start at acquire, and after a reset without a spare).
