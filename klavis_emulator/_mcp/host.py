@@ -91,9 +91,10 @@ class McpHost:
         sweep_seconds: how often servers of released or expired sandboxes are looked for
             (a backstop for the state's listener hook).
         startup_timeout: how long a request waits for a server's proxy to come up.
-        start_at_acquire: start a sandbox's installed servers in the background as soon as
-            it is acquired (:meth:`warm`), so the first request finds them up, and again
-            after a reset.
+        start_at_acquire: make a sandbox's servers ready in the background as soon as it
+            is acquired (:meth:`warm`: their proxies, installs; their processes start on the
+            first request, since fastmcp 4), and after a reset start again the servers of a
+            sandbox that used them (:meth:`start_servers`; see :mod:`.resets`).
         spares: how many spare server sets of each shape to keep started ahead for resets,
             confined and with ``start_at_acquire`` only (see :mod:`.spares`); 0: none, a
             reset starts fresh servers in the background.
@@ -133,6 +134,8 @@ class McpHost:
             enabled=install if install is not None else os.environ.get(INSTALL_ENV) != "0",
         )
         self._warming: dict[str, asyncio.Task[None]] = {}
+        self._used: set[str] = set()  # sandboxes whose servers got a request in this life
+        self._used_lock = threading.Lock()
         self._backends: dict[Key, Backend] = {}
         self._alive: set[Backend] = set()  # started and not yet stopped, listed or not
         self._starting: dict[Key, anyio.Lock] = {}
@@ -243,6 +246,8 @@ class McpHost:
             for key in [key for key in self._starting if key[0] == sandbox_id]:
                 del self._starting[key]
             self.bridge.spawn(self.resets.forget(sandbox_id))
+            with self._used_lock:
+                self._used.discard(sandbox_id)
 
         self.bridge.call_soon(stop_now)
         mail = self.mail.pop(sandbox_id)
@@ -250,15 +255,23 @@ class McpHost:
             threading.Thread(target=mail.stop, name="mail-stop").start()
 
     def warm(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
-        """Start the sandbox's hosted, installed servers (their processes) in the background;
-        safe from any thread, returns at once (the state calls it at acquire, the host after
-        a reset). A server that fails to start is logged; its first request tries again and
-        reports why. Extra arguments are ignored (listener hook)."""
+        """Make the proxies of the sandbox's hosted, installed servers in the background (and
+        install what is missing), safe from any thread, returns at once (the state calls it at
+        acquire); their processes start on the first request. A server that fails is logged;
+        its first request tries again and reports why. Extra arguments are ignored (listener
+        hook)."""
+        self._begin_warm(sandbox_id, processes=False)
 
+    def start_servers(self, sandbox_id: str) -> None:
+        """Like :meth:`warm`, and start the servers' processes too (after a reset, for a
+        sandbox whose servers were used: see :mod:`.resets`)."""
+        self._begin_warm(sandbox_id, processes=True)
+
+    def _begin_warm(self, sandbox_id: str, *, processes: bool) -> None:
         def warm_now() -> None:
             if self._task_group is None or self._closing:
                 return
-            task = self.bridge.spawn(self._warm(sandbox_id))
+            task = self.bridge.spawn(self._warm(sandbox_id, processes))
             self._warming[sandbox_id] = task
 
             def done(finished: asyncio.Task[None]) -> None:
@@ -269,7 +282,7 @@ class McpHost:
 
         self.bridge.call_soon(warm_now)
 
-    async def _warm(self, sandbox_id: str) -> None:
+    async def _warm(self, sandbox_id: str, processes: bool) -> None:
         record = await anyio.to_thread.run_sync(live_record, self.state, sandbox_id)
         if record is None:
             return
@@ -288,6 +301,8 @@ class McpHost:
                 await self.resets.passed(sandbox_id)
                 async with self._starting.setdefault(key, anyio.Lock()):
                     backend = await self._ensure_backend(key)
+                if not processes:
+                    return
                 process = backend.process
                 try:
                     with anyio.fail_after(self._startup_timeout):
@@ -349,6 +364,20 @@ class McpHost:
         asyncio.run_coroutine_threadsafe(waiting(), loop).result(timeout)
 
     # ------------------------------------------------------------------ for resets
+
+    def used(self, sandbox_id: str) -> bool:
+        """Whether the sandbox's servers got an MCP request in its life so far (since it was
+        acquired or last reset); safe from any thread."""
+        with self._used_lock:
+            return sandbox_id in self._used
+
+    def begin_life(self, sandbox_id: str) -> bool:
+        """Start counting the sandbox's requests again (a reset); whether its last life used
+        its servers."""
+        with self._used_lock:
+            was = sandbox_id in self._used
+            self._used.discard(sandbox_id)
+            return was
 
     def backends_of(self, sandbox_id: str) -> dict[Key, Backend]:
         """The sandbox's backends (on the loop)."""
@@ -466,7 +495,10 @@ class McpHost:
         await self.resets.passed(sandbox_id)
         lock = self._starting.setdefault(key, anyio.Lock())
         async with lock:
-            return await self._ensure_backend(key)
+            backend = await self._ensure_backend(key)
+        with self._used_lock:
+            self._used.add(sandbox_id)
+        return backend
 
     async def _ensure_backend(self, key: Key, process: ServerProcess | None = None) -> Backend:
         """The backend of ``key``, made if there is none (with ``process``, a spare's, as its

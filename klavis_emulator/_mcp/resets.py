@@ -12,13 +12,14 @@ three times, from the resetting request's thread:
    the workspace (the old one is renamed away and deleted) before emptying it as ever.
 3. :meth:`Resets.restart` (``on_reset``), after the workspace was emptied (and refilled, for
    a benchmark's sandbox): each proxy of the sandbox gets a fresh process, the spare's when
-   the workspace is the spare's folder, else a new one started in the background; the old
-   processes are closed (they were killed); the held requests go on; another spare of the
-   shape is started once the sandbox's own servers are up.
+   the workspace is the spare's folder, else a new one; the old processes are closed (they
+   were killed); the held requests go on. If the sandbox's servers got a request in the life
+   that ended, the new processes start in the background, and another spare of the shape
+   once they are up; else they start on their first request, as after an acquire.
 
 So when a reset answers, no process of the sandbox's old life runs, and its servers are up
-(a spare's) or starting (a request waits for its server: it reaches the transport of the new
-process, which is connecting, never an old process).
+(a spare's), starting, or started by their first request (which waits for its server: it
+reaches the transport of the new process, never an old one).
 """
 
 from __future__ import annotations
@@ -97,10 +98,13 @@ class Resets:
     def spare_workspace(self, sandbox_id: str, server_names: Sequence[str]) -> Path | None:
         """For the state, while it resets ``sandbox_id`` (its lock held): the folder of a
         ready spare of the sandbox's shape, which the state is to make the sandbox's
-        workspace; None when there is none, or none are kept (unconfined, ``spares=0``,
-        without ``start_at_acquire``)."""
+        workspace; None when there is none, when the sandbox's servers got no request in
+        the life that ends, or when none are kept (unconfined, ``spares=0``, without
+        ``start_at_acquire``)."""
         host = self._host
         if self.spares.per_shape == 0 or not host.start_at_acquire or not host.confined:
+            return None
+        if not host.used(sandbox_id):  # a life without MCP: the next one likely too
             return None
         return self.spares.reserve(sandbox_id, self.shape(server_names))
 
@@ -153,8 +157,8 @@ class Resets:
             gate = self._held.pop(sandbox_id, None)
             if gate is not None:
                 gate.set()
-        if host.start_at_acquire:
-            host.warm(sandbox_id)
+        if host.begin_life(sandbox_id) and host.start_at_acquire:
+            host.start_servers(sandbox_id)
             shape = self.spares.wanted(sandbox_id)
             if shape is not None:
                 self._refill(sandbox_id, shape)

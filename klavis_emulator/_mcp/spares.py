@@ -29,23 +29,28 @@ What each way to make a reset cheaper costs, as weighed for this module:
   2.2 s); the kill, 45-95 ms for the seven servers of the MCP-Atlas shape together. Taken,
   always.
 * **Starting fresh servers in parallel**: 7 starts on 2 cores are CPU-bound, so parallel
-  starts save only the waits between them; the sum of CPU stays. Taken (it is how a
-  sandbox's servers start at acquire, and after a reset without a spare).
+  starts save only the waits between them; the sum of CPU stays. Taken where a sandbox
+  waits for them (its first requests; after a reset without a spare); a spare, which no
+  one waits for, starts its servers one at a time, leaving a core to the sandboxes at work.
 * **Answering the reset before the fresh servers are up** (a start in the background; the
   first MCP call waits for its server: a request goes through the sandbox's proxy to the
   transport of its current process, which is connecting, never to an old process): the
-  answer comes after the kill and the emptying, ~0.1-0.2 s, but the first call then waits
-  for the rest of the start, so the sandbox is ready no sooner than a fresh acquire's.
-  Taken when there is no spare (the first reset of a shape, two resets faster than a spare
-  can be started, unconfined, ``spares=0``).
-* **A stock of spares** (this module): the sandbox is ready when the reset answers. Memory:
-  one spare set per shape being reset, for the whole emulator (the stock holds
-  ``per_shape`` sets, default 1, of each shape that a live sandbox was reset with, and
-  drops them when the last such sandbox goes), not a spare set per sandbox: a sandbox's own
-  servers are what they were. CPU: a spare costs what a fresh start costs, spent in the
-  background after the reset rather than before its first call. Confined only: unconfined,
-  a server's command line names the workspace's host path, which the rename would make
-  wrong (those resets start fresh servers in the background).
+  answer comes after the kill and the emptying (0.1-0.5 s at load 10-15), but the first
+  call then waits for the rest of the start, so the sandbox is ready no sooner than after a
+  fresh acquire (4.6-5.9 s for the MCP-Atlas shape against 5.1-7.0 s). Taken when there is
+  no spare (the first reset of a shape, two resets faster than a spare can be started,
+  unconfined, ``spares=0``).
+* **A stock of spares** (this module): the sandbox is ready when the reset answers (1.0-1.6
+  s for the MCP-Atlas shape, of which the first calls themselves, to servers already up,
+  0.6-1.0 s). Memory: one spare set per shape being reset, for the whole emulator (the
+  stock holds ``per_shape`` sets, default 1, of each shape that a live sandbox was reset
+  with, and drops them when the last such sandbox goes): about 340 MiB PSS for the
+  MCP-Atlas shape, 143 MiB for filesystem+git+terminal, not a spare set per sandbox. CPU: a
+  spare costs what a fresh start costs, spent in the background after the reset rather than
+  before its first call. Only for a sandbox whose servers got a request in the life the
+  reset ends (a pool running code without MCP starts no server for it); only confined:
+  unconfined, a server's command line names the workspace's host path, which the rename
+  would make wrong (those resets start fresh servers in the background).
 * **A stock per server kind** rather than per shape: each process would bind a folder of
   its own, and a sandbox's servers must share one workspace; making a folder appear later
   under a process's ``/data`` needs mount propagation from the host (root, a shared mount).

@@ -400,11 +400,13 @@ def test_a_release_during_a_reset_leaves_nothing(confined: EmulatorServer) -> No
     servers = ["filesystem", "terminal"]
     state = confined.state
     with box(confined, servers) as sb:
-        sb.reset()  # the shape is wanted from now on: a spare is started
+        sb.write("a.txt", "1")
+        sb.reset()  # its servers were used: the shape is wanted from now on, a spare starts
         _fill_the_stock(confined)
         status = httpx.get(f"{confined.base_url}/_emulator/mcp", timeout=30).json()
         assert status["busy"] is False
         assert status["spares"] == {"filesystem,terminal": 1}
+        sb.write("b.txt", "2")  # this life used its servers too: the next reset takes a spare
         spares = state.data_dir / "tmp" / "spares"
         folders = [spares / name for name in os.listdir(spares)]
         released: list[int] = []
@@ -442,15 +444,20 @@ def test_a_release_during_a_reset_leaves_nothing(confined: EmulatorServer) -> No
         assert (sb.id, "filesystem") not in host(confined).running()
 
 
-# ---------------------------------------------------------------------- at acquire
+# ---------------------------------------------------------------------- without MCP
 
 
-def test_the_servers_processes_start_at_acquire_before_any_request(
+def test_a_reset_of_a_sandbox_whose_servers_got_no_request_starts_none(
     confined: EmulatorServer,
 ) -> None:
-    with box(confined, ["filesystem", "git", "terminal"]) as sb:
-        host(confined).wait_warm(sb.id, timeout=300)
-        # one bubblewrap per server, each binding the workspace, and no request was made
-        ours = [p for p in sandbox_processes(sb.workspace) if p.ppid() == os.getpid()]
-        assert len(ours) == 3
-        assert {os.path.basename(p.exe()) for p in ours} == {"bwrap"}
+    # a pool running code without MCP: its resets start no server, and no spare for it
+    with box(confined, ["filesystem", "git"]) as sb:
+        identity = sb.identity()
+        for _ in range(2):
+            sb.reset()
+            _fill_the_stock(confined)
+            assert sandbox_processes(sb.workspace) == []
+            assert ("filesystem", "git") not in host(confined).resets.spares.ready()
+        assert sb.identity() == identity
+        # its servers still answer, started by their first request
+        assert sb.call("filesystem", "list_allowed_directories", {}).strip().endswith(sb.seen)
