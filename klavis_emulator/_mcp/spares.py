@@ -35,14 +35,14 @@ What each way to make a reset cheaper costs, as weighed for this module:
 * **Answering the reset before the fresh servers are up** (a start in the background; the
   first MCP call waits for its server: a request goes through the sandbox's proxy to the
   transport of its current process, which is connecting, never to an old process): the
-  answer comes after the kill and the emptying (0.1-0.5 s at load 10-15), but the first
+  answer comes after the kill and the emptying (0.1-0.5 s at load 6-15), but the first
   call then waits for the rest of the start, so the sandbox is ready no sooner than after a
-  fresh acquire (4.6-5.9 s for the MCP-Atlas shape against 5.1-7.0 s). Taken when there is
-  no spare (the first reset of a shape, two resets faster than a spare can be started,
-  unconfined, ``spares=0``).
-* **A stock of spares** (this module): the sandbox is ready when the reset answers (1.0-1.6
-  s for the MCP-Atlas shape, of which the first calls themselves, to servers already up,
-  0.6-1.0 s). Memory: one spare set per shape being reset, for the whole emulator (the
+  fresh acquire (3.5-4.7 s for the MCP-Atlas shape against 4.0-5.3 s, load 6-12). Taken
+  when there is no spare (the first reset of a shape, two resets faster than a spare can be
+  started, unconfined, ``spares=0``).
+* **A stock of spares** (this module): the sandbox is ready when the reset answers (0.7-1.3
+  s for the MCP-Atlas shape at load 6-12, of which the first calls themselves, to servers
+  already up, 0.46-0.68 s). Memory: one spare set per shape being reset, for the whole emulator (the
   stock holds ``per_shape`` sets, default 1, of each shape that a live sandbox was reset
   with, and drops them when the last such sandbox goes): about 340 MiB PSS for the
   MCP-Atlas shape, 143 MiB for filesystem+git+terminal, not a spare set per sandbox. CPU: a
