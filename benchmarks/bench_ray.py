@@ -17,6 +17,9 @@ Figures:
   was ``ray.kill``-ed (its lease released after ``lease_timeout``). Goal 0.
 * ``template_seed_speedup``: 16 seeds of a 2,000-file tree from one ``SeedTemplate`` against
   16 plain seeds, measured first and without Ray (``benchmarks/_template_seed.py``). Goal >= 1.4.
+* ``emulator_acquire_s``, ``emulator_reset_s``, ``emulator_reset_vs_acquire``: what the reset
+  between a pool's samples costs against a fresh acquire, measured first and without Ray (see
+  :mod:`benchmarks._reset`).
 
 The cluster's machines get the key from their environment (set while ``ray.init`` starts
 them), never through Ray.
@@ -32,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _reset
 from benchmarks._common import (
     BenchContext,
     EmulatorProcess,
@@ -152,10 +156,11 @@ def _dead_worker_run(ctx: BenchContext, url: str, token: str) -> dict[str, Any]:
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    """Measure the Ray pool's figures."""
+    """Measure the Ray pool's figures (and first, without Ray, the emulator's reset)."""
     import ray
 
     template = template_seed_figure(ctx.emulator_root, ctx.scratch, ctx.repeats)  # no Ray
+    resets = _reset.run(ctx)
     token = new_token()
     with EmulatorProcess(
         ctx.emulator_root, acquire_delay=ACQUIRE_DELAY, mcp_at_acquire=False
@@ -199,4 +204,5 @@ def run(ctx: BenchContext) -> list[Figure]:
         ),
         Figure("ray_dead_worker_leaked", dead["leaked"], "sandboxes", "==", 0, dead),
         template,
+        *resets,
     ]
