@@ -7,7 +7,6 @@ import asyncio
 import base64
 import builtins
 import contextlib
-import dataclasses
 import hashlib
 import inspect
 import io
@@ -30,6 +29,11 @@ import httpx
 import pytest
 
 import workflows
+
+# the Ray clusters' helpers live in tests/ray_helpers.py; test modules import them from here
+from tests.ray_helpers import RayCluster as RayCluster
+from tests.ray_helpers import end_ray_children as end_ray_children
+from tests.ray_helpers import start_cluster as start_cluster
 from workflows import EmulatorProcess
 
 # The emulator is imported where it is used: the MCP tests also run in a venv with mcp 1.x and
@@ -241,64 +245,6 @@ def git_repo(folder: Path, *, object_format: str = "sha1") -> Path:
     git(folder, "add", ".")
     git(folder, "commit", "-qm", "first")
     return folder
-
-
-@dataclasses.dataclass
-class RayCluster:
-    """The session's local Ray cluster: the key and emulator its machines' environment names,
-    their ledger's folder, and the address another driver connects to."""
-
-    token: str
-    base_url: str
-    state_dir: Path
-    address: str = ""
-
-
-def start_ray(ray: Any) -> Any:
-    """``ray.init`` of a local 2-CPU cluster that waits up to 180 s for its raylet.
-
-    Ray waits a fixed 30 s for its raylet to register (``raylet_start_wait_time_s`` in
-    ray/_private/node.py, not configurable), which a 2-core machine running other suites does
-    not meet (seen at load averages of 9 to 11: every start failed). Its ``get_node`` is
-    polled with the patience this machine needs while ``ray.init`` runs, then put back; a
-    start that fails anyway leaves none of its processes behind.
-    """
-    services = ray._private.services
-    original = services.get_node
-
-    def patient(*args: Any, **kwargs: Any) -> Any:
-        end = time.monotonic() + 180
-        while True:
-            try:
-                return original(*args, **kwargs)
-            except RuntimeError:
-                if time.monotonic() > end:
-                    raise
-                time.sleep(0.5)  # polling Ray's own registry, as Ray does
-
-    services.get_node = patient
-    try:
-        return ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    except BaseException:
-        ray.shutdown()
-        end_ray_children()
-        raise
-    finally:
-        services.get_node = original
-
-
-def end_ray_children() -> None:
-    """Kill the Ray processes a failed ``ray.init`` of this process left behind (its agents
-    outlive it otherwise); only this process's own children, and only Ray's."""
-    import psutil
-
-    for child in psutil.Process().children(recursive=True):
-        try:
-            command = " ".join(child.cmdline())
-            if command.startswith("ray::") or "/ray/" in command:
-                child.kill()
-        except psutil.Error:
-            pass
 
 
 def as_from_a_shell() -> None:
