@@ -31,6 +31,7 @@ import pytest
 import workflows
 
 # the Ray clusters' helpers live in tests/ray_helpers.py; test modules import them from here
+from tests.ray_helpers import RAY_TEST_TIMEOUT as RAY_TEST_TIMEOUT
 from tests.ray_helpers import RayCluster as RayCluster
 from tests.ray_helpers import end_ray_children as end_ray_children
 from tests.ray_helpers import start_cluster as start_cluster

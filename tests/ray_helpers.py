@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NODE_OPTIONS",
+    "RAY_TEST_TIMEOUT",
     "START_ATTEMPTS",
     "RayCluster",
     "end_ray_children",
@@ -74,8 +75,17 @@ NODE_OPTIONS: dict[str, Any] = {
 """What every node of a test cluster is started with (``Cluster.add_node`` keywords, the
 parameters of ``ray start``)."""
 
-START_ATTEMPTS = 4
-"""Starts tried per node before giving up (each a fresh Ray session)."""
+START_ATTEMPTS = 6
+"""Starts tried per node before giving up (each a fresh Ray session; a failed one takes ~50 s:
+the raylet's 15 s, then the driver's 30 s). 4 were not enough once: a 3-node cluster's first
+node failed 4 times in a row at load 13 to 14, the run's other test process running Ray tests
+beside it."""
+
+RAY_TEST_TIMEOUT = 1800
+"""The pytest-timeout of a Ray test module's tests (``pytest.mark.timeout``): the first Ray test
+of a test process pays for its cluster's start (pytest-timeout counts fixtures), which may
+wait for the other processes' starts under the lock and take up to ``START_ATTEMPTS`` attempts
+per node."""
 
 _STARTUP_TIMEOUT = "timed out during startup"  # Ray's message when its raylet did not register
 

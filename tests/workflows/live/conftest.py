@@ -1,5 +1,5 @@
 """Fixtures of the live pool tests: ``make_pool`` (a pool of the test's face) and ``gate``; of
-the Ray tests: ``ray_cluster`` (one per test process), ``ray_multinode`` (three nodes, one per
+the Ray tests: ``ray_cluster`` (one per test process), ``ray_multinode`` (two nodes, one per
 module that asks for it), ``ray_conn`` and ``broker_name``."""
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ def ray_cluster(
 def _multinode_cluster(
     emulator_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RayCluster]:
-    """The three nodes of ``ray_multinode``, started once per module that asks for them."""
-    cluster = _start((1, 1, 1), "ray-multinode", emulator_url, tmp_path_factory)
+    """The two nodes of ``ray_multinode``, started once per module that asks for them."""
+    cluster = _start((1, 1), "ray-multinode", emulator_url, tmp_path_factory)
     assert cluster.cluster is not None
     yield cluster
     # Cluster.shutdown resets the driver's internal KV client, whichever cluster it is on
@@ -112,8 +112,8 @@ def _multinode_cluster(
 
 @pytest.fixture
 def ray_multinode(_multinode_cluster: RayCluster) -> Iterator[RayCluster]:
-    """A local Ray cluster of three nodes (the head and two more, one CPU each, every node a
-    raylet and agents of its own on this machine), the driver connected to it for the test:
+    """A local Ray cluster of two nodes (the head and one more, one CPU each, each node a raylet
+    and agents of its own on this machine), the driver connected to it for the test:
     what a lost node, or work spread over nodes, needs. One cluster per module (its nodes
     start once, one after the other, as :func:`ray_cluster`'s), a tenant of its own, its key
     in the nodes' environment as :func:`ray_cluster`'s.

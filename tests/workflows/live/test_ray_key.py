@@ -19,13 +19,13 @@ import pytest
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from tests.helpers import RayCluster, listed_sandboxes
+from tests.helpers import RAY_TEST_TIMEOUT, RayCluster, listed_sandboxes
 from workflows import InvalidInputError, LocalSandbox
 from workflows.ray import RaySandboxPool, SandboxBroker
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(RAY_TEST_TIMEOUT)]  # a cluster's start
 
 ANOTHER_JOB = """
 import sys, ray
@@ -163,7 +163,7 @@ def test_every_node_of_a_cluster_gives_its_workers_the_key_from_its_own_environm
     ray_multinode: RayCluster,
 ) -> None:
     alive = [node["NodeID"] for node in ray.nodes() if node["Alive"]]  # type: ignore[no-untyped-call]
-    assert len(alive) == 3
+    assert len(alive) == 2
     pinned = [
         _node_and_key_digest.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)

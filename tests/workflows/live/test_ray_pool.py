@@ -24,14 +24,20 @@ import pytest
 import ray
 
 import workflows.ray
-from tests.helpers import RayCluster, expect_children_to_get_sigint, listed_sandboxes, wait_until
+from tests.helpers import (
+    RAY_TEST_TIMEOUT,
+    RayCluster,
+    expect_children_to_get_sigint,
+    listed_sandboxes,
+    wait_until,
+)
 from workflows import LocalSandbox, TaskTimeoutError, WorkerDiedError
 from workflows.ray import RaySandboxPool, SandboxBroker
 
 # Ray ships this module's functions and classes by value: its workers need not import tests/.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(RAY_TEST_TIMEOUT)]  # a cluster's start
 DRIVER = Path(__file__).with_name("ray_driver.py")
 
 
