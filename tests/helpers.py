@@ -7,7 +7,6 @@ import asyncio
 import base64
 import builtins
 import contextlib
-import dataclasses
 import hashlib
 import inspect
 import io
@@ -30,6 +29,12 @@ import httpx
 import pytest
 
 import workflows
+
+# the Ray clusters' helpers live in tests/ray_helpers.py; test modules import them from here
+from tests.ray_helpers import RAY_TEST_TIMEOUT as RAY_TEST_TIMEOUT
+from tests.ray_helpers import RayCluster as RayCluster
+from tests.ray_helpers import end_ray_children as end_ray_children
+from tests.ray_helpers import start_cluster as start_cluster
 from workflows import EmulatorProcess
 
 # The emulator is imported where it is used: the MCP tests also run in a venv with mcp 1.x and
@@ -243,74 +248,39 @@ def git_repo(folder: Path, *, object_format: str = "sha1") -> Path:
     return folder
 
 
-@dataclasses.dataclass
-class RayCluster:
-    """The session's local Ray cluster: the key and emulator its machines' environment names,
-    their ledger's folder, and the address another driver connects to."""
+def expect_children_to_get_sigint() -> None:
+    """Fail, saying why, where a child started now from this thread could not answer Ctrl-C:
+    SIGINT blocked in this thread (a child inherits the mask of the thread that forks it, and
+    keeps it through ``exec``) or ignored in this process (``SIG_IGN`` outlives ``exec``, and
+    Python then installs no ``KeyboardInterrupt`` handler). Called before starting a child the
+    test sends SIGINT, so that a test process in such a state fails the test with its cause
+    instead of hanging it.
 
-    token: str
-    base_url: str
-    state_dir: Path
-    address: str = ""
-
-
-def start_ray(ray: Any) -> Any:
-    """``ray.init`` of a local 2-CPU cluster that waits up to 180 s for its raylet.
-
-    Ray waits a fixed 30 s for its raylet to register (``raylet_start_wait_time_s`` in
-    ray/_private/node.py, not configurable), which a 2-core machine running other suites does
-    not meet (seen at load averages of 9 to 11: every start failed). Its ``get_node`` is
-    polled with the patience this machine needs while ``ray.init`` runs, then put back; a
-    start that fails anyway leaves none of its processes behind.
+    Why a check and not a reset in the child (the ``preexec_fn`` these tests had): one full run
+    with Ray clusters in the test processes once saw every child sent SIGINT hang, printing
+    nothing, while those sent SIGTERM ended. Measured since, with ray 2.60.0: in one pytest
+    process, the Ray pool's and broker's tests on a cluster, then the SIGINT tests, each
+    child's state read in it between fork and exec; and a driver's threads and children read
+    after ``ray.init`` started a cluster, after a task, after ``ray.shutdown``. Every child was
+    forked by the main thread, or a thread the driver started, with SIGINT neither blocked nor
+    ignored, and each answered SIGINT: the hang was not reproduced, and its cause is not the
+    signal state Ray leaves in the driver. Ray does block SIGINT, but elsewhere: in its
+    own threads of the driver (``worker.io``, ``worker.user_obj``, ``task_event_buff``), which
+    fork no child of ours, and in the processes it starts (``start_ray_process`` in
+    ray/_private/services.py blocks it before ``exec``), whose children then cannot be
+    interrupted (ray-project/ray#31805). A ``preexec_fn`` also makes Python fork and run Python
+    code in the child of a process full of threads (Ray's, gRPC's, the emulator's) instead of
+    ``vfork`` straight to ``exec``: Python's documentation warns that it may deadlock there.
     """
-    services = ray._private.services
-    original = services.get_node
-
-    def patient(*args: Any, **kwargs: Any) -> Any:
-        end = time.monotonic() + 180
-        while True:
-            try:
-                return original(*args, **kwargs)
-            except RuntimeError:
-                if time.monotonic() > end:
-                    raise
-                time.sleep(0.5)  # polling Ray's own registry, as Ray does
-
-    services.get_node = patient
-    try:
-        return ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    except BaseException:
-        ray.shutdown()
-        end_ray_children()
-        raise
-    finally:
-        services.get_node = original
-
-
-def end_ray_children() -> None:
-    """Kill the Ray processes a failed ``ray.init`` of this process left behind (its agents
-    outlive it otherwise); only this process's own children, and only Ray's."""
-    import psutil
-
-    for child in psutil.Process().children(recursive=True):
-        try:
-            command = " ".join(child.cmdline())
-            if command.startswith("ray::") or "/ray/" in command:
-                child.kill()
-        except psutil.Error:
-            pass
-
-
-def as_from_a_shell() -> None:
-    """A ``preexec_fn`` for a child the test sends Ctrl-C (SIGINT): the child starts with SIGINT
-    at its default and unblocked, as a process a user's shell starts, whatever the test process's
-    own state is. A signal ignored or blocked in the parent outlives ``exec`` in the child (only
-    handlers are reset). Seen in one full run with Ray clusters in the test processes: from
-    some point on, every child sent SIGINT hung, printing nothing, while those sent SIGTERM
-    ended; the cause was not found. What these tests check is how the library answers Ctrl-C,
-    not the state the test process is in."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    with open("/proc/self/status") as status:
+        ignoring = next(int(line.split()[1], 16) for line in status if line.startswith("SigIgn"))
+    ignored = bool(ignoring & (1 << (signal.SIGINT - 1)))
+    if blocked or ignored:
+        raise AssertionError(
+            f"a child started now would not answer SIGINT: blocked in thread "
+            f"{threading.current_thread().name}: {blocked}; ignored in this process: {ignored}"
+        )
 
 
 def wait_until(check: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
