@@ -14,6 +14,7 @@ import importlib.util
 import inspect
 import io
 import os
+import pkgutil
 import re
 import signal
 import socket
@@ -284,6 +285,16 @@ def expect_children_to_get_sigint() -> None:
             f"a child started now would not answer SIGINT: blocked in thread "
             f"{threading.current_thread().name}: {blocked}; ignored in this process: {ignored}"
         )
+
+
+def import_the_library() -> None:
+    """Import every module of ``workflows`` (but the Ray extra's and the CLI's), before a test
+    patches a function other modules import by name: ``import workflows`` leaves most modules
+    to their first use, and one first imported while the patch is on would keep the patched
+    function after the test."""
+    for found in pkgutil.walk_packages(workflows.__path__, "workflows."):
+        if not found.name.startswith(("workflows.ray", "workflows._cli", "workflows.__main__")):
+            importlib.import_module(found.name)
 
 
 def wait_until(check: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
@@ -615,7 +626,10 @@ def names_for_type_checkers(module_name: str, package: str) -> dict[str, object]
     module = sys.modules[module_name]
     names: dict[str, object] = {}
     for node in ast.parse(inspect.getsource(module)).body:
-        if not (isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"):
+        if not (
+            isinstance(node, ast.If)
+            and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        ):
             continue
         for statement in node.body:
             if not isinstance(statement, ast.ImportFrom):

@@ -12,7 +12,7 @@ Configuration comes from arguments, then ``KLAVIS_API_KEY`` / ``KLAVIS_BASE_URL`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import typing  # typing.TYPE_CHECKING: the namespace holds public names and modules only
 
 from ._acquire import AcquireOptions, AttachOptions, ConnectionOptions, ReleaseOptions
 from ._async_sandbox import AsyncLocalSandbox, PendingSandbox, async_list_sandboxes
@@ -75,7 +75,7 @@ from ._tracing import TRACING_ENV, disable_tracing, enable_tracing
 # emulator's process, and the distribution's metadata for ``__version__``). Type checkers and
 # editors read them here. ``_LAZY`` says where each one lives; tests/workflows/test_imports.py
 # checks that it matches these imports and ``__all__``.
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from ._emulator_process import EmulatorProcess
     from ._execution import AsyncExecution, Execution
     from ._host_limits import HOST_MAX_ACQUIRES_PER_SECOND_ENV, HOST_MAX_SANDBOXES_ENV, HostLimits
@@ -306,7 +306,7 @@ def _names() -> list[str]:
 
 # Hidden from type checkers, which would otherwise accept any name ``from workflows import``
 # (the names above are all they need to see).
-if not TYPE_CHECKING:
+if not typing.TYPE_CHECKING:
     __getattr__ = _load
     __dir__ = _names
 

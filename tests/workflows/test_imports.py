@@ -175,7 +175,7 @@ def test_type_checkers_see_exactly_the_lazy_names() -> None:
     (block,) = [
         node
         for node in tree.body
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "typing.TYPE_CHECKING"
     ]
     seen = {
         alias.name: (statement.module or "")
