@@ -83,6 +83,7 @@ EAGER = {
     "workflows._redaction",
     "workflows._sandbox",
     "workflows._sandbox_base",
+    "workflows._state_files",
     "workflows._tracing",
 }
 
