@@ -3,14 +3,18 @@ conftest."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import base64
 import builtins
 import contextlib
+import functools
 import hashlib
+import importlib.util
 import inspect
 import io
 import os
+import pkgutil
 import re
 import signal
 import socket
@@ -281,6 +285,16 @@ def expect_children_to_get_sigint() -> None:
             f"a child started now would not answer SIGINT: blocked in thread "
             f"{threading.current_thread().name}: {blocked}; ignored in this process: {ignored}"
         )
+
+
+def import_the_library() -> None:
+    """Import every module of ``workflows`` (but the Ray extra's and the CLI's), before a test
+    patches a function other modules import by name: ``import workflows`` leaves most modules
+    to their first use, and one first imported while the patch is on would keep the patched
+    function after the test."""
+    for found in pkgutil.walk_packages(workflows.__path__, "workflows."):
+        if not found.name.startswith(("workflows.ray", "workflows._cli", "workflows.__main__")):
+            importlib.import_module(found.name)
 
 
 def wait_until(check: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
@@ -588,7 +602,8 @@ def public_callables(package: ModuleType) -> Iterator[tuple[str, Callable[..., A
 
 
 def types_named_by(fn: Callable[..., Any], package: str) -> set[str]:
-    """The classes of ``package`` that ``fn``'s annotations name (read as written)."""
+    """The classes of ``package`` that ``fn``'s annotations name (read as written), whether its
+    module imports them or imports them only for type checkers (``if TYPE_CHECKING:``)."""
     module = sys.modules[fn.__module__]
     found: set[str] = set()
     for param, annotation in fn.__annotations__.items():
@@ -596,9 +611,38 @@ def types_named_by(fn: Callable[..., Any], package: str) -> set[str]:
             continue
         for word in _ANNOTATION_NAME.findall(str(annotation)):
             obj = getattr(module, word, None)
+            if obj is None:
+                obj = names_for_type_checkers(module.__name__, package).get(word)
             if (inspect.isclass(obj) or _is_alias(obj)) and _module_of(obj).startswith(package):
                 found.add(word)
     return found
+
+
+@functools.cache
+def names_for_type_checkers(module_name: str, package: str) -> dict[str, object]:
+    """What ``module_name`` imports from ``package`` only for type checkers (``if
+    TYPE_CHECKING:``, where the library keeps the names its annotations alone need), imported
+    here: name -> object."""
+    module = sys.modules[module_name]
+    names: dict[str, object] = {}
+    for node in ast.parse(inspect.getsource(module)).body:
+        if not (
+            isinstance(node, ast.If)
+            and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        ):
+            continue
+        for statement in node.body:
+            if not isinstance(statement, ast.ImportFrom):
+                continue
+            source = importlib.util.resolve_name(
+                "." * statement.level + (statement.module or ""), module.__package__
+            )
+            if source.split(".")[0] != package:
+                continue
+            imported = importlib.import_module(source)
+            for alias in statement.names:
+                names[alias.asname or alias.name] = getattr(imported, alias.name)
+    return names
 
 
 def _is_alias(obj: object) -> bool:
