@@ -194,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
         "mcp_at_acquire",
         "start a sandbox's MCP servers on their first request (default: at acquire)",
     )
+    option(
+        "--mcp-spares",
+        int,
+        "spare MCP server sets per sandbox shape kept started for resets (0: none)" + DEFAULT,
+        metavar="N",
+    )
     option("--signed-url-minutes", int, "validity of signed URLs" + DEFAULT, metavar="MINUTES")
     option("--max-upload-mb", float, "upload size cap" + DEFAULT, metavar="MB")
     parser.add_argument(

@@ -430,6 +430,34 @@ def error_from_status(
     return cls(message, **common)
 
 
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def retry_backoff(exc: Exception) -> bool | float:
+    """stamina backoff hook: which failures of a *safe* operation are worth another try.
+
+    Returns False (give up), True (default backoff) or the seconds the server asked for. Here,
+    beside the tree it reads, and not with the HTTP plumbing (:mod:`workflows._transport`): the
+    flows ask it too, and they are imported with ``workflows``, where httpx is not.
+
+    >>> retry_backoff(ServerError("x", status_code=503)), retry_backoff(ValueError("x"))
+    (True, False)
+    """
+    if isinstance(exc, RateLimitError):
+        return exc.retry_after if exc.retry_after is not None else True
+    if isinstance(exc, ServerError):
+        return exc.status_code in RETRYABLE_STATUSES
+    if isinstance(exc, ApiError):
+        return False
+    if isinstance(exc, ApiConnectionError):
+        return True
+    if isinstance(exc, TransferTimeoutError):  # its deadline covers the retries: it is spent
+        return False
+    if isinstance(exc, TransferError):
+        return exc.status_code is None or exc.status_code in RETRYABLE_STATUSES
+    return False
+
+
 #: The errors of a write that the destination could not hold: a full disk, a full quota, a file
 #: size limit (``ulimit -f``, or a file system's largest file), a failing disk.
 NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})

@@ -310,25 +310,24 @@ def requirement_lines(requirements: object) -> list[str]:
     return _flatten("\n".join(texts), Path.cwd(), "requirements=", (), _Budget(""))
 
 
-def _from_disk(key: str, name: str, path: Path) -> list[SourceFile]:
+def _from_disk(key: str, name: str, path: Path, label: str = "") -> list[SourceFile]:
     """The entries of ``files={key: Path}``: one file, or a folder's planned contents below
-    ``name``."""
+    ``name`` (``label``: how messages name the argument, ``files[key] = path`` by default)."""
+    label = label or f"files[{key!r}] = {os.fspath(path)!r}"
     try:
         st = path.stat()
     except FileNotFoundError:
-        raise InvalidInputError(f"files[{key!r}] = {os.fspath(path)!r} does not exist") from None
+        raise InvalidInputError(f"{label} does not exist") from None
     except OSError as exc:
-        raise InvalidInputError(
-            f"files[{key!r}] = {os.fspath(path)!r} cannot be read ({exc.strerror})"
-        ) from None
+        raise InvalidInputError(f"{label} cannot be read ({exc.strerror})") from None
     if stat.S_ISDIR(st.st_mode):
         planned = plan_directory(path, gitignore=True)
         return [dataclasses.replace(e, name=f"{name}/{e.name}") for e in planned]
     if not stat.S_ISREG(st.st_mode):
-        raise InvalidInputError(f"files[{key!r}] = {os.fspath(path)!r} is not a file or folder")
+        raise InvalidInputError(f"{label} is not a file or folder")
     if st.st_size > DEFAULT_MAX_FILE_SIZE:
         raise InvalidInputError(
-            f"files[{key!r}] = {os.fspath(path)!r} is {st.st_size:,} bytes, over the "
+            f"{label} is {st.st_size:,} bytes, over the "
             f"{DEFAULT_MAX_FILE_SIZE:,}-byte limit for one file"
         )
     mode = EXEC_MODE if st.st_mode & stat.S_IXUSR else FILE_MODE
@@ -430,10 +429,15 @@ def execution_files(
                 f"main {os.fspath(path)!r} is a folder: run its main.py with everything beside "
                 f"it with execute_directory(Path({os.fspath(path)!r}))"
             )
+        # packed from disk like files= paths (never read whole into memory: a 64 GiB sparse
+        # main.py ended in a MemoryError), within the one-file limit, a FIFO refused unopened
+        shown = f"main script {os.fspath(path)!r}"
         if not path.is_file():
-            raise InvalidInputError(f"main script {path} does not exist or is not a file")
-        source: str | bytes = path.read_bytes()
-    elif isinstance(main, str):
+            raise InvalidInputError(f"{shown} does not exist or is not a file")
+        main_entries = _from_disk("main", _MAIN, path, shown)
+        entries = [*main_entries, *_requirements_entry(requirements)]
+        return _merged([*entries, *_extra_files(files)])
+    if isinstance(main, str):
         stripped = main.strip()
         if not stripped:
             raise InvalidInputError("main is empty: pass the script's text or a Path to it")

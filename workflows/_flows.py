@@ -25,9 +25,7 @@ import tempfile
 from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol, TypeVar
-
-from klavis_sandbox_client.types import Response
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import _ownership, _tracing
 from ._config import Settings
@@ -43,6 +41,7 @@ from ._errors import (
     LocalWriteError,
     NotFoundError,
     TransferError,
+    retry_backoff,
 )
 from ._host_limits import HostLimits, acquire_turn
 from ._models import (
@@ -58,7 +57,9 @@ from ._pack import pack_to_tempfile
 from ._progress import Progress, progress_bar
 from ._seed import SourceFile
 from ._snapshot import Snapshot
-from ._transport import retry_backoff
+
+if TYPE_CHECKING:
+    from klavis_sandbox_client.types import Response
 
 __all__ = [
     "Act",

@@ -80,6 +80,7 @@ from typing import TYPE_CHECKING
 from . import _host_limits_turns as turns_book
 from ._errors import ConfigurationError, InvalidInputError
 from ._host_limits_files import LimitsFolder, cannot_keep_limits
+from ._ownership import state_folder
 
 if TYPE_CHECKING:
     from ._config import Settings
@@ -223,8 +224,6 @@ def open_limits_folder(settings: Settings) -> LimitsFolder:
     """The open folder the processes sharing ``settings``' base URL and key keep their limits
     in, named by a one-way digest, never by the key (opened without following links:
     :mod:`workflows._host_limits_files`)."""
-    from ._ownership import state_folder  # the ownership package imports this module
-
     return LimitsFolder(state_folder(), _digest(settings))
 
 
@@ -371,7 +370,7 @@ def acquire_turn(limits: HostLimits | None, settings: Settings) -> Flow[None]:
     turn of its own. The turn is logged at DEBUG; a wait of more than a few turns at WARNING,
     with the reason; a wait that is interrupted (the flow closed by Ctrl-C, a cancel, a
     pool's close) gives its turn back."""
-    from ._flows import Sleep  # the flows import the ownership package, which imports this
+    from ._flows import Sleep  # the flows import this module
 
     if limits is None or limits.max_acquires_per_second is None:
         return

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from . import _mcp_compat as _compat
+from ._config import DEFAULT_MCP_TIMEOUT
 from ._errors import (
     ApiConnectionError,
     ApiTimeoutError,
@@ -71,9 +72,6 @@ __all__ = [
     "list_tools",
     "open_session",
 ]
-
-DEFAULT_MCP_TIMEOUT = 60.0
-"""Seconds to wait for the server: to connect, and for each answer (a tool may run long)."""
 
 T = TypeVar("T")
 P = ParamSpec("P")

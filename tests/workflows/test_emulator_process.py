@@ -25,7 +25,7 @@ import pytest
 
 from klavis_emulator import _owner
 from klavis_emulator._extra import EXTRA_MODULES
-from tests.helpers import as_from_a_shell, wait_until
+from tests.helpers import expect_children_to_get_sigint, wait_until
 from workflows import (
     EmulatorProcess,
     EmulatorStartError,
@@ -176,12 +176,12 @@ def test_the_emulator_never_outlives_its_owner(end: str) -> None:
     """Ctrl-C in the owner (SIGINT to it alone: a terminal would send it to the emulator too),
     its interpreter exiting without stopping it, or the object dropped while the owner goes
     on: the emulator is stopped."""
+    expect_children_to_get_sigint()
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER, end],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=as_from_a_shell,
     )
     assert owner.stdout is not None
     try:

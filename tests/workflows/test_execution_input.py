@@ -317,3 +317,23 @@ def test_a_long_run_of_spaces_costs_one_pass(tmp_path: Path) -> None:
 def test_comments_go_as_pips_regular_expression_takes_them(line: str) -> None:
     pip_rule = re.compile(r"(^|\s+)#.*$")  # pip's COMMENT_RE (pip/_internal/req/req_file.py)
     assert _without_comment(line).strip() == pip_rule.sub("", line).strip()
+
+
+def test_a_main_script_path_is_packed_from_disk_within_the_file_limit(tmp_path: Path) -> None:
+    script = tmp_path / "run.py"
+    script.write_text("print('hi')\n")
+    (entry,) = execution_files(script)
+    assert (entry.name, entry.size, entry.disk is not None) == ("main.py", 12, True)
+    huge = tmp_path / "huge.py"
+    with huge.open("wb") as sparse:
+        sparse.truncate(64 * 1024**3)  # read whole, it ended in a MemoryError
+    with pytest.raises(InvalidInputError) as refused:
+        execution_files(huge)
+    assert str(refused.value) == (
+        f"main script {str(huge)!r} is 68,719,476,736 bytes, over the 268,435,456-byte limit "
+        "for one file"
+    )
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidInputError, match="does not exist or is not a file"):
+        execution_files(fifo)  # never opened: a FIFO would wait for a writer

@@ -16,8 +16,10 @@ uses.
 
 from __future__ import annotations
 
+from workflows._config import DEFAULT_MAX_FILE_SIZE
+
 from ._entries import OnDisk, SourceFile
-from ._from_folder import DEFAULT_MAX_FILE_SIZE, plan_directory
+from ._from_folder import plan_directory
 from ._from_mapping import SeedContent, plan_mapping
 from ._opening import ExactReader, PlannedFiles
 

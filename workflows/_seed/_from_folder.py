@@ -11,17 +11,12 @@ import os
 import stat
 from collections.abc import Sequence
 
+from workflows._config import DEFAULT_MAX_FILE_SIZE
 from workflows._dump._paths import check_name_length, shown_path
 from workflows._errors import FileTooLargeError, InvalidInputError
 
 from ._entries import DIR_MODE, EXEC_MODE, FILE_MODE, LINK_MODE, OnDisk, SourceFile
 from ._gitignore import IgnoreRules, is_ignored, parse_patterns, read_rules
-
-#: The largest single file :func:`plan_directory` accepts unless told otherwise: 256 MiB.
-#: It is a guard against seeding a data set, a video or model weights by accident (an upload of
-#: that size takes minutes); a file over it is an error naming the file, never silently skipped.
-#: Pass ``max_file_size=None`` to lift it, or add the file to ``ignore=``.
-DEFAULT_MAX_FILE_SIZE: int = 256 * 1024 * 1024
 
 #: Ignore files read in every folder of a seeded tree. ``.gitignore`` only with
 #: ``gitignore=True``; ``.sandboxignore`` always (it exists only to steer seeding).

@@ -44,7 +44,7 @@ from tests.crafted import (
     tar_gz,
     zeros_file,
 )
-from tests.helpers import Face
+from tests.helpers import Face, import_the_library
 from tests.hostile_storage import GZIP_HEAD, HostileStorage
 from workflows import (
     ArchiveLimits,
@@ -729,7 +729,8 @@ def test_a_file_that_vanishes_before_packing_is_named(
         (project / "gone.txt").unlink()  # deleted between planning and packing
         return entries
 
-    monkeypatch.setattr("workflows._sandbox.plan_directory", plan_then_delete)
+    import_the_library()  # the face imports the planner when called: from workflows._seed
+    monkeypatch.setattr("workflows._seed.plan_directory", plan_then_delete)
     with real.acquire() as sandbox:
         _raised(lambda: sandbox.seed_directory(project), SourceChangedError, "gone.txt")
         assert not any(real.workspace(sandbox.id).iterdir())

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.helpers import as_from_a_shell, tiny_wheel
+from tests.helpers import expect_children_to_get_sigint, tiny_wheel
 from workflows import LocalSandbox, Snapshot, list_sandboxes
 from workflows._cli import EXIT_CODES, main
 
@@ -353,13 +353,13 @@ def test_interrupt_exits_130(env: dict[str, str], cli: Cli, tmp_path: Path) -> N
     sandbox_id = cli("acquire", "filesystem", "-q").out.strip()
     script = tmp_path / "slow.py"
     script.write_text("import time\nprint('started', flush=True)\ntime.sleep(600)\n")
+    expect_children_to_get_sigint()
     with subprocess.Popen(
         [sys.executable, "-m", "workflows", "exec", sandbox_id, str(script)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
-        preexec_fn=as_from_a_shell,
     ) as proc:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "started\n"  # the script runs: Ctrl-C now

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import workflows
-from tests.helpers import as_from_a_shell, listed_sandboxes
+from tests.helpers import expect_children_to_get_sigint, listed_sandboxes
 from tests.workflows.live.pool_handle import PoolHandle
 
 CHILD = str(Path(__file__).with_name("host_limits_child.py"))
@@ -43,6 +43,7 @@ class Children:
         self.seen: list[tuple[int, dict[str, Any]]] = []
 
     def start(self, *args: str) -> int:
+        expect_children_to_get_sigint()  # some tests send it Ctrl-C
         proc = subprocess.Popen(
             [sys.executable, CHILD, *args],
             stdin=subprocess.PIPE,
@@ -50,7 +51,6 @@ class Children:
             stderr=subprocess.PIPE,
             env=self.env,
             text=True,
-            preexec_fn=as_from_a_shell,  # some tests send it Ctrl-C
         )
         index = len(self.procs)
         self.procs.append(proc)

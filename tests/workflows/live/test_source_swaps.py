@@ -25,7 +25,7 @@ import pytest
 
 import workflows
 from klavis_emulator import EmulatorServer
-from tests.helpers import Face
+from tests.helpers import Face, import_the_library
 from workflows import SourceChangedError
 from workflows._execution_input import execution_files
 from workflows._pack import pack_to_tempfile
@@ -85,7 +85,10 @@ SWAPS: dict[str, Callable[[Path, Path], str]] = {
 def _swap_after_planning(
     monkeypatch: pytest.MonkeyPatch, where: list[str], swap: Callable[[], object]
 ) -> None:
-    """Wrap the planner each of ``where`` (``module:name``) calls: plan, then ``swap()``."""
+    """Wrap the planner each of ``where`` (``module:name``) calls: plan, then ``swap()``. (The
+    faces import the planners when called: the module a planner is defined in is where they
+    find it.)"""
+    import_the_library()
     for spot in where:
         module, name = spot.split(":")
         planner = getattr(__import__(module, fromlist=[name]), name)
@@ -137,7 +140,7 @@ def test_seed_directory_packs_what_it_planned_or_nothing(
     named: list[str] = []
     _swap_after_planning(
         monkeypatch,
-        ["workflows._sandbox:plan_directory", "workflows._async_sandbox:plan_directory"],
+        ["workflows._seed:plan_directory"],
         lambda: named.append(SWAPS[swap](project, host)),
     )
     with face.acquire(["filesystem"], **conn) as sb:
@@ -159,7 +162,7 @@ def test_execute_directory_packs_what_it_planned_or_nothing(
     named: list[str] = []
     _swap_after_planning(
         monkeypatch,
-        ["workflows._sandbox_base:directory_execution_files"],
+        ["workflows._execution_input:directory_execution_files"],
         lambda: named.append(SWAPS[swap](project, host)),
     )
     with face.acquire(["filesystem"], **conn) as sb:
