@@ -3,7 +3,10 @@
 :data:`SHAPES` names them: ``mixed`` (the main one, below), ``small_files`` (5,000 source-like
 files of 4 KiB on average in 50 folders, 20 MiB: file creation dominates) and ``large_binary``
 (4 files of 16 MiB from the PRNG: incompressible, so reading, deflate's speed on data it cannot
-shrink and moving the bytes dominate). A regression that hurts one shape only shows there.
+shrink and moving the bytes dominate) and ``nested_project`` (80 MiB: 6,000 source-like files,
+24 MiB, in 600 folders nested up to six deep, four 8 MiB blobs from the PRNG and one 24 MiB
+log; the shape of issue 34's point 6, where per-folder costs, a big compressible file and
+incompressible ones meet in one archive). A regression that hurts one shape only shows there.
 
 The ``mixed`` workspace: 100 MiB in 2,000 files.
 
@@ -52,6 +55,10 @@ SEED = 20_260_101
 _TEXT_FILES, _JSON_FILES, _BINARY_FILES = 1_200, 400, 400
 _SMALL_FILES, _SMALL_BYTES, _SMALL_FOLDERS = 5_000, 20 * 1024 * 1024, 50
 _LARGE_FILES, _LARGE_FILE_BYTES = 4, 16 * 1024 * 1024
+# nested_project: a repository-like tree with a few blobs and one big log (issue 34, point 6)
+_NESTED_FILES, _NESTED_TEXT_BYTES, _NESTED_FOLDERS = 6_000, 24 * 1024 * 1024, 600
+_NESTED_BLOBS, _NESTED_BLOB_BYTES = 4, 8 * 1024 * 1024
+_NESTED_LOG_BYTES = 24 * 1024 * 1024
 _TEXT_SHARE, _JSON_SHARE = 0.45, 0.15
 
 _WORDS = [
@@ -224,10 +231,63 @@ def _large_binary(rng: random.Random) -> tuple[list[tuple[str, bytes]], int, int
     return files, 0, 0, _LARGE_FILES * _LARGE_FILE_BYTES
 
 
+def _nested_folders(rng: random.Random, count: int) -> list[str]:
+    """``count`` folders in a tree 1 to 6 deep: each new folder goes under one already made."""
+    folders = ["src"]
+    while len(folders) < count:
+        parent = rng.choice(folders)
+        if parent.count("/") < 5:
+            folders.append(f"{parent}/{rng.choice(_WORDS)}_{len(folders):03d}")
+    return folders
+
+
+def _log(rng: random.Random, size: int) -> bytes:
+    """A service's log: timestamped lines drawn from a pool of messages, with a request id and
+    a duration each, so it compresses about like a real one (ISA-L level 1: about 3:1)."""
+    levels = ("INFO", "INFO", "INFO", "DEBUG", "WARNING", "ERROR")
+    messages = [
+        f"{rng.choice(levels)} {rng.choice(_WORDS)}.{rng.choice(_WORDS)} "
+        + " ".join(rng.choices(_WORDS, k=rng.randint(3, 14)))
+        for _ in range(4096)
+    ]
+    lines: list[str] = []
+    have = 0
+    second = 0
+    for message in iter(lambda: rng.choice(messages), None):
+        if have >= size:
+            break
+        second += rng.randint(0, 2)
+        line = (
+            f"2026-01-{1 + second // 86_400 % 28:02d}T{second // 3600 % 24:02d}:"
+            f"{second // 60 % 60:02d}:{second % 60:02d}Z [{rng.getrandbits(32):08x}] {message} "
+            f"took={rng.getrandbits(12)}ms\n"
+        )
+        lines.append(line)
+        have += len(line)
+    return "".join(lines).encode()[:size]
+
+
+def _nested_project(rng: random.Random) -> tuple[list[tuple[str, bytes]], int, int, int]:
+    """The ``nested_project`` shape: small text files in a nested tree, blobs and a log."""
+    lines = _line_pool(rng)
+    folders = _nested_folders(rng, _NESTED_FOLDERS)
+    files = [
+        (f"{rng.choice(folders)}/mod_{i:04d}.py", _text(rng, lines, size))
+        for i, size in enumerate(_sizes(rng, _NESTED_FILES, _NESTED_TEXT_BYTES))
+    ]
+    files += [
+        (f"assets/blob_{i}.bin", rng.randbytes(_NESTED_BLOB_BYTES)) for i in range(_NESTED_BLOBS)
+    ]
+    files.append(("logs/service.log", _log(rng, _NESTED_LOG_BYTES)))
+    binary = _NESTED_BLOBS * _NESTED_BLOB_BYTES
+    return files, _NESTED_TEXT_BYTES + _NESTED_LOG_BYTES, 0, binary
+
+
 SHAPES: dict[str, Callable[[random.Random], tuple[list[tuple[str, bytes]], int, int, int]]] = {
     "mixed": _mixed,
     "small_files": _small_files,
     "large_binary": _large_binary,
+    "nested_project": _nested_project,
 }
 """The workspace shapes :func:`generate` can write, by name."""
 

@@ -24,8 +24,9 @@ file, since a busy or slow disk moves the seed and dump figures more than any co
 | ray | ray_pool_scaling, ray_pool_overhead_vs_ideal, ray_dead_worker_leaked, |
 | | template_seed_speedup (without Ray: benchmarks/_template_seed.py) |
 | | emulator_acquire_s, emulator_reset_s, emulator_reset_vs_acquire |
-| shapes | <shape>_seed_speedup, _seed_vs_limit, _dump_speedup, _dump_vs_limit (3 shapes) |
-| | emulator_dump_mb_s, emulator_dump_vs_limit, emulator_initialize_vs_limit |
+| shapes | shapes_seed_speedup, shapes_seed_vs_limit, shapes_dump_speedup, |
+| | shapes_dump_to_speedup, shapes_dump_vs_limit, emulator_dump_mb_s, |
+| | emulator_dump_vs_limit, emulator_initialize_vs_limit (each its worst shape's, 4 shapes) |
 | footprint | demo_fresh_s, setup_full_s, setup_disk_mb |
 """
 

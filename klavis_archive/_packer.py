@@ -17,6 +17,7 @@ from isal import igzip_threaded
 
 from ._limits import CHUNK_SIZE
 from ._streams import CountingStream, igzip_file
+from ._tar_header import common_header
 from ._tarfile_shim import forget_members
 
 if TYPE_CHECKING:
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
 COMPRESS_BLOCK: Final = 256 * 1024
 """Blocks handed to the compression threads: 256 KiB keeps the writer's queues and buffers near
 3 MiB (1 MiB blocks cost ~9 MiB) with the same speed and a size within 0.2 %."""
+
+# members up to this size go to the compressor in one write: header, contents, padding
+_JOINED: Final = 64 * 1024
+_NUL: Final = bytes(tarfile.BLOCKSIZE)
 
 # isal's Python modules are untyped
 _threaded_open: Callable[..., Any] = igzip_threaded.open
@@ -81,8 +86,9 @@ class TarPacker:
         )
         self._done = False
         try:
+            self._sink = TarSink(self._compressor)
             self.tar = tarfile.TarFile(
-                fileobj=cast("IO[bytes]", TarSink(self._compressor)),
+                fileobj=cast("IO[bytes]", self._sink),
                 mode="w",
                 format=tarfile.PAX_FORMAT,
                 encoding="utf-8",
@@ -94,9 +100,42 @@ class TarPacker:
 
     def add(self, info: tarfile.TarInfo, contents: SupportsRead[bytes] | None = None) -> None:
         """Write the member ``info`` and, for a regular file, ``info.size`` bytes of
-        ``contents``."""
-        self.tar.addfile(info, contents)
-        forget_members(self.tar)
+        ``contents`` (``OSError("unexpected end of data")`` if it has fewer, as tarfile).
+
+        A common member (:func:`~klavis_archive.common_header` writes its header) is written
+        here, the bytes ``TarFile.addfile`` writes for it, without its copy of ``info`` and its
+        call per piece (``copy.copy`` alone was 17 % of a dump of 5,000 small files); a small
+        one's header, contents and padding go to the compressor in one write. Any other member
+        is tarfile's.
+        """
+        tar = self.tar
+        header = common_header(info) if tar.format == tarfile.PAX_FORMAT else None
+        if header is None or self._done or (contents is None and info.size):
+            tar.addfile(info, contents)
+            forget_members(tar)
+            return
+        sink = self._sink
+        size = info.size if contents is not None else 0
+        padding = -size % tarfile.BLOCKSIZE
+        if size <= _JOINED:
+            data = contents.read(size) if size and contents is not None else b""
+            if len(data) < size:
+                raise OSError("unexpected end of data")
+            sink.write(header + data + _NUL[:padding])
+        else:
+            assert contents is not None
+            sink.write(header)
+            left = size
+            while left:
+                want = min(left, CHUNK_SIZE)
+                data = contents.read(want)
+                if len(data) < want:
+                    raise OSError("unexpected end of data")
+                sink.write(data)
+                left -= want
+            if padding:
+                sink.write(_NUL[:padding])
+        tar.offset += tarfile.BLOCKSIZE + size + padding
 
     def finish(self) -> int:
         """Write the end of the archive, flush ``out``; return the compressed size."""

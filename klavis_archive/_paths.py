@@ -44,7 +44,9 @@ def member_parts(name: str, *, drive_letters: bool = True) -> tuple[str, ...]:
             member=name,
             reason="absolute",
         )
-    parts = tuple(part for part in name.split("/") if part not in ("", "."))
+    parts = tuple(name.split("/"))
+    if "" in parts or "." in parts:
+        parts = tuple(part for part in parts if part not in ("", "."))
     if ".." in parts:
         raise UnsafeMember(
             f"Archive member {display(name)} contains a '..' component; "

@@ -120,6 +120,20 @@ class ForwardReader(io.RawIOBase):
         self._position += len(data)
         return data
 
+    def peek(self, size: int) -> bytes:
+        """The next ``size`` bytes if they are already decompressed, else fewer (none read:
+        the next read still returns them)."""
+        return bytes(self._block[:size])
+
+    def skip(self, size: int) -> int:
+        """Pass over the next ``size`` bytes (fewer only at the end); return how many."""
+        block = self._block
+        if size <= len(block):
+            self._block = block[size:]
+            self._position += size
+            return size
+        return len(self.read(size))
+
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         """Skip forwards to ``offset`` (or to the end, if the archive ends before it)."""
         if whence != io.SEEK_SET or offset < self._position:
@@ -211,6 +225,23 @@ class DecompressAhead(io.RawIOBase):
         while self._position < offset and self._take(offset - self._position):
             pass
         return self._position
+
+    def peek(self, size: int) -> bytes:
+        """The next ``size`` bytes if the current block holds them, else fewer (none read:
+        the next read still returns them)."""
+        return bytes(self._block[:size]) if self._error is None else b""
+
+    def skip(self, size: int) -> int:
+        """Pass over the next ``size`` bytes (fewer only at the end); return how many."""
+        block = self._block
+        if size <= len(block) and self._error is None:
+            self._block = block[size:]
+            self._position += size
+            return size
+        skipped = 0
+        while skipped < size and (piece := self._take(size - skipped)):
+            skipped += len(piece)
+        return skipped
 
     def read(self, size: int | None = -1) -> bytes:
         """``size`` bytes, fewer only at the end of the stream. Reading it all at once (no

@@ -21,6 +21,8 @@ import tarfile
 from typing import Any, Final, NoReturn
 
 from ._errors import SparseMember
+from ._streams import DecompressAhead, ForwardReader
+from ._tar_header import parse_common
 
 HOOKS: Final = (
     "_proc_member",
@@ -29,6 +31,11 @@ HOOKS: Final = (
     "_proc_gnusparse_10",
 )
 """The private ``TarInfo`` methods :class:`HookedTarInfo` overrides."""
+
+# headers tarfile reads together with what follows them (sparse ones: parse_common declines)
+_EXTENDED: Final = frozenset(
+    (*tarfile.GNU_TYPES, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
+)
 
 
 def missing_hooks() -> list[str]:
@@ -72,14 +79,62 @@ class ForwardTarFile(tarfile.TarFile):
     After an archive with no member (only its end blocks), Python 3.10's ``next`` seeks back
     one byte before reading on (3.11 returns None there first): on a forward-only stream that
     raised ``io.UnsupportedOperation``, and the library refused the empty archives it packs.
+
+    Over the core's own streams (:class:`~klavis_archive.ForwardReader`,
+    :class:`~klavis_archive.DecompressAhead`), ``next`` reads a common header itself: it looks
+    at the next block without taking it (``peek``), and when
+    :func:`~klavis_archive.parse_common` reads it and it is a member of its own (not an
+    extended header, which tarfile reads with what follows it), takes it and hands it to
+    tarfile's ``_proc_member`` (the checks of ``before_member``, the member's offsets, the
+    global PAX records): the steps tarfile's ``next`` and ``fromtarfile`` take, without their
+    calls and checks for what cannot happen here (about 2 us of the 14 a member cost, on
+    5,000 small files); where no global PAX record is to be applied, it takes
+    ``_proc_builtin``'s steps itself. Anything else, or a header not yet decompressed, goes
+    to tarfile's ``next`` as before: it finds the stream where it would have.
     """
 
     def next(self) -> tarfile.TarInfo | None:
         first = self.firstmember  # type: ignore[attr-defined]
         stream = self.fileobj
-        if self.offset == 0 and first is None and stream is not None and stream.tell() != 0:
+        offset = self.offset
+        if offset == 0 and first is None and stream is not None and stream.tell() != 0:
             return None  # what 3.11+ return here
-        return super().next()
+        if (
+            offset == 0
+            or first is not None
+            or self.closed  # type: ignore[attr-defined]
+            or not isinstance(stream, (ForwardReader, DecompressAhead))
+        ):
+            return super().next()
+        gap = offset - stream.tell()
+        if 0 < gap <= tarfile.BLOCKSIZE:  # the padding after a member's data, at once
+            if stream.skip(gap) < gap:
+                raise tarfile.ReadError("unexpected end of data")
+        elif gap:  # as tarfile's next: skip to the header, the data must be there
+            stream.seek(offset - 1)
+            if not stream.read(1):
+                raise tarfile.ReadError("unexpected end of data")
+        info = parse_common(
+            self.tarinfo, stream.peek(tarfile.BLOCKSIZE), self.encoding, self.errors
+        )
+        if info is None or info.type in _EXTENDED:
+            return super().next()  # nothing was taken: tarfile reads the header itself
+        stream.skip(tarfile.BLOCKSIZE)  # what peek showed: there
+        info.offset = offset
+        if self.pax_headers or not isinstance(info, HookedTarInfo):
+            member: tarfile.TarInfo = info._proc_member(self)  # type: ignore[attr-defined]
+            return member
+        # what _proc_member does for such a member (_proc_builtin, the same from 3.10 to
+        # 3.13), with no global PAX record to apply
+        info.before_member(self)
+        data = offset + tarfile.BLOCKSIZE
+        info.offset_data = data
+        if info.isreg() or info.type not in tarfile.SUPPORTED_TYPES:
+            data += -(-info.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+        self.offset = data
+        if info.isdir():
+            info.name = info.name.rstrip("/")
+        return info
 
 
 class HookedTarInfo(tarfile.TarInfo):

@@ -498,11 +498,21 @@ class _SnapshotWriter:
         self._links: dict[str, str] = {}
         self._skipped: dict[str, str] = {}
 
-    def add(self, name: str, reader: _Readable, *, mode: int = 0o644) -> None:
-        """Append a file's contents, hashing as they stream; a later duplicate replaces it."""
+    def add(
+        self, name: str, reader: _Readable, *, mode: int = 0o644, size: int | None = None
+    ) -> None:
+        """Append a file's contents, hashing as they stream; a later duplicate replaces it.
+        ``size``, when known, lets a small file be read in one call (``reader`` must then
+        give exactly that many bytes, or raise)."""
         self._links.pop(name, None)
-        digest = hashlib.sha256()
         start = self._offset
+        if size is not None and size <= _CHUNK:
+            data = reader.read(size) if size else b""
+            self._blob.write(data)
+            self._offset += len(data)
+            self._index[name] = _Entry(start, len(data), hashlib.sha256(data).hexdigest(), mode)
+            return
+        digest = hashlib.sha256()
         while True:
             chunk = reader.read(_CHUNK)
             if not chunk:

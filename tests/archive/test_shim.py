@@ -5,6 +5,7 @@ hook whose signature changed."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -18,6 +19,7 @@ import pytest
 
 from klavis_archive import (
     ArchiveRejected,
+    DecompressAhead,
     ForwardReader,
     SparseMember,
     forget_members,
@@ -271,3 +273,57 @@ def test_an_archive_without_members_reads_as_empty(tmp_path: Path) -> None:
     data = crafted.tar_gz([])
     assert _by_tarfile(data) == _by_core(data) == {}
     assert _by_library(data, tmp_path) == _by_emulator(data, tmp_path) == {}
+
+
+def _many_small(tar: tarfile.TarFile) -> None:
+    # 700 members of 0 to 1,100 bytes: headers fall on every offset of the reader's blocks,
+    # some straddling two (read by tarfile's own next, the rest by the core's)
+    for i in range(700):
+        _add(tar, f"d{i % 7}/f{i:04d}.txt", bytes([65 + i % 26]) * (i * 37 % 1101))
+    _add(tar, "after-a-pax-record.txt", b"p", pax_headers={"comment": "x"})
+    _add(tar, "last/", type=tarfile.DIRTYPE, mode=0o700)
+
+
+_FIELDS = ("name", "type", "size", "mode", "mtime", "uid", "gid", "uname", "gname", "linkname",
+           "devmajor", "devminor", "offset", "offset_data", "pax_headers")  # fmt: skip
+
+
+def _fields_by_tarfile(data: bytes) -> list[tuple[Any, ...]]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        return [tuple(getattr(info, f) for f in _FIELDS) for info in tar]
+
+
+def _fields_by_core(data: bytes, ahead: bool) -> list[tuple[Any, ...]]:
+    found = []
+    with contextlib.ExitStack() as stack:
+        raw = io.BytesIO(data)
+        gz = stack.enter_context(igzip_file(fileobj=raw, mode="rb"))
+        stream: IO[bytes] = cast(
+            "IO[bytes]",
+            stack.enter_context(contextlib.closing(DecompressAhead(gz, raw)))
+            if ahead
+            else ForwardReader(gz),
+        )
+        tar = stack.enter_context(open_tar(stream))
+        while (info := tar.next()) is not None:
+            forget_members(tar)
+            found.append(tuple(getattr(info, f) for f in _FIELDS))
+            if info.isreg():  # read as the extractions do: the contents, not the padding
+                stream.read(info.size)
+    return found
+
+
+@pytest.mark.parametrize("ahead", [False, True], ids=["in-line", "decompress-ahead"])
+@pytest.mark.parametrize("case", [*sorted(ACCEPTED), "many-small", "many-small-global"])
+def test_the_core_reads_every_header_field_as_tarfile(case: str, ahead: bool) -> None:
+    """The core's ``next`` reads common headers itself (see ForwardTarFile): every field of
+    every member, offsets and PAX records included, is what tarfile's own ``next`` gives."""
+    if case == "many-small":
+        data = _tar_gz(_many_small, tarfile.PAX_FORMAT)
+    elif case == "many-small-global":  # a global record: every later member carries it
+        data = _tar_gz(_many_small, tarfile.PAX_FORMAT, pax_headers={"comment": "global"})
+    else:
+        data = ACCEPTED[case]
+    reference = _fields_by_tarfile(data)
+    assert len(reference) >= 3
+    assert _fields_by_core(data, ahead) == reference

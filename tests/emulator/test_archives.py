@@ -419,3 +419,41 @@ def test_an_error_of_the_decompressing_thread_outside_the_decompressor_reaches_t
                 pass
         stream.close()
     assert _decompress_threads() == []
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o000])
+def test_files_get_the_archives_modes_and_times_whatever_the_umask(
+    umask: int, tmp_path: Path
+) -> None:
+    """The extraction sets a file's mode again only where the umask took bits of it (read from
+    /proc/self/status once per extraction): either way the file ends with the member's mode
+    (owner read and write always added) and the member's time."""
+    from klavis_emulator._archive import extract_archive
+
+    members = [
+        crafted.file("a/plain.txt", "p", mode=0o644),
+        crafted.file("a/b/run.sh", "#!/bin/sh\n", mode=0o755),
+        crafted.file("shared.txt", "s", mode=0o664),
+        crafted.file("private.txt", "q", mode=0o400),
+    ]
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(crafted.tar_gz(members))
+    (tmp_path / "root").mkdir()
+    old = os.umask(umask)
+    try:
+        extract_archive(archive, tmp_path / "root")
+    finally:
+        os.umask(old)
+    found = {
+        name: (
+            os.stat(tmp_path / "root" / name).st_mode & 0o777,
+            os.stat(tmp_path / "root" / name).st_mtime,
+        )
+        for name in ("a/plain.txt", "a/b/run.sh", "shared.txt", "private.txt")
+    }
+    assert found == {
+        "a/plain.txt": (0o644, crafted.MTIME),
+        "a/b/run.sh": (0o755, crafted.MTIME),
+        "shared.txt": (0o664, crafted.MTIME),
+        "private.txt": (0o600, crafted.MTIME),
+    }

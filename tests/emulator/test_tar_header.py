@@ -230,3 +230,20 @@ def test_dumps_hold_tarfiles_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     fast = dump("fast.tar.gz")
     monkeypatch.setattr(_tar_header, "common_header", lambda info: None)
     assert dump("tarfile.tar.gz") == fast
+
+
+def test_the_checksum_test_is_exact_where_its_residues_alias() -> None:
+    """parse_common checks a header's byte sum by its Adler-32 half and its parity: a sum off
+    by 65,521 (the Adler modulus) or by twice that is told apart from the true one, and so is
+    every other wrong sum, a negative one, one over 512 * 255, and the true one at both ends."""
+    rng = random.Random(20261127)
+    blocks = [bytes(512), b"\xff" * 512, b" " * 512]
+    blocks += [bytes(rng.choices(range(256), k=512)) for _ in range(300)]
+    blocks += [bytes(rng.choices(b"\x00 07\xff\x80", k=512)) for _ in range(300)]
+    for block in blocks:
+        total = sum(block)
+        wrong = [total + d for d in (1, -1, 65521, -65521, 131042, -131042, 2, 7)]
+        wrong += [rng.randint(-200, 140_000) for _ in range(20)]
+        assert _tar_header._sums_to(block, total)
+        for other in wrong:
+            assert _tar_header._sums_to(block, other) is (other == total), (total, other)

@@ -342,6 +342,9 @@ def _iter_members(
     links: _Links,
 ) -> Iterator[tuple[str, tarfile.TarInfo, BinaryIO | None]]:
     kinds: dict[str, str] = {}  # name -> "f" file, "d" folder, "l" symlink
+    # folders whose every ancestor is "d": no member replaces a folder (refused below), so a
+    # chain checked once holds for every later member in it
+    folders: set[str] = set()
     sizes: dict[str, int] = {}  # regular files (and hard-link copies) -> size
     members = 0
     total = 0
@@ -391,22 +394,26 @@ def _iter_members(
                 f"archive member {info.name!r} names the root but is not a folder",
                 member=info.name,
             )
-        parts = name.split("/")
-        for i in range(1, len(parts)):
-            parent = "/".join(parts[:i])
-            kind = kinds.get(parent)
-            if kind == "l":
-                raise UnsafeArchiveError(
-                    f"archive member {info.name!r} would be written through the symlink {parent!r}",
-                    member=info.name,
-                )
-            if kind == "f":
-                raise UnsafeArchiveError(
-                    f"archive member {info.name!r} needs {parent!r} to be a folder, but it is "
-                    "a file in the archive",
-                    member=info.name,
-                )
-            kinds[parent] = "d"
+        folder = name.rpartition("/")[0]
+        if folder and folder not in folders:  # a folder once checked stays one (see below)
+            parts = name.split("/")
+            for i in range(1, len(parts)):
+                parent = "/".join(parts[:i])
+                kind = kinds.get(parent)
+                if kind == "l":
+                    raise UnsafeArchiveError(
+                        f"archive member {info.name!r} would be written through the symlink "
+                        f"{parent!r}",
+                        member=info.name,
+                    )
+                if kind == "f":
+                    raise UnsafeArchiveError(
+                        f"archive member {info.name!r} needs {parent!r} to be a folder, but it "
+                        "is a file in the archive",
+                        member=info.name,
+                    )
+                kinds[parent] = "d"
+            folders.add(folder)
         existing = kinds.get(name)
         if info.isdir():
             if existing not in (None, "d"):
@@ -516,7 +523,7 @@ def read_snapshot(
             on_skipped_link=writer.skip_link if skip else None,
         ):
             if reader is not None:
-                writer.add(name, reader, mode=file_mode(info))
+                writer.add(name, reader, mode=file_mode(info), size=info.size)
             elif info.islnk():
                 writer.copy(name, info.linkname)
             elif info.issym():
