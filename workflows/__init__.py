@@ -26,6 +26,7 @@ from ._errors import (
     ApiTimeoutError,
     AuthenticationError,
     BadRequestError,
+    BrokerUnavailableError,
     ConfigurationError,
     ConflictError,
     EmulatorStartError,
@@ -34,6 +35,7 @@ from ._errors import (
     InvalidInputError,
     InvalidSeedPathError,
     KlavisError,
+    LeaseExpiredError,
     LocalWriteError,
     McpError,
     MissingExtraError,
@@ -69,7 +71,15 @@ from ._ownership._reap import (
     held_sandboxes,
     reap,
 )
-from ._pool import AsyncSandboxPool, FailureKind, PoolResults, RetryOn, SandboxPool, TaskResult
+from ._pool import (
+    AsyncSandboxPool,
+    FailureKind,
+    PoolResults,
+    RetryOn,
+    SandboxPool,
+    TaskResult,
+    failure_kind,
+)
 from ._recipes import (
     AcquireResult,
     AsyncSandboxBatch,
@@ -155,6 +165,7 @@ __all__ = [
     # the pool: many tasks over a few sandboxes
     "AsyncSandboxPool",
     "FailureKind",
+    "failure_kind",
     "PoolResults",
     "RetryOn",
     "SandboxPool",
@@ -181,6 +192,7 @@ __all__ = [
     "ApiTimeoutError",
     "AuthenticationError",
     "BadRequestError",
+    "BrokerUnavailableError",
     "ConfigurationError",
     "ConflictError",
     "EmulatorStartError",
@@ -189,6 +201,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidSeedPathError",
     "KlavisError",
+    "LeaseExpiredError",
     "LocalWriteError",
     "McpError",
     "MissingExtraError",
