@@ -50,7 +50,6 @@ from typing import Any
 import ray
 import ray.exceptions
 
-from .._async_sandbox import AsyncLocalSandbox
 from .._config import resolve_settings
 from .._errors import ConfigurationError, InvalidInputError
 from ._book import Entry, Session
@@ -121,6 +120,7 @@ class Broker(Recovery):
         self._start()
         before = self.settings.as_dict()
         self.settings = self.settings.updated(given)
+        self._warm_since = time.monotonic()
         changed = {k: v for k, v in self.settings.as_dict().items() if before[k] != v}
         self._store.put_settings(self.settings, self._token)
         if changed:
@@ -290,6 +290,7 @@ class Broker(Recovery):
             raise InvalidInputError(f"the broker does not take {sorted(unknown)}")
         names: Any = server_names if isinstance(server_names, str) else tuple(server_names)
         key = lease_key(names, options, base_url)
+        now = time.monotonic()
         entry = Entry(
             lease_id,
             session_id,
@@ -299,9 +300,12 @@ class Broker(Recovery):
             base_url,
             key,
             time.time(),
-            time.monotonic(),
+            now,
         )
-        self._book.enqueue(entry, set(self._warm_specs()))
+        warm = set(self._warm_specs())
+        if key in warm:
+            self._last_use[key] = now
+        self._book.enqueue(entry, warm)
         return entry
 
     async def acquire(
@@ -439,7 +443,7 @@ class Broker(Recovery):
                     released.append(idle.sandbox.id)
                 self._book.busy -= 1
         deadline = time.monotonic() + 120
-        while self._book.busy > 0 and time.monotonic() < deadline:  # acquires under way
+        while self._book.busy > 0 and time.monotonic() < deadline:  # noqa: ASYNC110 - acquires under way give their slots back
             await asyncio.sleep(0.05)
         self._store.forget()
         return released
@@ -507,12 +511,14 @@ class Broker(Recovery):
                 self._spawn(self.reconcile_ambiguous())
 
     def _expire_idle(self, now: float) -> None:
+        """Release the idle warm sandboxes of kinds nobody leased for their idle_timeout."""
         specs = self._warm_specs()
         for key, idle in self._book.idle.items():
             spec = specs.get(key)
-            for item in [i for i in idle if spec is None or now - i.since > spec.idle_timeout]:
-                idle.remove(item)
-                self._spawn(self._release_then_free(item.sandbox))
+            if spec is not None and not self._unused(key, spec, now):
+                continue
+            while idle:
+                self._spawn(self._release_then_free(idle.pop().sandbox))
 
 
 class _SessionUnknown(InvalidInputError):

@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import inspect
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -46,12 +47,26 @@ _MAX_CONCURRENCY = 10_000
 """The broker actor's concurrent calls: two parked per holder process, the rest never park."""
 
 
+@functools.cache
+def _parameters(method: str) -> tuple[str, ...]:
+    """The names of the broker method's parameters (``self`` left out)."""
+    return tuple(inspect.signature(getattr(Broker, method)).parameters)[1:]
+
+
+def _call(actor: Any, method: str, args: tuple[Any, ...]) -> Any:
+    """Submit the call, its arguments by name. A handle found by name (``ray.get_actor``)
+    after the job that made the broker ended has no signatures (Ray could not load the
+    class that job exported, and takes every method as ``(**kwargs)``): arguments by
+    position would be refused there (``TypeError: too many positional arguments``)."""
+    return getattr(actor, method).remote(**dict(zip(_parameters(method), args, strict=False)))
+
+
 def _send(actor: Any, method: str, *args: Any) -> Any:
     """Call ``method`` of the broker ``actor`` and wait for its answer (the broker's own error,
     such as a :class:`~workflows.ServerError` from its acquire, is raised as itself). Waited
     for through the ref's ``future()``, as ``ray.get`` would: the session's thread waits so
     inside async actors, where ``ray.get`` warns that it blocks the loop (it does not, there)."""
-    ref = getattr(actor, method).remote(*args)
+    ref = _call(actor, method, args)
     try:
         return ref.future().result()
     except ray.exceptions.RayTaskError as exc:
@@ -60,7 +75,7 @@ def _send(actor: Any, method: str, *args: Any) -> Any:
 
 async def _send_async(actor: Any, method: str, *args: Any) -> Any:
     """:func:`_send`, awaited (the event loop is never blocked)."""
-    ref = getattr(actor, method).remote(*args)
+    ref = _call(actor, method, args)
     try:
         return await ref
     except ray.exceptions.RayTaskError as exc:

@@ -52,6 +52,8 @@ class Grants:
         self._warm_retry_at = 0.0
         self._default_base_url: str | None = None
         self._closing = False  # shut down: no grant, no refill, nothing kept warm
+        self._warm_since = time.monotonic()  # warm kinds count as used when configured
+        self._last_use: dict[WarmKey, float] = {}  # the last lease asked of each warm kind
 
     # ----------------------------------------------------------------- helpers
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
@@ -73,6 +75,11 @@ class Grants:
 
     def _warm_specs(self) -> dict[WarmKey, Warm]:
         return {spec.key(self._base_url()): spec for spec in self.settings.warm}
+
+    def _unused(self, key: WarmKey, spec: Warm, now: float) -> bool:
+        """Whether nobody asked for a lease of this warm kind for ``idle_timeout`` seconds
+        (its idle sandboxes are released, and not made again until one is asked for)."""
+        return now - max(self._last_use.get(key, 0.0), self._warm_since) > spec.idle_timeout
 
     async def _pace(self) -> None:
         """Wait until the rate allows one more acquire (one actor: the cluster's rate)."""
@@ -143,6 +150,8 @@ class Grants:
         if book.queue or now < self._warm_retry_at:
             return
         for key, spec in self._warm_specs().items():  # warm refills, when nobody waits
+            if self._unused(key, spec, now):
+                continue
             need = spec.count - book.idle_count(key) - book.warming.get(key, 0)
             while need > 0 and book.busy < cap:
                 need -= 1

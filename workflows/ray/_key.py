@@ -50,7 +50,9 @@ def _carries_key(runtime_env: object) -> str | None:
         return None
     own = os.environ.get(API_KEY_ENV, "").strip()
     for name, value in env_vars.items():
-        if name == API_KEY_ENV or (own and isinstance(value, str) and value.strip() == own):
+        if not isinstance(value, str) or not value.strip():
+            continue  # an empty value holds no key (it takes the key away)
+        if name == API_KEY_ENV or (own and value.strip() == own):
             return str(name)
     return None
 

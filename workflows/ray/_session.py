@@ -233,7 +233,7 @@ class Session:
         time.sleep(_RETRY_PAUSE)
 
     def _open(self, actor: Any) -> None:
-        watch = actor.park.remote(self.session_id)
+        watch = actor.park.remote(session_id=self.session_id)  # by name: see _client._call
         with self._lock:
             held = list(self._held)
             waiting = [item.request for item in self._waiting.values()]
