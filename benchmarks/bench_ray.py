@@ -14,7 +14,11 @@ Figures:
   dispatch and ~10 ms of reset per task.
 * ``ray_dead_worker_leaked``: sandboxes the emulator still lists after a run in which a pool
   task's worker was SIGKILLed mid-task (its task retried) and an actor holding a broker lease
-  was ``ray.kill``-ed (its lease released after ``lease_timeout``). Goal 0.
+  was ``ray.kill``-ed (its lease released when Ray reports the death). Goal 0.
+* the broker's figures (``broker_4096_waiting_failed``, ``broker_leases_per_s``,
+  ``broker_grant_p99_ms``, ``warm_handover_ms``, ``holder_death_recovery_s``): see
+  :mod:`benchmarks._ray_broker`, measured on the same cluster against an emulator of their own
+  with no acquire delay.
 
 The cluster's machines get the key from their environment (set while ``ray.init`` starts
 them), never through Ray.
@@ -152,10 +156,15 @@ def run(ctx: BenchContext) -> list[Figure]:
     """Measure the Ray pool's figures."""
     import ray
 
+    from benchmarks._ray_broker import broker_figures
+
     token = new_token()
-    with EmulatorProcess(
-        ctx.emulator_root, acquire_delay=ACQUIRE_DELAY, mcp_at_acquire=False
-    ) as emulator:
+    with (
+        EmulatorProcess(
+            ctx.emulator_root, acquire_delay=ACQUIRE_DELAY, mcp_at_acquire=False
+        ) as emulator,
+        EmulatorProcess(ctx.emulator_root, mcp_at_acquire=False) as fast,
+    ):
         url = emulator.base_url
         _init_ray(url, token, ctx.folder("ray-state"))
         try:
@@ -165,6 +174,7 @@ def run(ctx: BenchContext) -> list[Figure]:
             one = [_scaling_run(url, token, 1) for _ in range(ctx.repeats)]
             two = [_scaling_run(url, token, 2) for _ in range(ctx.repeats)]
             dead = _dead_worker_run(ctx, url, token)
+            broker = broker_figures(fast.base_url, token)
         finally:
             ray.shutdown()
     one_s, two_s = median(one), median(two)
@@ -194,4 +204,5 @@ def run(ctx: BenchContext) -> list[Figure]:
             {**common, "size": 2, "ideal_s": TASKS * WORK_S / 2, "pool_s": round(two_s, 2)},
         ),
         Figure("ray_dead_worker_leaked", dead["leaked"], "sandboxes", "==", 0, dead),
+        *broker,
     ]

@@ -20,7 +20,9 @@ file, since a busy or slow disk moves the seed and dump figures more than any co
 | hostile | hostile_emulator_peak_rss_mb, hostile_client_peak_rss_mb, hostile_inputs_refused |
 | mcp | mcp_first_call_s, mcp_session_speedup |
 | pool | pool_throughput_vs_fresh_acquire, pool_overhead_vs_ideal |
-| ray | ray_pool_scaling, ray_pool_overhead_vs_ideal, ray_dead_worker_leaked |
+| ray | ray_pool_scaling, ray_pool_overhead_vs_ideal, ray_dead_worker_leaked, |
+| | broker_4096_waiting_failed, broker_leases_per_s, broker_grant_p99_ms, warm_handover_ms, |
+| | holder_death_recovery_s |
 | shapes | <shape>_seed_speedup, _seed_vs_limit, _dump_speedup, _dump_vs_limit (3 shapes) |
 | | emulator_dump_mb_s, emulator_dump_vs_limit, emulator_initialize_vs_limit |
 | footprint | demo_fresh_s, setup_full_s, setup_disk_mb |

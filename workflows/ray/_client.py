@@ -16,6 +16,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -289,6 +290,51 @@ class SandboxBroker:
             await asyncio.to_thread(session.ensure)
         return session
 
+    def _ask(
+        self,
+        session: Session,
+        lease_id: str,
+        request: dict[str, Any],
+        future: concurrent.futures.Future[Leased],
+    ) -> Leased | None:
+        """Send the lease's request: its grant when a warm sandbox was there, else None (it
+        comes by the session's poll). A broker that does not know the session (it restarted,
+        or the session expired) is asked again once the session is open there (which may
+        itself ask for this lease: the broker takes a lease once)."""
+        deadline = time.monotonic() + self.broker_wait
+        while True:
+            try:
+                leased: Leased | None = self._link.call(
+                    "acquire", *session.request_args(lease_id, request)
+                )
+                return leased
+            except _SessionUnknown:
+                if future.done() or time.monotonic() > deadline:
+                    return None
+                session.reopen()
+                time.sleep(0.2)
+
+    async def _ask_async(
+        self,
+        session: Session,
+        lease_id: str,
+        request: dict[str, Any],
+        future: concurrent.futures.Future[Leased],
+    ) -> Leased | None:
+        """:meth:`_ask`, awaited."""
+        deadline = time.monotonic() + self.broker_wait
+        while True:
+            try:
+                leased: Leased | None = await self._link.call_async(
+                    "acquire", *session.request_args(lease_id, request)
+                )
+                return leased
+            except _SessionUnknown:
+                if future.done() or time.monotonic() > deadline:
+                    return None
+                session.reopen()
+                await asyncio.sleep(0.2)
+
     def _lease(
         self, session: Session, request: dict[str, Any], give_up: Callable[[], bool] | None = None
     ) -> Leased:
@@ -297,12 +343,7 @@ class SandboxBroker:
         lease_id = _lease_id()
         future = session.expect(lease_id, request)
         try:
-            try:
-                leased: Leased | None = self._link.call(
-                    "acquire", *session.request_args(lease_id, request)
-                )
-            except _SessionUnknown:
-                leased = None  # the session opens again and asks for it with its others
+            leased = self._ask(session, lease_id, request, future)
             if leased is not None:
                 session.granted_now(lease_id, leased)
                 return leased
@@ -320,12 +361,7 @@ class SandboxBroker:
         lease_id = _lease_id()
         future = session.expect(lease_id, request)
         try:
-            try:
-                leased: Leased | None = await self._link.call_async(
-                    "acquire", *session.request_args(lease_id, request)
-                )
-            except _SessionUnknown:
-                leased = None
+            leased = await self._ask_async(session, lease_id, request, future)
             if leased is not None:
                 session.granted_now(lease_id, leased)
                 return leased

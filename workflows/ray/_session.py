@@ -189,6 +189,11 @@ class Session:
                 self._thread = None
             self._opened.clear()
 
+    def reopen(self) -> None:
+        """The broker does not know this session: open it again at the thread's next turn
+        (its poll, if one is parked, comes back within lease_timeout / 3)."""
+        self._opened.clear()
+
     def close(self) -> None:
         """Stop the thread (its broker was shut down): at its next turn, whatever it holds."""
         self._closing = True
