@@ -143,6 +143,7 @@ class Broker(Recovery):
         """Held open for the session's process (its ObjectRef is what the broker watches);
         returns when the session closes."""
         event = asyncio.Event()
+        self._unpark(session_id)  # a park of before, of the same session: it is replaced
         self._parks[session_id] = (event, time.monotonic())
         await event.wait()
 

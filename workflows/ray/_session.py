@@ -199,19 +199,23 @@ class Session:
         self._closing = True
 
     def _loop(self) -> None:
+        pause = _RETRY_PAUSE
         while not self._closing:
+            if not ray.is_initialized():  # this process left Ray (ray.shutdown())
+                raise _Done
             actor = self.link.actor
             try:
                 if not self._opened.is_set():
                     self._open(actor)
                 self._poll(actor)
-                self._down_since = None
+                self._down_since, pause = None, _RETRY_PAUSE
             except ray.exceptions.RayActorError as exc:
                 self._broker_down(actor, exc)
             except Exception as exc:  # noqa: BLE001 - logged; the loop must go on
                 log.warning("sandbox broker session %s: %s", self.session_id, exc)
                 self._opened.clear()
-                time.sleep(_RETRY_PAUSE)
+                time.sleep(pause)
+                pause = min(2 * pause, 10.0)
 
     def _broker_down(self, actor: Any, exc: BaseException) -> None:
         """The broker died: look for the next one; fail the waiting leases past broker_wait."""

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_conflicting_connect_is_refused_and_reconfigure_applies_to_everyone(
-    ray_cluster: RayCluster, broker_name: str
+    ray_cluster: RayCluster, ray_conn: dict[str, Any], broker_name: str
 ) -> None:
     first = SandboxBroker.connect(broker_name, max_sandboxes=3, lease_timeout=7)
     with pytest.raises(ConfigurationError) as info:
@@ -33,7 +33,9 @@ def test_a_conflicting_connect_is_refused_and_reconfigure_applies_to_everyone(
     again = pickle.loads(pickle.dumps(SandboxBroker.connect(broker_name)))
 
     with pytest.raises(ConfigurationError, match=r"max_acquires_per_second=None.*=4"):
-        RaySandboxPool(["filesystem"], size=6, max_acquires_per_second=4, broker_name=broker_name)
+        RaySandboxPool(
+            ["filesystem"], size=6, max_acquires_per_second=4, broker_name=broker_name, **ray_conn
+        )
 
     live = again.reconfigure(max_sandboxes=9, max_acquires_per_second=4)
     assert (live["max_sandboxes"], live["max_acquires_per_second"]) == (9, 4.0)
