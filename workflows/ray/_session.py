@@ -119,7 +119,8 @@ class Link:
 
 
 class _Done(Exception):
-    """The session's thread ends: its broker is gone and it holds nothing."""
+    """The session's thread ends (it holds nothing, its broker was shut down, or this process
+    left Ray); the next lease starts another."""
 
 
 @dataclass
@@ -161,16 +162,23 @@ class Session:
         self._down_since: float | None = None
         self._key = (link.name, link.namespace, os.getpid())
         self._closing = False
+        self._idle_since: float | None = None
 
     # ----------------------------------------------------------------- the thread
+    def _start_locked(self) -> None:
+        """Start the thread unless it runs (``self._lock`` held)."""
+        if self._thread is None and not self._closing:
+            self._opened.clear()
+            self._idle_since = None
+            self._thread = threading.Thread(
+                target=self._run, name=f"sandbox-broker-session-{self.link.name}", daemon=True
+            )
+            self._thread.start()
+
     def ensure(self) -> None:
-        """Start the thread (once) and wait until the session is open with a broker."""
+        """Start the thread (if it does not run) and wait until the session is open."""
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name=f"sandbox-broker-session-{self.link.name}", daemon=True
-                )
-                self._thread.start()
+            self._start_locked()
         if not self._opened.wait(self.link.broker_wait + 30):
             raise BrokerUnavailableError(
                 f"could not open a session with the sandbox broker {self.link.name!r} within "
@@ -180,14 +188,8 @@ class Session:
     def _run(self) -> None:
         try:
             self._loop()
-        except _Done:
-            log.info("sandbox broker %r is gone: session %s ends", self.link.name, self.session_id)
-        finally:
-            with _SESSIONS_LOCK, self._lock:
-                if _SESSIONS.get(self._key) is self:
-                    del _SESSIONS[self._key]
-                self._thread = None
-            self._opened.clear()
+        except _Done as done:
+            log.info("sandbox broker session %s ends: %s", self.session_id, done)
 
     def reopen(self) -> None:
         """The broker does not know this session: open it again at the thread's next turn
@@ -195,14 +197,45 @@ class Session:
         self._opened.clear()
 
     def close(self) -> None:
-        """Stop the thread (its broker was shut down): at its next turn, whatever it holds."""
+        """Stop the thread for good (its broker was shut down), at its next turn."""
         self._closing = True
+        with _SESSIONS_LOCK:
+            if _SESSIONS.get(self._key) is self:
+                del _SESSIONS[self._key]
+
+    def _idle(self) -> bool:
+        """Whether this process holds, waits for and owes nothing (``self._lock`` held)."""
+        return not (self._held or self._waiting or self._to_release)
+
+    def _retire(self, why: str) -> None:
+        """End the thread if still idle (a new lease since starts no thread: this one goes
+        on); the next lease starts another. A process with no lease needs no heartbeat, and
+        a thread that outlives ``ray.shutdown()`` must not call Ray (Ray ends the process)."""
+        with self._lock:
+            if not self._idle():
+                self._opened.clear()  # the broker may have closed it: open it again
+                return
+            self._thread = None
+            self._opened.clear()
+        raise _Done(why)
+
+    def _idle_long(self) -> bool:
+        """Idle for ``lease_timeout`` seconds (counted from the first poll it was idle at)."""
+        with self._lock:
+            if not self._idle():
+                self._idle_since = None
+                return False
+        if self._idle_since is None:
+            self._idle_since = time.monotonic()
+        return time.monotonic() - self._idle_since > self.lease_timeout
 
     def _loop(self) -> None:
         pause = _RETRY_PAUSE
-        while not self._closing:
-            if not ray.is_initialized():  # this process left Ray (ray.shutdown())
-                raise _Done
+        while True:
+            if self._closing or not ray.is_initialized():  # shut down, or left Ray
+                with self._lock:
+                    self._thread = None
+                raise _Done("closed" if self._closing else "this process left Ray")
             actor = self.link.actor
             try:
                 if not self._opened.is_set():
@@ -211,17 +244,26 @@ class Session:
                 self._down_since, pause = None, _RETRY_PAUSE
             except ray.exceptions.RayActorError as exc:
                 self._broker_down(actor, exc)
+                continue
             except Exception as exc:  # noqa: BLE001 - logged; the loop must go on
                 log.warning("sandbox broker session %s: %s", self.session_id, exc)
                 self._opened.clear()
                 time.sleep(pause)
                 pause = min(2 * pause, 10.0)
+                continue
+            if self._idle_long():
+                with contextlib.suppress(Exception):  # the broker forgets it (else it expires)
+                    _send(actor, "close_session", self.session_id)
+                self._idle_since = None
+                self._retire("it held nothing for lease_timeout")
 
     def _broker_down(self, actor: Any, exc: BaseException) -> None:
-        """The broker died: look for the next one; fail the waiting leases past broker_wait."""
+        """The broker died: look for the next one (ending at once if this process holds
+        nothing); fail the waiting leases past broker_wait."""
         self._opened.clear()
         if self._closing:
-            raise _Done
+            raise _Done("closed")
+        self._retire("its broker died and it holds nothing")
         now = time.monotonic()
         if self._down_since is None:
             self._down_since = now
@@ -232,13 +274,11 @@ class Session:
             error = self.link._unavailable("poll", self._down_since, exc)
             with self._lock:
                 waiting, self._waiting = self._waiting, {}
-                idle = not self._held and not self._to_release
             for item in waiting.values():
                 if not item.future.done():
                     item.future.set_exception(error)
-            if idle:  # nothing of this process's left to renew or release: stop looking
-                raise _Done
-        self.link._found_again(actor)
+        if ray.is_initialized():
+            self.link._found_again(actor)
         time.sleep(_RETRY_PAUSE)
 
     def _open(self, actor: Any) -> None:
@@ -312,6 +352,7 @@ class Session:
         future: Future[Leased] = Future()
         with self._lock:
             self._waiting[lease_id] = _Waiting({"lease_id": lease_id, **request}, future)
+            self._start_locked()  # the thread may have retired since ensure()
         return future
 
     def granted_now(self, lease_id: str, leased: Leased) -> None:

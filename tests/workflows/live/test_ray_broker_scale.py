@@ -10,12 +10,14 @@ once per CI run (``-m scale``) rather than on every interpreter.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,11 +67,22 @@ def test_4096_waiting_leases_on_a_cap_of_8_all_finish(
 
 
 def _start(cluster: Any, **node: Any) -> Any:
-    """Add a node, trying again when Ray's fixed 30 s wait for its raylet runs out under load."""
+    """Add a node, trying again when it does not come up under load (Ray waits a fixed 30 s
+    for its raylet, whose own wait for its metrics agent's port file ends it when that agent
+    starts slowly); a failed try's processes (this process's children started since) end."""
+    import psutil
+
     for attempt in range(4):
+        began = time.time()
         try:
             return cluster.add_node(**node)
         except Exception as exc:
+            for child in psutil.Process().children():  # the failed node's, not the session's
+                with contextlib.suppress(psutil.Error):
+                    if child.create_time() >= began - 1:
+                        for process in [*child.children(recursive=True), child]:
+                            with contextlib.suppress(psutil.Error):
+                                process.kill()
             if "timed out during startup" not in str(exc) or attempt == 3:
                 raise
     raise AssertionError("unreachable")
