@@ -14,9 +14,11 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,32 +96,46 @@ def two_nodes(
 ) -> Iterator[tuple[Any, Any]]:
     """A second Ray cluster of two simulated nodes (a head, and a worker node to lose), its
     processes with the session emulator's tenant in their environment; this process does not
-    connect to it (it stays connected to ``ray_cluster``): a driver subprocess does."""
+    connect to it (it stays connected to ``ray_cluster``): a driver subprocess does.
+
+    Its files go to a folder of its own (``RAY_TMPDIR`` while it starts): a
+    ``ray.cluster_utils.Cluster`` writes its address in ``<tmp>/ray/ray_current_cluster``,
+    which every plain ``ray.init()`` of the machine would otherwise connect to. It is ended
+    node by node (``Cluster.shutdown`` also resets this process's link to its own cluster's
+    key-value store)."""
     from ray.cluster_utils import Cluster
 
-    env = {"KLAVIS_API_KEY": ray_cluster.token, "KLAVIS_BASE_URL": ray_cluster.base_url}
+    folder = tempfile.mkdtemp(prefix="rn-", dir="/tmp")  # short: socket paths have a limit
+    env = {
+        "KLAVIS_API_KEY": ray_cluster.token,
+        "KLAVIS_BASE_URL": ray_cluster.base_url,
+        "RAY_TMPDIR": folder,
+    }
     saved = {name: os.environ.get(name) for name in env}
     lock_path = tmp_path_factory.getbasetemp().parent / "ray-start.lock"
     cluster = Cluster()
+    nodes: list[Any] = []
     os.environ.update(env)
     try:
-        with open(lock_path, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            _start(cluster, num_cpus=1, resources={"head": 1}, include_dashboard=False)
-            doomed = _start(cluster, num_cpus=1, resources={"doomed": 1})
-    except BaseException:
-        cluster.shutdown()  # type: ignore[no-untyped-call]
-        raise
+        try:
+            with open(lock_path, "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                nodes.append(
+                    _start(cluster, num_cpus=1, resources={"head": 1}, include_dashboard=False)
+                )
+                nodes.append(_start(cluster, num_cpus=1, resources={"doomed": 1}))
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        yield cluster, nodes[1]
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-    try:
-        yield cluster, doomed
-    finally:
-        cluster.shutdown()  # type: ignore[no-untyped-call]
+        for node in reversed(nodes):  # the worker (if not lost already), then the head
+            with contextlib.suppress(Exception):
+                cluster.remove_node(node)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.timeout(1200)
