@@ -271,15 +271,27 @@ class Session:
                 "sandbox broker %r died (%s): waiting for it", self.link.name, type(exc).__name__
             )
         elif now - self._down_since > self.link.broker_wait:
+            # gone for longer than its clients wait: the waiting leases fail, and the releases
+            # owed are dropped (a broker that comes later releases what nobody claims back)
             error = self.link._unavailable("poll", self._down_since, exc)
             with self._lock:
                 waiting, self._waiting = self._waiting, {}
+                dropped, self._to_release = self._to_release, {}
             for item in waiting.values():
                 if not item.future.done():
                     item.future.set_exception(error)
+            if dropped:
+                log.warning(
+                    "sandbox broker %r gone for %.0f s: %d release(s) left to the next broker",
+                    self.link.name,
+                    now - self._down_since,
+                    len(dropped),
+                )
+            self._retire("its broker is gone and it holds nothing")
         if ray.is_initialized():
             self.link._found_again(actor)
-        time.sleep(_RETRY_PAUSE)
+        # a block still holds a sandbox of the dead broker: look again, less and less often
+        time.sleep(min(_RETRY_PAUSE * 2 ** ((now - self._down_since) // 10), 5.0))
 
     def _open(self, actor: Any) -> None:
         watch = actor.park.remote(session_id=self.session_id)  # by name: see _client._call
