@@ -458,6 +458,7 @@ class SandboxBroker:
         return session_for(self._link).release(lease_id, reason)
 
     def _release_many(self, lease_ids: list[str], reason: str) -> list[str]:
+        session_for(self._link).forget_held(lease_ids)
         released: list[str] = self._link.call("release_many", lease_ids, reason)
         return released
 

@@ -375,6 +375,12 @@ class Session:
         if item is not None and item.future.set_running_or_notify_cancel():
             item.future.set_result(leased)
 
+    def forget_held(self, lease_ids: list[str]) -> None:
+        """These leases are released another way (a pool's close): nothing to renew."""
+        with self._lock:
+            for lease_id in lease_ids:
+                self._held.pop(lease_id, None)
+
     def forget_waiting(self, lease_id: str) -> None:
         with self._lock:
             item = self._waiting.pop(lease_id, None)
