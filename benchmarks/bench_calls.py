@@ -1,4 +1,4 @@
-"""The cost of the library itself: per call, and at import.
+"""The cost of the library itself per call (the import: :mod:`benchmarks.bench_imports`).
 
 Figures:
 
@@ -7,20 +7,14 @@ Figures:
   way, which also decodes the body), emulator without injected latency. After a warm-up the two
   kinds of call strictly alternate (in pairs whose order flips every time), so bursts of other
   work on the machine hit both alike.
-* ``import_time_s``: the median wall time of ``python -c "import workflows"`` minus the median
-  of ``python -c "pass"`` (7 runs each, alternating), fresh interpreters of the same venv.
 """
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
 from benchmarks._common import (
-    REPO_ROOT,
     BenchContext,
     EmulatorProcess,
     Figure,
@@ -82,55 +76,6 @@ def _call_overhead(ctx: BenchContext) -> Figure:
     )
 
 
-def _wall(code: str) -> float:
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True)
-    return time.perf_counter() - started
-
-
-def _heaviest_imports(limit: int = 8) -> list[str]:
-    """Import time of ``import workflows`` by top-level package (``-X importtime`` self times
-    summed), heaviest first: where a slow import comes from."""
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import workflows"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    totals: dict[str, int] = {}
-    for line in proc.stderr.splitlines():
-        found = re.match(r"import time:\s+(\d+) \|\s+\d+ \| *(\S+)", line)
-        if found:
-            package = found.group(2).split(".")[0]
-            totals[package] = totals.get(package, 0) + int(found.group(1))
-    heaviest = sorted(totals.items(), key=lambda item: item[1], reverse=True)[:limit]
-    return [f"{name} {us / 1e6:.3f} s" for name, us in heaviest]
-
-
-def _import_time() -> Figure:
-    bare: list[float] = []
-    full: list[float] = []
-    _wall("import workflows")  # warm the file-system cache and the .pyc files
-    for _ in range(IMPORT_RUNS):
-        bare.append(_wall("pass"))
-        full.append(_wall("import workflows"))
-    value = median(full) - median(bare)
-    return Figure(
-        "import_time_s",
-        value,
-        "s",
-        "<=",
-        0.35,
-        {
-            "bare_interpreter_s": median(bare),
-            "with_import_s": median(full),
-            "runs": IMPORT_RUNS,
-            "self_time_by_package": _heaviest_imports(),
-        },
-    )
-
-
 def run(ctx: BenchContext) -> list[Figure]:
-    """Measure the call-overhead and import-time figures."""
-    return [_call_overhead(ctx), _import_time()]
+    """Measure the call-overhead figure."""
+    return [_call_overhead(ctx)]

@@ -19,9 +19,14 @@ Figures:
   ``broker_grant_p99_ms``, ``warm_handover_ms``, ``holder_death_recovery_s``): see
   :mod:`benchmarks._ray_broker`, measured on the same cluster against an emulator of their own
   with no acquire delay.
+* ``template_seed_speedup``: 16 seeds of a 2,000-file tree from one ``SeedTemplate`` against
+  16 plain seeds, measured first and without Ray (``benchmarks/_template_seed.py``). Goal >= 1.4.
+* ``emulator_acquire_s``, ``emulator_reset_s``, ``emulator_reset_vs_acquire``: what the reset
+  between a pool's samples costs against a fresh acquire, measured first and without Ray (see
+  :mod:`benchmarks._reset`).
 
-The cluster's machines get the key from their environment (set while ``ray.init`` starts
-them), never through Ray.
+The cluster's machines get the key from their environment (set while its node starts), never
+through Ray.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _reset
 from benchmarks._common import (
     BenchContext,
     EmulatorProcess,
@@ -42,6 +48,7 @@ from benchmarks._common import (
     median,
     new_token,
 )
+from benchmarks._template_seed import template_seed_figure
 from workflows import LocalSandbox
 
 __all__ = ["ACQUIRE_DELAY", "TASKS", "WORK_S", "run"]
@@ -58,27 +65,47 @@ def work(sb: LocalSandbox, task: int) -> int:
     return task
 
 
-def _init_ray(url: str, token: str, state: Path) -> None:
+def _start_ray(url: str, token: str, state: Path) -> Any:
+    """A local 2-CPU cluster, the driver connected to it: its ``Cluster`` (``shutdown()`` ends
+    its processes, and only them).
+
+    Ray 2.60.0's raylet gives its dashboard agent (a Python process) 15 s to start and aborts
+    past them, and the driver gives the raylet 30 s (ray-project/ray#65983): a loaded 2-core
+    machine misses them. Measured there (tests/ray_helpers.py has the figures): a node without a
+    log monitor or dashboard, started by :class:`ray.cluster_utils.Cluster`, came up 7 times in
+    8 where ``ray.init`` did 4 times, alternating; each start that reports Ray's start-up
+    timeout is tried again (a fresh session). The machines' environment holds the key while
+    the node starts (its processes inherit it), never a runtime_env.
+    """
     import ray
+    from ray.cluster_utils import Cluster
 
     env = {"KLAVIS_API_KEY": token, "KLAVIS_BASE_URL": url, "KLAVIS_SANDBOX_STATE_DIR": str(state)}
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:
-        for attempt in range(3):  # Ray waits a fixed 30 s for its raylet: a loaded machine may not
+        for attempt in range(1, 5):
+            cluster = Cluster()
             try:
-                ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+                cluster.add_node(
+                    num_cpus=2,
+                    include_dashboard=False,
+                    include_log_monitor=False,  # one Python process fewer beside the agent
+                    object_store_memory=150 * 1024 * 1024,
+                )
                 break
             except Exception as exc:
-                if "timed out during startup" not in str(exc) or attempt == 2:
+                cluster.shutdown()  # type: ignore[no-untyped-call]
+                if "timed out during startup" not in str(exc) or attempt == 4:
                     raise
-                ray.shutdown()
     finally:
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+    ray.init(address=cluster.address, log_to_driver=False)
+    return cluster
 
 
 def _scaling_run(url: str, token: str, size: int, tasks: int = TASKS) -> float:
@@ -153,11 +180,13 @@ def _dead_worker_run(ctx: BenchContext, url: str, token: str) -> dict[str, Any]:
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    """Measure the Ray pool's figures."""
+    """Measure the Ray pool's figures (and first, without Ray, the emulator's reset)."""
     import ray
 
     from benchmarks._ray_broker import broker_figures
 
+    template = template_seed_figure(ctx.emulator_root, ctx.scratch, ctx.repeats)  # no Ray
+    resets = _reset.run(ctx)
     token = new_token()
     with (
         EmulatorProcess(
@@ -166,7 +195,7 @@ def run(ctx: BenchContext) -> list[Figure]:
         EmulatorProcess(ctx.emulator_root, mcp_at_acquire=False) as fast,
     ):
         url = emulator.base_url
-        _init_ray(url, token, ctx.folder("ray-state"))
+        cluster = _start_ray(url, token, ctx.folder("ray-state"))
         try:
             # a warm-up run, not counted: Ray starts a worker process per CPU on first use
             # (2 to 4 s each on this machine), which a cluster running a job has done already
@@ -177,6 +206,7 @@ def run(ctx: BenchContext) -> list[Figure]:
             broker = broker_figures(fast.base_url, token)
         finally:
             ray.shutdown()
+            cluster.shutdown()
     one_s, two_s = median(one), median(two)
     overhead = {size: s / (TASKS * WORK_S / size) for size, s in ((1, one_s), (2, two_s))}
     common = {"tasks": TASKS, "work_s": WORK_S, "acquire_delay_s": ACQUIRE_DELAY}
@@ -205,4 +235,6 @@ def run(ctx: BenchContext) -> list[Figure]:
         ),
         Figure("ray_dead_worker_leaked", dead["leaked"], "sandboxes", "==", 0, dead),
         *broker,
+        template,
+        *resets,
     ]

@@ -14,7 +14,8 @@ file, since a busy or slow disk moves the seed and dump figures more than any co
 | seed | seed_speedup_vs_notebook, seed_time_vs_limit, seed_peak_rss_mb |
 | dump | dump_speedup_vs_notebook, dump_peak_rss_mb |
 | bulk | bulk_release_speedup_vs_sequential, bulk_release_time_vs_ideal |
-| calls | call_overhead_vs_httpx, import_time_s |
+| calls | call_overhead_vs_httpx |
+| imports | import_time_s, import_time_plain_s (a venv with only the wheel, made in scratch) |
 | soak | soak_completed_fraction, soak_lost_files, soak_leaked_sandboxes |
 | interrupt | interrupt_leaked_sandboxes |
 | hostile | hostile_emulator_peak_rss_mb, hostile_client_peak_rss_mb, hostile_inputs_refused |
@@ -23,6 +24,8 @@ file, since a busy or slow disk moves the seed and dump figures more than any co
 | ray | ray_pool_scaling, ray_pool_overhead_vs_ideal, ray_dead_worker_leaked, |
 | | broker_4096_waiting_failed, broker_leases_per_s, broker_grant_p99_ms, warm_handover_ms, |
 | | holder_death_recovery_s |
+| | template_seed_speedup (without Ray: benchmarks/_template_seed.py) |
+| | emulator_acquire_s, emulator_reset_s, emulator_reset_vs_acquire |
 | shapes | <shape>_seed_speedup, _seed_vs_limit, _dump_speedup, _dump_vs_limit (3 shapes) |
 | | emulator_dump_mb_s, emulator_dump_vs_limit, emulator_initialize_vs_limit |
 | footprint | demo_fresh_s, setup_full_s, setup_disk_mb |
@@ -49,6 +52,7 @@ from benchmarks import (
     bench_dump,
     bench_footprint,
     bench_hostile,
+    bench_imports,
     bench_interrupt,
     bench_mcp,
     bench_pool,
@@ -76,6 +80,7 @@ GROUPS: dict[str, Callable[[BenchContext], list[Figure]]] = {
     "dump": bench_dump.run,
     "bulk": bench_bulk.run,
     "calls": bench_calls.run,
+    "imports": bench_imports.run,
     "soak": bench_soak.run,
     "interrupt": bench_interrupt.run,
     "hostile": bench_hostile.run,

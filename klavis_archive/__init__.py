@@ -3,7 +3,8 @@
 Workspaces travel as tar.gz archives: the library packs seeds and reads dumps, the emulator
 reads seeds and writes dumps. What makes that safe and fast is written once, here: the fixed
 limits, the bounded tar reader and the streams it reads, the path and link rules, the fast
-header code and the packer. This package is a leaf: it imports the standard library and
+header code, the packer, and the opening of a plan's files that follows no link
+(:class:`PlannedTree`). This package is a leaf: it imports the standard library and
 ``isal``, never ``workflows`` nor ``klavis_emulator`` (``tests/archive/test_leaf.py``).
 
 Refusals are :class:`ArchiveRejected` (a ``ValueError``) and its kinds; each package maps them
@@ -47,6 +48,7 @@ from ._paths import (
     mount_relative,
     resolve,
 )
+from ._planned import OPEN_FOLDERS, FileIdentity, PlannedTree, SourceChanged
 from ._reader import CORRUPT, BoundedTarFile, BoundedTarInfo, open_tar
 from ._streams import CountingStream, DecompressAhead, ForwardReader, igzip_file
 from ._tar_header import FastTarInfo, common_header, parse_common
@@ -100,4 +102,9 @@ __all__ = [
     "TarSink",
     "common_header",
     "parse_common",
+    # opening what a plan named, following no link
+    "OPEN_FOLDERS",
+    "FileIdentity",
+    "PlannedTree",
+    "SourceChanged",
 ]

@@ -54,6 +54,7 @@ from ._mcp import (
 )
 from ._mcp.setup import TOOLS_DIR_ENV
 from ._middleware import CONTROL_TOKEN_HEADER
+from ._owner import add_owner_options, check_owner_options, run_owned, say, watch_pipe
 from ._server import bind_socket, url_for_socket
 
 __all__ = ["RedactSignedUrls", "build_parser", "config_from_args", "main"]
@@ -193,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
         "mcp_at_acquire",
         "start a sandbox's MCP servers on their first request (default: at acquire)",
     )
+    option(
+        "--mcp-spares",
+        int,
+        "spare MCP server sets per sandbox shape kept started for resets (0: none)" + DEFAULT,
+        metavar="N",
+    )
     option("--signed-url-minutes", int, "validity of signed URLs" + DEFAULT, metavar="MINUTES")
     option("--max-upload-mb", float, "upload size cap" + DEFAULT, metavar="MB")
     parser.add_argument(
@@ -250,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
             "(repeatable; default: none, every sandbox starts empty)"
         ),
     )
+    add_owner_options(parser)
     parser.add_argument(
         "--log-level",
         default=SERVE_LOG_LEVEL,
@@ -482,17 +490,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     rest = list(sys.argv[1:] if argv is None else argv)
     if rest and rest[0] in ("setup", "check"):
         return _tools_command(rest)
-    args = build_parser().parse_args(rest)
+    parser = build_parser()
+    args = parser.parse_args(rest)
+    check_owner_options(parser, args)
+    # SIGTERM from here on (or re-raised by uvicorn after its graceful shutdown) ends the
+    # process with status 0, through the cleanup of run_owned
+    signal.signal(signal.SIGTERM, _exit_quietly)
+    return run_owned(args, _serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """Serve in the foreground until SIGTERM, Ctrl-C, or the end of ``--exit-with-fd``."""
+    app_holder: list[Any] = []
+
+    def owner_gone() -> None:
+        say(f"klavis-emulator: the pipe at file descriptor {args.exit_with_fd} ended: stopping")
+        mcp = getattr(app_holder[0].state, "mcp", None) if app_holder else None
+        if mcp is not None:  # its streams would hold uvicorn's graceful shutdown
+            mcp.shutdown(wait=10)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    if args.exit_with_fd is not None:
+        watch_pipe(args.exit_with_fd, owner_gone)
     try:
         config = config_from_args(args)
         app = create_app(config)
     except (ConfinementError, ValueError) as exc:  # one line: the reason and the way out
         print(f"klavis-emulator: error: {exc}", file=sys.stderr, flush=True)
         return 1
+    app_holder.append(app)
     sock = bind_socket(config.host, config.port)
-    # SIGTERM before uvicorn takes over the signals (or re-raised by uvicorn after its
-    # graceful shutdown) ends the process with status 0.
-    signal.signal(signal.SIGTERM, _exit_quietly)
     print(f"Klavis emulator listening on {url_for_socket(sock)}", flush=True)
     print(f"Data folder: {app.state.emulator.data_dir}", flush=True)
     confinement = app.state.emulator.run_settings.confinement
@@ -510,7 +537,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     else:
         print("Control routes (/_emulator/...): loopback clients only", flush=True)
-    serving = uvicorn.Config(app, log_level=config.log_level, lifespan="on")
+    # a connection held open (an MCP stream) cannot keep a stopping emulator, and its
+    # sandboxes' processes, alive for longer than this
+    serving = uvicorn.Config(
+        app, log_level=config.log_level, lifespan="on", timeout_graceful_shutdown=10
+    )
     logging.getLogger("uvicorn.access").addFilter(RedactSignedUrls())
     server = uvicorn.Server(serving)
     try:

@@ -88,6 +88,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
             state,
             start_at_acquire=config.mcp_at_acquire,
             install=config.install_mcp_servers,
+            spares=config.mcp_spares,
         )
     return app
 

@@ -113,6 +113,12 @@ class EmulatorConfig:
     """Start a sandbox's hosted MCP servers in the background when it is acquired, so they
     are up when a client first calls them, as on the service (``False``: on the first
     request instead)."""
+    mcp_spares: int = 1
+    """Spare server sets of each sandbox shape kept started ahead, so that a reset hands the
+    sandbox fresh servers that are already up (confined, with ``mcp_at_acquire``): one set per
+    shape that a live sandbox was reset with, for the whole emulator, dropped when the last
+    such sandbox goes. ``0``: none; a reset then starts fresh servers in the background, and
+    the first MCP call after it waits for its server."""
     install_mcp_servers: bool | None = None
     """Install a hosted server whose parts (npm tree, venv) are missing when it is first
     needed, into the per-user tools folder (``False``: never, a missing server answers 503
@@ -219,6 +225,7 @@ _CHECKS: Final[dict[str, Callable[[Any], str | None]]] = {
     "max_upload_mb": _upload_cap,
     "control_token": _control_token,
     "reaper_interval": _interval,
+    "mcp_spares": _non_negative,
     "execution_timeout": _positive,
 }
 

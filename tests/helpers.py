@@ -3,15 +3,18 @@ conftest."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import base64
 import builtins
 import contextlib
-import dataclasses
+import functools
 import hashlib
+import importlib.util
 import inspect
 import io
 import os
+import pkgutil
 import re
 import signal
 import socket
@@ -30,6 +33,12 @@ import httpx
 import pytest
 
 import workflows
+
+# the Ray clusters' helpers live in tests/ray_helpers.py; test modules import them from here
+from tests.ray_helpers import RAY_TEST_TIMEOUT as RAY_TEST_TIMEOUT
+from tests.ray_helpers import RayCluster as RayCluster
+from tests.ray_helpers import end_ray_children as end_ray_children
+from tests.ray_helpers import start_cluster as start_cluster
 from workflows import EmulatorProcess
 
 # The emulator is imported where it is used: the MCP tests also run in a venv with mcp 1.x and
@@ -243,74 +252,49 @@ def git_repo(folder: Path, *, object_format: str = "sha1") -> Path:
     return folder
 
 
-@dataclasses.dataclass
-class RayCluster:
-    """The session's local Ray cluster: the key and emulator its machines' environment names,
-    their ledger's folder, and the address another driver connects to."""
+def expect_children_to_get_sigint() -> None:
+    """Fail, saying why, where a child started now from this thread could not answer Ctrl-C:
+    SIGINT blocked in this thread (a child inherits the mask of the thread that forks it, and
+    keeps it through ``exec``) or ignored in this process (``SIG_IGN`` outlives ``exec``, and
+    Python then installs no ``KeyboardInterrupt`` handler). Called before starting a child the
+    test sends SIGINT, so that a test process in such a state fails the test with its cause
+    instead of hanging it.
 
-    token: str
-    base_url: str
-    state_dir: Path
-    address: str = ""
-
-
-def start_ray(ray: Any) -> Any:
-    """``ray.init`` of a local 2-CPU cluster that waits up to 180 s for its raylet.
-
-    Ray waits a fixed 30 s for its raylet to register (``raylet_start_wait_time_s`` in
-    ray/_private/node.py, not configurable), which a 2-core machine running other suites does
-    not meet (seen at load averages of 9 to 11: every start failed). Its ``get_node`` is
-    polled with the patience this machine needs while ``ray.init`` runs, then put back; a
-    start that fails anyway leaves none of its processes behind.
+    Why a check and not a reset in the child (the ``preexec_fn`` these tests had): one full run
+    with Ray clusters in the test processes once saw every child sent SIGINT hang, printing
+    nothing, while those sent SIGTERM ended. Measured since, with ray 2.60.0: in one pytest
+    process, the Ray pool's and broker's tests on a cluster, then the SIGINT tests, each
+    child's state read in it between fork and exec; and a driver's threads and children read
+    after ``ray.init`` started a cluster, after a task, after ``ray.shutdown``. Every child was
+    forked by the main thread, or a thread the driver started, with SIGINT neither blocked nor
+    ignored, and each answered SIGINT: the hang was not reproduced, and its cause is not the
+    signal state Ray leaves in the driver. Ray does block SIGINT, but elsewhere: in its
+    own threads of the driver (``worker.io``, ``worker.user_obj``, ``task_event_buff``), which
+    fork no child of ours, and in the processes it starts (``start_ray_process`` in
+    ray/_private/services.py blocks it before ``exec``), whose children then cannot be
+    interrupted (ray-project/ray#31805). A ``preexec_fn`` also makes Python fork and run Python
+    code in the child of a process full of threads (Ray's, gRPC's, the emulator's) instead of
+    ``vfork`` straight to ``exec``: Python's documentation warns that it may deadlock there.
     """
-    services = ray._private.services
-    original = services.get_node
-
-    def patient(*args: Any, **kwargs: Any) -> Any:
-        end = time.monotonic() + 180
-        while True:
-            try:
-                return original(*args, **kwargs)
-            except RuntimeError:
-                if time.monotonic() > end:
-                    raise
-                time.sleep(0.5)  # polling Ray's own registry, as Ray does
-
-    services.get_node = patient
-    try:
-        return ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    except BaseException:
-        ray.shutdown()
-        end_ray_children()
-        raise
-    finally:
-        services.get_node = original
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    with open("/proc/self/status") as status:
+        ignoring = next(int(line.split()[1], 16) for line in status if line.startswith("SigIgn"))
+    ignored = bool(ignoring & (1 << (signal.SIGINT - 1)))
+    if blocked or ignored:
+        raise AssertionError(
+            f"a child started now would not answer SIGINT: blocked in thread "
+            f"{threading.current_thread().name}: {blocked}; ignored in this process: {ignored}"
+        )
 
 
-def end_ray_children() -> None:
-    """Kill the Ray processes a failed ``ray.init`` of this process left behind (its agents
-    outlive it otherwise); only this process's own children, and only Ray's."""
-    import psutil
-
-    for child in psutil.Process().children(recursive=True):
-        try:
-            command = " ".join(child.cmdline())
-            if command.startswith("ray::") or "/ray/" in command:
-                child.kill()
-        except psutil.Error:
-            pass
-
-
-def as_from_a_shell() -> None:
-    """A ``preexec_fn`` for a child the test sends Ctrl-C (SIGINT): the child starts with SIGINT
-    at its default and unblocked, as a process a user's shell starts, whatever the test process's
-    own state is. A signal ignored or blocked in the parent outlives ``exec`` in the child (only
-    handlers are reset). Seen in one full run with Ray clusters in the test processes: from
-    some point on, every child sent SIGINT hung, printing nothing, while those sent SIGTERM
-    ended; the cause was not found. What these tests check is how the library answers Ctrl-C,
-    not the state the test process is in."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+def import_the_library() -> None:
+    """Import every module of ``workflows`` (but the Ray extra's and the CLI's), before a test
+    patches a function other modules import by name: ``import workflows`` leaves most modules
+    to their first use, and one first imported while the patch is on would keep the patched
+    function after the test."""
+    for found in pkgutil.walk_packages(workflows.__path__, "workflows."):
+        if not found.name.startswith(("workflows.ray", "workflows._cli", "workflows.__main__")):
+            importlib.import_module(found.name)
 
 
 def wait_until(check: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
@@ -618,7 +602,8 @@ def public_callables(package: ModuleType) -> Iterator[tuple[str, Callable[..., A
 
 
 def types_named_by(fn: Callable[..., Any], package: str) -> set[str]:
-    """The classes of ``package`` that ``fn``'s annotations name (read as written)."""
+    """The classes of ``package`` that ``fn``'s annotations name (read as written), whether its
+    module imports them or imports them only for type checkers (``if TYPE_CHECKING:``)."""
     module = sys.modules[fn.__module__]
     found: set[str] = set()
     for param, annotation in fn.__annotations__.items():
@@ -626,9 +611,38 @@ def types_named_by(fn: Callable[..., Any], package: str) -> set[str]:
             continue
         for word in _ANNOTATION_NAME.findall(str(annotation)):
             obj = getattr(module, word, None)
+            if obj is None:
+                obj = names_for_type_checkers(module.__name__, package).get(word)
             if (inspect.isclass(obj) or _is_alias(obj)) and _module_of(obj).startswith(package):
                 found.add(word)
     return found
+
+
+@functools.cache
+def names_for_type_checkers(module_name: str, package: str) -> dict[str, object]:
+    """What ``module_name`` imports from ``package`` only for type checkers (``if
+    TYPE_CHECKING:``, where the library keeps the names its annotations alone need), imported
+    here: name -> object."""
+    module = sys.modules[module_name]
+    names: dict[str, object] = {}
+    for node in ast.parse(inspect.getsource(module)).body:
+        if not (
+            isinstance(node, ast.If)
+            and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        ):
+            continue
+        for statement in node.body:
+            if not isinstance(statement, ast.ImportFrom):
+                continue
+            source = importlib.util.resolve_name(
+                "." * statement.level + (statement.module or ""), module.__package__
+            )
+            if source.split(".")[0] != package:
+                continue
+            imported = importlib.import_module(source)
+            for alias in statement.names:
+                names[alias.asname or alias.name] = getattr(imported, alias.name)
+    return names
 
 
 def _is_alias(obj: object) -> bool:

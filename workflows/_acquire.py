@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from ._config import Settings, resolve_settings
-from ._host_limits import HostLimits, resolve_host_limits
 from ._models import AcquireRequest, Benchmark, ServerNames, check_acquire
 from ._ownership import ledger_of
 
@@ -27,7 +26,8 @@ else:  # pragma: no cover - Python 3.10
 
 if TYPE_CHECKING:
     from ._config import ApiKey
-    from ._dump._archive import ArchiveLimits
+    from ._dump._limits import ArchiveLimits
+    from ._host_limits import HostLimits
     from ._ownership import Ledger
 
 __all__ = [
@@ -109,6 +109,8 @@ class Acquire:
     def options(self) -> AcquireOptions:
         """The same acquire as keywords, for another acquire of the same kind (a pool's, a
         batch's): the resolved connection and ledger, and no progress bar of its own."""
+        from ._host_limits import HostLimits
+
         request = self.request
         return AcquireOptions(
             benchmark=request.benchmark,
@@ -150,6 +152,8 @@ def resolve_acquire(
 ) -> Acquire:
     """Check ``options`` (the keywords of ``where``, e.g. ``"acquire"``) and resolve them;
     ``settings``, when given, is the connection already resolved."""
+    from ._host_limits import resolve_host_limits  # the host's limits, imported when used
+
     check_keywords(where, options, AcquireOptions)
     request = check_acquire(
         server_names,

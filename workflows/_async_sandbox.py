@@ -2,11 +2,14 @@
 
 Same names, same checks (shared from the I/O-free modules), awaited. CPU and disk work
 (packing, reading archives) runs in a worker thread so the event loop stays responsive.
+
+As in :mod:`workflows._sandbox`, what the methods do (asyncio itself included: the module is
+imported by ``import workflows``, which sync code runs too) is imported by the methods that
+use it, and the names only annotations need for type checkers alone.
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import logging
 import os
@@ -24,36 +27,26 @@ from ._acquire import (
     resolve_acquire,
     resolve_connection,
 )
-from ._drivers import AsyncDriver
-from ._dump._archive import ArchiveLimits
-from ._execution import AsyncExecution
-from ._execution_input import ExecutionFiles, Requirements
-from ._flows import (
-    acquire_attempt,
-    get_flow,
-    list_flow,
-    retry_acquire,
-)
+from ._config import DEFAULT_MAX_FILE_SIZE, DEFAULT_MCP_TIMEOUT
 from ._handle import SandboxHandle, settings_for
-from ._host_limits import async_host_slot
-from ._mcp import (
-    DEFAULT_MCP_TIMEOUT,
-    ToolInfo,
-    ToolResult,
-    async_call_tool,
-    async_list_tools,
-    open_session,
-)
 from ._models import SandboxInfo, ServerNames, check_sandbox_id
-from ._ownership import Ledger, disown, own
+from ._ownership import disown, own
 from ._sandbox_base import SandboxBase
-from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
-from ._server_data import ServerData, dump_data_flow, initialize_data_flow
-from ._snapshot import Snapshot
 from ._tracing import mcp_start, traced_call
 
 if TYPE_CHECKING:
     from mcp import ClientSession
+
+    from ._drivers import AsyncDriver
+    from ._dump._limits import ArchiveLimits
+    from ._execution import AsyncExecution
+    from ._execution_input import ExecutionFiles, Requirements
+    from ._mcp import ToolInfo, ToolResult
+    from ._ownership import Ledger
+    from ._seed import SourceFile
+    from ._server_data import ServerData
+    from ._snapshot import Snapshot
+    from ._template import SeedTemplate
 
 __all__ = ["AsyncLocalSandbox", "PendingSandbox", "async_list_sandboxes"]
 
@@ -66,6 +59,9 @@ async def async_list_sandboxes(**options: Unpack[ConnectionOptions]) -> list[San
     >>> for info in await async_list_sandboxes():  # doctest: +SKIP
     ...     print(info.id, info.status, [s.name for s in info.servers])
     """
+    from ._drivers import AsyncDriver
+    from ._flows import list_flow
+
     driver = AsyncDriver(resolve_connection("async_list_sandboxes", options, ConnectionOptions))
     try:
         return await driver.run(list_flow())
@@ -156,6 +152,10 @@ class AsyncLocalSandbox(SandboxBase):
         progress, limits, host_limits = wanted.progress, wanted.limits, wanted.host_limits
 
         async def make() -> AsyncLocalSandbox:
+            from ._drivers import AsyncDriver
+            from ._flows import acquire_attempt, retry_acquire
+            from ._host_limits import async_host_slot
+
             driver = _driver or AsyncDriver(settings)
             try:
                 async with async_host_slot(host_limits, settings) as slot:  # waits under them
@@ -207,6 +207,8 @@ class AsyncLocalSandbox(SandboxBase):
         >>> async with AsyncLocalSandbox.from_handle(handle) as sb:  # doctest: +SKIP
         ...     snap = await sb.dump()
         """
+        from ._drivers import AsyncDriver
+
         settings = settings_for("from_handle", handle, options)
         return cls(
             handle.info,
@@ -234,6 +236,9 @@ class AsyncLocalSandbox(SandboxBase):
         progress, limits = options.get("progress"), options.get("limits")
 
         async def make() -> AsyncLocalSandbox:
+            from ._drivers import AsyncDriver
+            from ._flows import get_flow
+
             driver = AsyncDriver(settings)
             try:
                 info = await driver.run(get_flow(local_sandbox_id))
@@ -253,12 +258,17 @@ class AsyncLocalSandbox(SandboxBase):
 
     async def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current details."""
+        from ._flows import get_flow
+
         self._info = await self._driver.run(get_flow(self.id))
         return self._info
 
     # ----------------------------------------------------------------- workspace
-    async def seed(self, files: Mapping[str, str | bytes], *, progress: bool | None = None) -> int:
-        """Add files to the workspace from a mapping of relative path to text or bytes.
+    async def seed(
+        self, files: Mapping[str, str | bytes] | SeedTemplate, *, progress: bool | None = None
+    ) -> int:
+        """Add files to the workspace from a mapping of relative path to text or bytes, or
+        from a :class:`~workflows.SeedTemplate` (packed once, for many sandboxes).
 
         Keys are checked first (no absolute paths, ``..``, NUL or collisions) and nothing is
         sent if one is bad. Existing files of the same name are overwritten; others stay.
@@ -266,7 +276,20 @@ class AsyncLocalSandbox(SandboxBase):
 
         >>> await sb.seed({"hello.txt": "hi", "data/x.bin": b"\\x00"})  # doctest: +SKIP
         2
+
+        A template's archive is uploaded as it was packed, with no planning and no packing,
+        once checked against its digest (:class:`~workflows.SeedTemplateError`, before any
+        request, when it is damaged or gone):
+
+        >>> template = SeedTemplate.from_folder("./task")  # doctest: +SKIP
+        >>> await sb.seed(template)  # doctest: +SKIP
+        2000
         """
+        from ._seed import plan_mapping
+        from ._template import SeedTemplate
+
+        if isinstance(files, SeedTemplate):
+            return await self._driver.run(self._seed_template(files, progress))
         entries = plan_mapping(files)
         await self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
@@ -296,6 +319,10 @@ class AsyncLocalSandbox(SandboxBase):
 
         >>> await sb.seed_directory("./project", ignore=["*.log"])  # doctest: +SKIP
         """
+        import asyncio
+
+        from ._seed import plan_directory
+
         entries = await asyncio.to_thread(
             plan_directory,
             path,
@@ -369,6 +396,8 @@ class AsyncLocalSandbox(SandboxBase):
         async with sb.mcp("filesystem") as session:
             tools = await session.list_tools()
         """
+        from ._mcp import open_session
+
         return open_session(self.mcp_url(server), timeout=timeout)
 
     @traced_call("klavis.mcp.list_tools", mcp_start)
@@ -380,6 +409,8 @@ class AsyncLocalSandbox(SandboxBase):
         >>> [t.name for t in await sb.list_tools("git")][:2]  # doctest: +SKIP
         ['git_status', 'git_diff_unstaged']
         """
+        from ._mcp import async_list_tools
+
         return await async_list_tools(self.mcp_url(server), timeout=timeout)
 
     @traced_call("klavis.mcp.call_tool", mcp_start)
@@ -398,6 +429,8 @@ class AsyncLocalSandbox(SandboxBase):
         >>> (await sb.call_tool("terminal", "run_command", {"command": "ls"})).text
         'hello.txt'
         """
+        from ._mcp import async_call_tool
+
         return await async_call_tool(self.mcp_url(server), tool, arguments, timeout=timeout)
 
     # ----------------------------------------------------------------- executions, data
@@ -432,6 +465,8 @@ class AsyncLocalSandbox(SandboxBase):
         >>> await run.wait(), await run.exit_code()  # doctest: +SKIP
         ('completed', 0)
         """
+        from ._execution import AsyncExecution
+
         start, run_name, show = self._start(main, requirements, files, name, progress)
         await self._driver.run(start)
         return AsyncExecution(self._driver, self.id, run_name, limits=self.limits, progress=show)
@@ -460,6 +495,8 @@ class AsyncLocalSandbox(SandboxBase):
         >>> await run.wait()  # doctest: +SKIP
         'completed'
         """
+        from ._execution import AsyncExecution
+
         start, run_name, show = self._start_directory(
             path, requirements, files, ignore, gitignore, name, progress
         )
@@ -472,11 +509,15 @@ class AsyncLocalSandbox(SandboxBase):
         """Load a data document into ``google_cloud``, ``poste_email_toolathlon`` or ``canvas``
         (``default=True`` loads the service's built-in document). Returns the service's message.
         """
+        from ._server_data import initialize_data_flow
+
         body = self._data_request(server, data)
         return await self._driver.run(initialize_data_flow(self.id, server, body, default=default))
 
     async def dump_server_data(self, server: str) -> ServerData:
         """The current data document of google_cloud, poste_email_toolathlon or canvas."""
+        from ._server_data import dump_data_flow
+
         self._data_request(server, None)
         return await self._driver.run(dump_data_flow(self.id, server))
 
@@ -486,6 +527,8 @@ class AsyncLocalSandbox(SandboxBase):
 
         Runs to completion even if the awaiting task is cancelled meanwhile.
         """
+        import asyncio
+
         if self._released:
             return False
         return await asyncio.shield(asyncio.ensure_future(self._release()))

@@ -26,6 +26,8 @@ __all__ = [
     "API_KEY_FILE_ENV",
     "BASE_URL_ENV",
     "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_FILE_SIZE",
+    "DEFAULT_MCP_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "ApiKey",
     "Settings",
@@ -41,6 +43,19 @@ DEFAULT_TIMEOUT = 60.0
 ``dump_to``, ``export_artifacts``) has no deadline as a whole unless given ``timeout=``, but is
 ended (:class:`~workflows.TransferTimeoutError`) when it receives fewer than 64 KiB within any
 window of this many seconds; an upload uses it per chunk."""
+
+# Two defaults the faces' signatures show, kept here (not in the modules that apply them, which
+# import them from here) so that the faces are defined without importing those modules:
+# ``import workflows`` leaves seeding and MCP to their first use.
+
+#: The largest single file :func:`~workflows._seed.plan_directory` accepts unless told
+#: otherwise: 256 MiB. It is a guard against seeding a data set, a video or model weights by
+#: accident (an upload of that size takes minutes); a file over it is an error naming the file,
+#: never silently skipped. Pass ``max_file_size=None`` to lift it, or add the file to ``ignore=``.
+DEFAULT_MAX_FILE_SIZE: int = 256 * 1024 * 1024
+
+DEFAULT_MCP_TIMEOUT = 60.0
+"""Seconds to wait for an MCP server: to connect, and for each answer (a tool may run long)."""
 
 
 class ApiKey:

@@ -25,7 +25,7 @@ from klavis_sandbox_client import AuthenticatedClient
 from klavis_sandbox_client.types import Response
 
 from ._config import Settings
-from ._errors import ApiConnectionError
+from ._errors import ApiConnectionError, retry_backoff
 from ._flows import Act, Blocking, Call, Download, Flow, Sleep, Step, Upload
 from ._ownership import AcquireDidNotHappen
 from ._progress import Progress
@@ -43,7 +43,6 @@ from ._transport import (
     connection_error,
     make_async_client,
     make_sync_client,
-    retry_backoff,
 )
 
 __all__ = ["AsyncDriver", "SyncDriver", "sync_driver_for"]

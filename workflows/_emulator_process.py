@@ -32,6 +32,19 @@ Leaving the ``with`` block, an exception, a ``KeyboardInterrupt`` while it start
 object being collected or the interpreter exiting all end it: SIGTERM, then SIGKILL if it has
 not stopped after ``stop_timeout`` seconds.
 
+It also dies with its owner when nothing of the owner runs any more (SIGKILL, or SIGTERM,
+whose default ends Python at once): the emulator gets the read end of a pipe whose only write
+end this process keeps (``$KLAVIS_EMULATOR_EXIT_WITH_FD``), and stops when the pipe ends, as on
+SIGTERM (every sandbox's MCP servers and executions ended), then removes its temporary data
+folder (``$KLAVIS_EMULATOR_REMOVE_DATA_DIR``); started from the main thread, it also asks the
+kernel for a parent-death signal (``$KLAVIS_EMULATOR_EXIT_WITH_PARENT``, Linux), which is tied
+to the thread that started it: from another thread, whose end is not the owner's, the pipe
+alone links them. (A process forked from the owner without ``exec``, as multiprocessing's
+``fork`` start method does, holds the write end too: the emulator lives until it ends as well.)
+Environment variables, not options, so that an older emulator ignores them rather than
+refusing to start; the emulator takes them out of the environment of what it starts. The
+rules, on the emulator's side: ``klavis_emulator/_owner.py``.
+
 Rejected: importing the emulator (the library never does: its dependencies are the conflict),
 a private venv that the library would make and install the emulator into (pipx and uv tool
 already do that, with upgrades and uninstall the user controls, and without the library
@@ -58,17 +71,26 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Final
+from typing import BinaryIO, Final
 
 from ._errors import EmulatorStartError, InvalidInputError
 
-__all__ = ["COMMAND_ENV", "LISTENING", "EmulatorProcess", "find_emulator_command"]
+__all__ = ["COMMAND_ENV", "LISTENING", "OWNER_ENV", "EmulatorProcess", "find_emulator_command"]
 
 COMMAND_ENV: Final = "KLAVIS_EMULATOR_COMMAND"
 """The environment variable naming the command that runs the emulator (a shell-like line)."""
 
 LISTENING: Final = "Klavis emulator listening on "
 """The start of the line ``klavis-emulator`` prints once it listens; the URL follows."""
+
+OWNER_ENV: Final = (
+    "KLAVIS_EMULATOR_EXIT_WITH_FD",
+    "KLAVIS_EMULATOR_EXIT_WITH_PARENT",
+    "KLAVIS_EMULATOR_REMOVE_DATA_DIR",
+)
+"""The variables that link the emulator to this process (``klavis_emulator._owner``'s
+``EXIT_WITH_FD_ENV``, ``EXIT_WITH_PARENT_ENV`` and ``REMOVE_DATA_DIR_ENV``, which the library
+cannot import; a test keeps them in step)."""
 
 SERVING_MODULES: Final = ("fastapi", "uvicorn", "fastmcp")
 """Modules of the ``emulator`` extra: without them here, this venv's ``klavis-emulator`` only
@@ -114,17 +136,23 @@ def find_emulator_command(path: str | None = None) -> list[str] | None:
     return None
 
 
-def _stop(proc: subprocess.Popen[str], reader: threading.Thread, timeout: float) -> None:
+def _stop(
+    proc: subprocess.Popen[str], reader: threading.Thread, timeout: float, lifeline: BinaryIO
+) -> None:
     """End ``proc``: SIGTERM, then SIGKILL after ``timeout`` seconds (a no-op once ended); then
-    let ``reader`` take in its last lines (the pipe ends with the process, unless a process it
-    started still holds it: then the daemon thread is left to it)."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    close the write end of its ``lifeline`` pipe (whatever else still watches it stops too),
+    and let ``reader`` take in its last lines (the pipe ends with the process, unless a process
+    it started still holds it: then the daemon thread is left to it)."""
+    try:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    finally:
+        lifeline.close()
     reader.join(timeout=timeout)
 
 
@@ -193,7 +221,9 @@ class EmulatorProcess:
         self._proc: subprocess.Popen[str] | None = None
         self._temp: tempfile.TemporaryDirectory[str] | None = None
         self._finalizer: (
-            weakref.finalize[[subprocess.Popen[str], threading.Thread, float], EmulatorProcess]
+            weakref.finalize[
+                [subprocess.Popen[str], threading.Thread, float, BinaryIO], EmulatorProcess
+            ]
             | None
         ) = None
         self._base_url: str | None = None
@@ -263,6 +293,8 @@ class EmulatorProcess:
             *("--host", self._host, "--port", "0", "--data-dir", data_dir),
             *("--log-level", "warning", *self._args),
         ]
+        watched, kept = os.pipe()  # neither inherited but as pass_fds says
+        lifeline = os.fdopen(kept, "wb", buffering=0)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -271,11 +303,15 @@ class EmulatorProcess:
                 stderr=subprocess.STDOUT,
                 text=True,
                 bufsize=1,
-                env={**os.environ, **self._env},
+                env={**os.environ, **self._env, **self._owner_env(watched)},
+                pass_fds=(watched,),
             )
         except OSError as exc:
+            lifeline.close()
             self._cleanup_temp()
             raise EmulatorStartError(f"cannot run {shlex.join(command)}: {exc}") from exc
+        finally:
+            os.close(watched)
         self._proc = proc
         self._started = list(command)
         self._data = Path(data_dir)
@@ -287,13 +323,25 @@ class EmulatorProcess:
             daemon=True,
         )
         reader.start()
-        self._finalizer = weakref.finalize(self, _stop, proc, reader, self._stop_timeout)
+        self._finalizer = weakref.finalize(self, _stop, proc, reader, self._stop_timeout, lifeline)
         try:
             self._base_url = self._wait_for_url(proc, found, shlex.join(command))
         except BaseException:  # KeyboardInterrupt included: never leave it running
             self.stop()
             raise
         return self._base_url
+
+    def _owner_env(self, watched: int) -> dict[str, str]:
+        """The variables that link the emulator to this process: the pipe it watches, the
+        parent-death signal (from the main thread only: it is tied to the starting thread),
+        and removing its data folder when it is a temporary one."""
+        fd_env, parent_env, remove_env = OWNER_ENV
+        linked = {fd_env: str(watched)}
+        if threading.current_thread() is threading.main_thread():
+            linked[parent_env] = str(os.getpid())
+        if self._temp is not None:
+            linked[remove_env] = "1"
+        return linked
 
     def _wait_for_url(
         self, proc: subprocess.Popen[str], found: queue.Queue[str | None], shown: str

@@ -8,7 +8,9 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
     │   └── EmulatorStartError      EmulatorProcess found no klavis-emulator, or it did not listen
     ├── InvalidInputError (ValueError)   bad input caught before anything is sent
     │   ├── InvalidSeedPathError         a seed key that is absolute, has "..", NUL, or collides
-    │   └── FileTooLargeError            a file over ``max_file_size`` while seeding a folder
+    │   ├── FileTooLargeError            a file over ``max_file_size`` while seeding a folder
+    │   ├── SourceChangedError           a planned file changed before it was packed (a link swap)
+    │   └── SeedTemplateError            a seed template's archive is gone or not its digest's
     ├── UnsafeArchiveError (ValueError)  an archive that would escape its folder, or is too big
     ├── ApiConnectionError          the API could not be reached (DNS, refused, reset)
     │   └── ApiTimeoutError         the API did not answer in time
@@ -31,7 +33,9 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
     ├── LeaseExpiredError           the Ray broker ended a lease its holder still used (says why)
     └── BrokerUnavailableError      the Ray broker died and no other came back in time
 
-Messages never contain the API key or a signed URL's query string. The public ones are listed
+Messages never contain the API key or a signed URL's query string. A message that quotes a
+tool's output or an MCP server's answer carries, for OpenTelemetry spans, one without the quote
+(:func:`span_message`). The public ones are listed
 once, in ``workflows.__all__``; this module has no ``__all__`` to repeat them.
 """
 
@@ -39,7 +43,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from ._mcp import ToolResult
@@ -47,6 +51,29 @@ if TYPE_CHECKING:
 
 class KlavisError(Exception):
     """The root of every error raised by `workflows`."""
+
+    _span_message: str | None = None
+    """What a span records as the message (:func:`span_message`), where the message itself
+    quotes a tool's output or an MCP server's answer; None: the message is the library's own."""
+
+
+_E = TypeVar("_E", bound=KlavisError)
+
+
+def for_spans(error: _E, message: str) -> _E:
+    """``error``, whose message quotes what a tool or an MCP server said, with ``message`` (the
+    library's own words, without the quote) as what spans record of it."""
+    error._span_message = message
+    return error
+
+
+def span_message(error: KlavisError) -> str:
+    """What a span may record of ``error``'s message: never a tool's output or arguments.
+
+    >>> span_message(for_spans(McpError("tool 'grep' failed: secret"), "tool 'grep' failed"))
+    "tool 'grep' failed"
+    """
+    return str(error) if error._span_message is None else error._span_message
 
 
 class ConfigurationError(KlavisError):
@@ -96,6 +123,38 @@ class FileTooLargeError(InvalidInputError):
         self.path = path
         self.size = size
         self.limit = limit
+
+
+class SourceChangedError(InvalidInputError):
+    """A file of a folder being packed (seeded, executed, read into a snapshot or a template)
+    changed between planning and packing: it disappeared, was put in another file's place or
+    swapped for a symbolic link, or a folder on its path was. ``path`` names the entry on
+    disk; ``reason`` says how it changed. Nothing of what replaced it was read, and nothing was
+    sent: run the operation again once the folder stops changing.
+
+    >>> print(SourceChangedError("a.txt", "it was replaced by a link"))  # doctest: +ELLIPSIS
+    'a.txt' changed after it was planned: it was replaced by a link; nothing was sent...
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(
+            f"{path!r} changed after it was planned: {reason}; nothing was sent (try again "
+            "once the folder stops changing)"
+        )
+        self.path = path
+        self.reason = reason
+
+
+class SeedTemplateError(InvalidInputError):
+    """A :class:`~workflows.SeedTemplate`'s archive cannot be used: it is no longer in the
+    cache (removed, or evicted to keep the cache under its size), or it is not the archive its
+    digest names (a cached file damaged or changed on disk, bytes damaged on their way from
+    another process). It is never uploaded. ``digest`` is the template's; make the template
+    again from its source."""
+
+    def __init__(self, message: str, *, digest: str) -> None:
+        super().__init__(message)
+        self.digest = digest
 
 
 class UnsafeArchiveError(KlavisError, ValueError):
@@ -371,6 +430,34 @@ def error_from_status(
     else:
         cls = ApiError
     return cls(message, **common)
+
+
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def retry_backoff(exc: Exception) -> bool | float:
+    """stamina backoff hook: which failures of a *safe* operation are worth another try.
+
+    Returns False (give up), True (default backoff) or the seconds the server asked for. Here,
+    beside the tree it reads, and not with the HTTP plumbing (:mod:`workflows._transport`): the
+    flows ask it too, and they are imported with ``workflows``, where httpx is not.
+
+    >>> retry_backoff(ServerError("x", status_code=503)), retry_backoff(ValueError("x"))
+    (True, False)
+    """
+    if isinstance(exc, RateLimitError):
+        return exc.retry_after if exc.retry_after is not None else True
+    if isinstance(exc, ServerError):
+        return exc.status_code in RETRYABLE_STATUSES
+    if isinstance(exc, ApiError):
+        return False
+    if isinstance(exc, ApiConnectionError):
+        return True
+    if isinstance(exc, TransferTimeoutError):  # its deadline covers the retries: it is spent
+        return False
+    if isinstance(exc, TransferError):
+        return exc.status_code is None or exc.status_code in RETRYABLE_STATUSES
+    return False
 
 
 #: The errors of a write that the destination could not hold: a full disk, a full quota, a file

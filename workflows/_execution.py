@@ -21,9 +21,8 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._drivers import AsyncDriver, SyncDriver
 from ._dump._archive import ArchiveLimits, read_snapshot
 from ._errors import ApiError, ExecutionTimeoutError, InvalidInputError, NotFoundError
 from ._flows import Blocking, Call, Flow, Sleep, download_signed, upload_signed
@@ -31,6 +30,9 @@ from ._models import body_dict
 from ._ownership import is_ambiguous
 from ._seed import SourceFile
 from ._snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from ._drivers import AsyncDriver, SyncDriver
 
 __all__ = [
     "TERMINAL_STATUSES",

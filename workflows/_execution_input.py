@@ -16,20 +16,32 @@ in, for the habits people bring from pip, E2B and Modal:
 
 Every refusal names the argument to use instead (``main.py`` in ``files=`` names the script
 argument, ``requirements.txt`` names ``requirements=``), and comes before any request.
+
+The requirements reader has bounds, each refusal naming the file and the limit: regular files
+only (a FIFO would block the read for ever, ``/dev/zero`` never ends: the file is ``stat``-ed
+before it is opened, opened with ``O_NONBLOCK`` and ``fstat``-ed before a byte is read);
+8 MiB read in all for one ``requirements=`` (checked against the size before reading, and the
+read stops there if the file grew: a 1 GiB file used to be read whole, then refused, and
+``/dev/zero`` ended in a ``MemoryError``); 1,000 files read, a file named twice by ``-r``
+counting twice (pip reads it twice, and its lines are repeated: reading it once would still
+repeat them, and the cap is on what the reader does; 8 files of 706 bytes naming the next
+one 8 times each meant 10**7 reads); 20 files deep. Links are followed, as pip follows them:
+the files are the user's own, on the user's machine (no ``O_NOFOLLOW``). pip's comment rule
+(``(^|\\s+)#.*$``) is applied without its regular expression, which backtracks over every run
+of spaces: a 100 KB line of spaces took over 20 s.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ._dump._paths import normalize_seed_key
 from ._errors import InvalidInputError, InvalidSeedPathError
-from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
+from ._seed import DEFAULT_MAX_FILE_SIZE, OnDisk, SourceFile, plan_directory, plan_mapping
 from ._seed._entries import EXEC_MODE, FILE_MODE
 
 __all__ = [
@@ -53,30 +65,55 @@ _MAIN_HINT = (
     "the script is execute()'s first argument, main (its text or a Path to it); to run a "
     "folder's main.py with everything beside it, use execute_directory(folder)"
 )
-_COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's rule: a '#' at the start or after whitespace
 _MAX_DEPTH = 20
+_MAX_FILES = 1000
+_MAX_BYTES = 8 * 1024 * 1024
+_CHUNK = 1024 * 1024
+_O_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0)
+_O_BINARY: int = getattr(os, "O_BINARY", 0)
 # Written here rather than taken from a library: pip-requirements-parser (last release 2022)
 # vendors pip's whole parser to answer a question of 40 lines (which lines, which files), and
 # requirements-parser drops the options (--index-url, --hash) a requirements file may carry.
+
+
+@dataclasses.dataclass
+class _Budget:
+    """What one ``requirements=`` has read so far: files (repeats included) and bytes; and
+    ``what`` names it (``requirements=``, ``-r FILE``) at the start of a nested file's refusal
+    ("" when lines named the file: they are named ``requirements=`` themselves)."""
+
+    what: str
+    files: int = 0
+    bytes: int = 0
+
+
+def _without_comment(line: str) -> str:
+    """``line`` without its comment, by pip's rule (``(^|\\s+)#.*$``: a ``#`` at the start or
+    after whitespace starts one), in one pass: the regular expression is quadratic."""
+    at = line.find("#")
+    while at > 0 and not line[at - 1].isspace():
+        at = line.find("#", at + 1)
+    return line if at < 0 else line[:at]
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:
     """pip's logical lines with their first line number: ``\\`` joins lines, comments go,
     blank lines go."""
     lines: list[tuple[int, str]] = []
-    pending = ""
+    pending: list[str] = []
     start = 0
     for number, raw in enumerate(text.splitlines(), start=1):
         if not pending:
             start = number
         if raw.endswith("\\"):
-            pending += raw[:-1]
+            pending.append(raw[:-1])
             continue
-        line = _COMMENT.sub("", pending + raw).strip()
-        pending = ""
+        pending.append(raw)
+        line = _without_comment("".join(pending)).strip()
+        pending = []
         if line:
             lines.append((start, line))
-    if pending and (line := _COMMENT.sub("", pending).strip()):
+    if pending and (line := _without_comment("".join(pending)).strip()):
         lines.append((start, line))
     return lines
 
@@ -91,12 +128,15 @@ def _option_value(line: str, short: str, long: str) -> str | None:
     return None
 
 
-def _flatten(text: str, base: Path, shown: str, seen: tuple[Path, ...]) -> list[str]:
+def _flatten(
+    text: str, base: Path, shown: str, seen: tuple[Path, ...], budget: _Budget
+) -> list[str]:
     """The requirement lines of ``text`` (read from ``shown``), nested ``-r`` files inlined
     (relative to ``base``, the folder of the file that names them)."""
     lines: list[str] = []
     for number, line in _logical_lines(text):
-        where = f"{shown} line {number} ({line[:80]!r})"
+        where = f"{budget.what}: " if budget.what else ""
+        where += f"{shown} line {number} ({line[:80]!r})"
         if _option_value(line, "-c", "--constraint") is not None:
             raise InvalidInputError(
                 f"{where}: constraint files (-c) are not supported: an execution carries one "
@@ -114,19 +154,87 @@ def _flatten(text: str, base: Path, shown: str, seen: tuple[Path, ...]) -> list[
                 "name the local file"
             )
         nested = base / include  # pip: relative to the file that names it
-        lines.extend(_read(nested, seen, f"{where}: -r {include}"))
+        lines.extend(_read(nested, seen, f"{where}: -r {include}", budget))
     return lines
 
 
-def _read(path: Path, seen: tuple[Path, ...], named_by: str) -> list[str]:
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _check(st: os.stat_result, shown: str, named_by: str, budget: _Budget) -> None:
+    """Refuse what is not a regular file, or what would pass the byte limit."""
+    if stat.S_ISDIR(st.st_mode):
+        raise InvalidInputError(f"{named_by}: {shown} is a folder, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidInputError(
+            f"{named_by}: {shown} is {_kind(st.st_mode)}: requirements are read from regular "
+            "files only"
+        )
+    if st.st_size > _MAX_BYTES:
+        raise InvalidInputError(
+            f"{named_by}: {shown} is {st.st_size:,} bytes, over the limit of {_MAX_BYTES:,} "
+            "bytes (8 MiB) of requirements files"
+        )
+    if budget.bytes + st.st_size > _MAX_BYTES:
+        raise _over_total(shown, named_by, budget.bytes + st.st_size)
+
+
+def _over_total(shown: str, named_by: str, total: int) -> InvalidInputError:
+    return InvalidInputError(
+        f"{named_by}: {shown} brings the requirements files read to {total:,} bytes, over the "
+        f"limit of {_MAX_BYTES:,} bytes (8 MiB) for one requirements= (a file named twice by -r "
+        "counts twice)"
+    )
+
+
+def _read_bytes(path: Path, shown: str, named_by: str, budget: _Budget) -> bytes:
+    """The bytes of the regular file ``path``, read within the budget (see the module docs)."""
+    _check(os.stat(path), shown, named_by, budget)  # before opening: no device is opened
+    fd = os.open(path, os.O_RDONLY | _O_NONBLOCK | _O_BINARY)
+    try:
+        _check(os.fstat(fd), shown, named_by, budget)  # what was opened (it may have changed)
+        room = _MAX_BYTES - budget.bytes
+        chunks: list[bytes] = []
+        got = 0
+        while chunk := os.read(fd, min(_CHUNK, room + 1 - got)):
+            chunks.append(chunk)
+            got += len(chunk)
+            if got > room:  # it grew since fstat
+                raise _over_total(shown, named_by, budget.bytes + got)
+    finally:
+        os.close(fd)
+    budget.bytes += got
+    return b"".join(chunks)
+
+
+def _read(path: Path, seen: tuple[Path, ...], named_by: str, budget: _Budget) -> list[str]:
     shown = os.fspath(path)
     if len(seen) >= _MAX_DEPTH:
         raise InvalidInputError(f"{named_by}: requirements files nest deeper than {_MAX_DEPTH}")
+    budget.files += 1
+    if budget.files > _MAX_FILES:
+        raise InvalidInputError(
+            f"{named_by}: {shown} would be requirements file number {budget.files:,}: at most "
+            f"{_MAX_FILES:,} are read for one requirements= (a file named twice by -r is read, "
+            "and counted, twice)"
+        )
     try:
         resolved = path.resolve()
         if resolved in seen:
             raise InvalidInputError(f"{named_by}: {shown} includes itself (an -r loop)")
-        data = path.read_bytes()
+        data = _read_bytes(path, shown, named_by, budget)
     except IsADirectoryError:
         raise InvalidInputError(f"{named_by}: {shown} is a folder, not a file") from None
     except FileNotFoundError:
@@ -137,7 +245,7 @@ def _read(path: Path, seen: tuple[Path, ...], named_by: str) -> list[str]:
         text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         raise InvalidInputError(f"{named_by}: {shown} is not UTF-8 text") from None
-    return _flatten(text, path.parent, shown, (*seen, resolved))
+    return _flatten(text, path.parent, shown, (*seen, resolved), budget)
 
 
 def read_requirements_file(
@@ -150,7 +258,11 @@ def read_requirements_file(
     (as pip does). Other lines (``--index-url``, ``--hash``, markers, wheel paths) are kept as
     written. Refused, naming the file and line: ``-c``/``--constraint`` (the archive carries
     one ``requirements.txt``), ``-r`` with a URL, a loop of ``-r`` files, a file that is missing
-    or not UTF-8. Messages start with ``what`` (the argument that named the file).
+    or not UTF-8 (a nested file's refusal names the file and line that named it). Refused too,
+    naming the file and the limit: what is not a regular file (a
+    FIFO, a device), more than 8 MiB read in all, more than 1,000 files read (a file named twice
+    counts twice), files nested more than 20 deep. Messages start with ``what`` (the argument
+    that named the file).
 
     >>> import pathlib, tempfile
     >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -159,7 +271,7 @@ def read_requirements_file(
     >>> read_requirements_file(folder / "requirements.txt")
     ['httpx==0.28.1', 'pandas']
     """
-    return _read(Path(path), (), what)
+    return _read(Path(path), (), what, _Budget(what))
 
 
 def requirement_lines(requirements: object) -> list[str]:
@@ -195,32 +307,36 @@ def requirement_lines(requirements: object) -> list[str]:
                 f"requirements=Path({os.fspath(item)!r}), to read a requirements file"
             )
         texts.append(str(item))
-    return _flatten("\n".join(texts), Path.cwd(), "requirements=", ())
+    return _flatten("\n".join(texts), Path.cwd(), "requirements=", (), _Budget(""))
 
 
-def _from_disk(key: str, name: str, path: Path) -> list[SourceFile]:
+def _from_disk(key: str, name: str, path: Path, label: str = "") -> list[SourceFile]:
     """The entries of ``files={key: Path}``: one file, or a folder's planned contents below
-    ``name``."""
+    ``name`` (``label``: how messages name the argument, ``files[key] = path`` by default)."""
+    label = label or f"files[{key!r}] = {os.fspath(path)!r}"
     try:
         st = path.stat()
     except FileNotFoundError:
-        raise InvalidInputError(f"files[{key!r}] = {os.fspath(path)!r} does not exist") from None
+        raise InvalidInputError(f"{label} does not exist") from None
     except OSError as exc:
-        raise InvalidInputError(
-            f"files[{key!r}] = {os.fspath(path)!r} cannot be read ({exc.strerror})"
-        ) from None
+        raise InvalidInputError(f"{label} cannot be read ({exc.strerror})") from None
     if stat.S_ISDIR(st.st_mode):
         planned = plan_directory(path, gitignore=True)
         return [dataclasses.replace(e, name=f"{name}/{e.name}") for e in planned]
     if not stat.S_ISREG(st.st_mode):
-        raise InvalidInputError(f"files[{key!r}] = {os.fspath(path)!r} is not a file or folder")
+        raise InvalidInputError(f"{label} is not a file or folder")
     if st.st_size > DEFAULT_MAX_FILE_SIZE:
         raise InvalidInputError(
-            f"files[{key!r}] = {os.fspath(path)!r} is {st.st_size:,} bytes, over the "
+            f"{label} is {st.st_size:,} bytes, over the "
             f"{DEFAULT_MAX_FILE_SIZE:,}-byte limit for one file"
         )
     mode = EXEC_MODE if st.st_mode & stat.S_IXUSR else FILE_MODE
-    return [SourceFile(name=name, size=st.st_size, mode=mode, path=path)]
+    # packed from its real folder, following no link from there (a link the user named is
+    # followed now, once), and only while it is still the file stat() saw
+    real = os.path.realpath(path)
+    folder, base = os.path.split(real)
+    disk = OnDisk.planned(folder, os.stat(folder), base, st, os.fspath(path))
+    return [SourceFile(name=name, size=st.st_size, mode=mode, disk=disk)]
 
 
 def _as_files_error(exc: InvalidInputError) -> InvalidInputError:
@@ -313,10 +429,15 @@ def execution_files(
                 f"main {os.fspath(path)!r} is a folder: run its main.py with everything beside "
                 f"it with execute_directory(Path({os.fspath(path)!r}))"
             )
+        # packed from disk like files= paths (never read whole into memory: a 64 GiB sparse
+        # main.py ended in a MemoryError), within the one-file limit, a FIFO refused unopened
+        shown = f"main script {os.fspath(path)!r}"
         if not path.is_file():
-            raise InvalidInputError(f"main script {path} does not exist or is not a file")
-        source: str | bytes = path.read_bytes()
-    elif isinstance(main, str):
+            raise InvalidInputError(f"{shown} does not exist or is not a file")
+        main_entries = _from_disk("main", _MAIN, path, shown)
+        entries = [*main_entries, *_requirements_entry(requirements)]
+        return _merged([*entries, *_extra_files(files)])
+    if isinstance(main, str):
         stripped = main.strip()
         if not stripped:
             raise InvalidInputError("main is empty: pass the script's text or a Path to it")

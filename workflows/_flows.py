@@ -25,9 +25,7 @@ import tempfile
 from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol, TypeVar
-
-from klavis_sandbox_client.types import Response
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import _ownership, _tracing
 from ._config import Settings
@@ -43,6 +41,7 @@ from ._errors import (
     LocalWriteError,
     NotFoundError,
     TransferError,
+    retry_backoff,
 )
 from ._host_limits import HostLimits, acquire_turn
 from ._models import (
@@ -58,7 +57,9 @@ from ._pack import pack_to_tempfile
 from ._progress import Progress, progress_bar
 from ._seed import SourceFile
 from ._snapshot import Snapshot
-from ._transport import retry_backoff
+
+if TYPE_CHECKING:
+    from klavis_sandbox_client.types import Response
 
 __all__ = [
     "Act",
@@ -84,6 +85,7 @@ __all__ = [
     "retry_acquire",
     "seed_flow",
     "signed_transfer",
+    "upload_archive",
     "upload_signed",
 ]
 
@@ -201,20 +203,27 @@ def signed_transfer(ask: Call, key: str, transfer: Callable[[str], Flow[T]]) -> 
 
 def upload_signed(ask: Call, entries: Sequence[SourceFile], progress: bool | None) -> Flow[int]:
     """Pack ``entries`` into a temporary tar.gz and upload it to the signed URL ``ask`` gets
-    (see :func:`signed_transfer`). Returns the bytes uploaded."""
+    (see :func:`upload_archive`). Returns the bytes uploaded."""
     total = sum(e.size for e in entries)
     with progress_bar(total=total, desc="packing", progress=progress) as update:
         packed: tuple[IO[bytes], int] = yield Blocking(
             pack_to_tempfile, (entries,), {"progress": update}
         )
     archive, size = packed
-    with archive, progress_bar(total=size, desc="uploading", progress=progress) as sent:
+    with archive:
+        yield from upload_archive(ask, archive, size, progress)
+    return size
+
+
+def upload_archive(ask: Call, archive: IO[bytes], size: int, progress: bool | None) -> Flow[None]:
+    """Upload the ``size`` bytes of ``archive`` (open, at 0; left open) to the signed URL
+    ``ask`` gets (see :func:`signed_transfer`)."""
+    with progress_bar(total=size, desc="uploading", progress=progress) as sent:
 
         def upload(url: str) -> Flow[None]:
             yield Upload(url, archive, size, sent)
 
         yield from signed_transfer(ask, "upload_url", upload)
-    return size
 
 
 def download_signed(

@@ -17,13 +17,19 @@ fingerprint (the key itself is in no file name and no file).
   backoff of 10 ms doubling up to 250 ms: interruptible by Ctrl-C (sync face) and by cancelling
   the task (async face, which sleeps on the event loop and never blocks it: each sweep is a few
   non-blocking system calls).
-* **The rate** is a file holding the next time an acquire may start, read and moved on under
-  an exclusive lock held for microseconds: each acquire reserves ``max(now, next)`` and sets
-  next to that plus ``1 / max_acquires_per_second``, then waits until its turn. The turn is
+* **The rate** is a file of the turns reserved, read and rewritten under an exclusive lock held
+  for microseconds: each acquire reserves the earliest time from now on that is
+  ``1 / max_acquires_per_second`` away from every turn kept, then waits until it. The turn is
   taken in the acquire's flow just before its request is sent (after its slot and its
   listing, before its ledger line), one per attempt when an acquire is retried. The clock is
-  the wall clock, which every process of the host shares; a next time more than a day ahead (a
-  clock set back) is ignored.
+  the wall clock, which every process of the host shares. A wait that is interrupted gives
+  its turn back; a turn further ahead than the rate allows (written before the clock was set
+  back) is ignored; a wait longer than a few turns is logged at WARNING with its reason (the
+  rules: :mod:`workflows._host_limits_turns`).
+* **The folder and its files** are opened relative to the state folder, never through a
+  link, and checked (owner, mode, a regular file): another user who can write where the
+  state folder is cannot turn these writes onto a file of theirs choosing, nor hang an acquire
+  on a FIFO (:mod:`workflows._host_limits_files`).
 
 A slot counts an acquire made with the limits on, from its start to its sandbox's release:
 ``attach`` and a handle rebuilt in another process take none, and the slot stays with the
@@ -35,11 +41,16 @@ it holds idle sandboxes of its own would wait for itself: a pool's worker stops 
 as one of its pool's sandboxes is idle (:func:`giving_up_when`), and ``bulk_acquire`` refuses a
 count over the cap.
 
-What is a library's and what is ours: the slots are ``portalocker``'s ``BoundedSemaphore``
-(a well-kept, cross-platform file-locking library without dependencies on POSIX): a counted
-semaphore of lock files, each locked without blocking, which is what the kernel gives back
-with a dead process. Ours are only the waiting policy (a backoff a pool can end, sleeping on
-the event loop for the async face) and the rate file. Looked at and not fit: ``filelock`` and
+What is a library's and what is ours: the slots are a counted semaphore of lock files, each
+locked with ``flock`` without blocking, which is what the kernel gives back with a dead
+process. The first version took it from ``portalocker``'s ``BoundedSemaphore``, which opens
+its lock files by path (``open(name, "a")``): through another user's link, and blocking for
+ever on a FIFO put in a file's place. It takes no descriptor, so what was left of it was its
+``lock(fd)``, a wrapper of ``fcntl.flock`` (its POSIX locker), for a module that is POSIX
+only anyway (``dir_fd``, ``O_NOFOLLOW``): the stdlib's ``fcntl`` is used instead, and the
+dependency is gone (``flock`` is what portalocker took: processes of both versions share the
+slots). Ours are the waiting policy (a backoff a pool can end, sleeping on the event loop for
+the async face), the safe opening, and the rate file. Looked at and not fit: ``filelock`` and
 ``fasteners`` lock one file (a mutex, no count); ``posix_ipc``'s named semaphores keep their
 count when a holder is SIGKILLed (nothing gives it back); ``sysv_ipc``'s with ``SEM_UNDO`` are
 given back at exit, but they are kernel objects no process removes, set up with a race between
@@ -54,22 +65,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import errno
 import hashlib
 import logging
 import math
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import _host_limits_turns as turns_book
 from ._errors import ConfigurationError, InvalidInputError
+from ._host_limits_files import LimitsFolder, cannot_keep_limits
+from ._ownership import state_folder
 
-if TYPE_CHECKING:  # portalocker is imported where limits are on: `import workflows` stays fast
-    import portalocker
-
+if TYPE_CHECKING:
     from ._config import Settings
     from ._flows import Flow
 
@@ -85,6 +98,7 @@ __all__ = [
     "giving_up_when",
     "host_slot",
     "limits_folder",
+    "open_limits_folder",
     "release_all_host_slots",
     "release_host_slot",
     "resolve_host_limits",
@@ -97,7 +111,8 @@ HOST_MAX_ACQUIRES_PER_SECOND_ENV = "KLAVIS_HOST_MAX_ACQUIRES_PER_SECOND"
 
 _FIRST_DELAY = 0.01
 _MAX_DELAY = 0.25
-_DAY = 86400.0
+_FEW_TURNS = 3
+"""A wait for a turn longer than this many turns is logged at WARNING, with its reason."""
 
 
 @dataclass(frozen=True)
@@ -199,34 +214,23 @@ def check_fits(count: int, limits: HostLimits | None) -> None:
         )
 
 
-def limits_folder(settings: Settings) -> Path:
-    """The folder the processes sharing ``settings``' base URL and key keep their limits in:
-    named by a one-way digest, never by the key."""
-    from ._ownership import state_folder  # the ownership package imports this module
-
-    digest = hashlib.sha256(
+def _digest(settings: Settings) -> str:
+    return hashlib.sha256(
         f"{settings.base_url}\n{settings.api_key.fingerprint}".encode()
     ).hexdigest()[:32]
-    root = state_folder() / "host-limits"
-    folder = root / digest
-    with _cannot_keep_limits(folder):
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for made in (root, folder):
-            os.chmod(made, 0o700)
-    return folder
 
 
-@contextlib.contextmanager
-def _cannot_keep_limits(where: Path) -> Iterator[None]:
-    """An OSError in the limits' folder as a ConfigurationError naming it: limits asked for
-    and not kept would be exceeded silently."""
-    try:
-        yield
-    except OSError as exc:
-        raise ConfigurationError(
-            f"cannot keep the host limits in {where} ({exc.strerror or exc}); make the state "
-            f"folder writable or point $KLAVIS_SANDBOX_STATE_DIR at one that is"
-        ) from exc
+def open_limits_folder(settings: Settings) -> LimitsFolder:
+    """The open folder the processes sharing ``settings``' base URL and key keep their limits
+    in, named by a one-way digest, never by the key (opened without following links:
+    :mod:`workflows._host_limits_files`)."""
+    return LimitsFolder(state_folder(), _digest(settings))
+
+
+def limits_folder(settings: Settings) -> Path:
+    """The path of :func:`open_limits_folder` (made and checked, then closed)."""
+    with open_limits_folder(settings) as folder:
+        return folder.path
 
 
 # ----------------------------------------------------------------------- giving up a wait
@@ -257,22 +261,26 @@ _held_lock = threading.Lock()
 
 
 class HostSlot:
-    """One acquire's place under the host's cap (the lock on its slot file, if capped)."""
+    """One acquire's place under the host's cap: the open, locked slot file, if capped."""
 
-    def __init__(self, base_url: str, semaphore: portalocker.BoundedSemaphore | None) -> None:
+    def __init__(self, base_url: str, fd: int | None) -> None:
         self._base_url = base_url
-        self._semaphore = semaphore
+        self._capped = fd is not None
+        self._fd = fd
+        self._lock = threading.Lock()
 
     def keep(self, sandbox_id: str) -> None:
         """Hold the slot until ``sandbox_id`` is released (:func:`release_host_slot`)."""
-        if self._semaphore is not None:
+        if self._capped:
             with _held_lock:
                 _held[(self._base_url, sandbox_id)] = self
 
     def release(self) -> None:
-        """Give the slot back (idempotent)."""
-        if self._semaphore is not None:
-            self._semaphore.release()
+        """Give the slot back: close its file, which drops the lock (idempotent)."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def release_host_slot(base_url: str, sandbox_id: str) -> None:
@@ -302,91 +310,176 @@ def _entering(
     limits: HostLimits, settings: Settings, give_up: Callable[[], bool] | None
 ) -> Generator[float, None, HostSlot]:
     """Take a slot under ``limits``' cap: yields the seconds to sleep between tries, returns
-    the slot. Closing it mid-way (an interrupt, a cancellation) gives back what it took."""
+    the slot. Closing it mid-way (an interrupt, a cancellation) gives back what it took. The
+    first try that finds every slot taken says so at INFO."""
     slot = HostSlot(settings.base_url, None)
     try:
         if limits.max_sandboxes is not None:
-            folder = limits_folder(settings)
-            import portalocker
-
-            semaphore = portalocker.BoundedSemaphore(
-                limits.max_sandboxes,
-                name="slot",
-                filename_pattern="{name}.{number:03d}.lock",
-                directory=str(folder),
-            )
-            names = semaphore.get_filenames()
-            delay = _FIRST_DELAY
-            while not _try_slots(semaphore, names, folder):
-                if give_up is not None and give_up():
-                    raise SlotWaitAbandoned
-                yield delay
-                delay = min(delay * 2, _MAX_DELAY)
-            slot = HostSlot(settings.base_url, semaphore)
+            with open_limits_folder(settings) as folder:
+                delay = _FIRST_DELAY
+                said = False
+                while (fd := _try_slots(folder, limits.max_sandboxes)) is None:
+                    if give_up is not None and give_up():
+                        raise SlotWaitAbandoned
+                    if not said:
+                        log.info(
+                            "an acquire waits for a place under the host's cap of %d "
+                            "sandboxes: every one is held by this host's processes "
+                            "(host_limits' max_sandboxes, or $%s)",
+                            limits.max_sandboxes,
+                            HOST_MAX_SANDBOXES_ENV,
+                        )
+                        said = True
+                    yield delay
+                    delay = min(delay * 2, _MAX_DELAY)
+                slot = HostSlot(settings.base_url, fd)
     except BaseException:
         slot.release()
         raise
     return slot
 
 
-def _try_slots(
-    semaphore: portalocker.BoundedSemaphore, names: Sequence[Path], folder: Path
-) -> bool:
-    with _cannot_keep_limits(folder):
-        return semaphore.try_lock(names)
+def _try_slots(folder: LimitsFolder, count: int) -> int | None:
+    """One sweep: the first slot file of ``count`` that locks without waiting, open and
+    locked (``flock``: the kernel drops it with the process), or None when all are taken."""
+    import fcntl
+
+    for number in range(count):
+        fd = folder.open_file(f"slot.{number:03d}.lock")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        except BaseException as exc:
+            os.close(fd)
+            if isinstance(exc, OSError):
+                with cannot_keep_limits(folder.path / f"slot.{number:03d}.lock"):
+                    raise
+            raise
+        return fd
+    return None
 
 
+# ----------------------------------------------------------------------- the rate
 def acquire_turn(limits: HostLimits | None, settings: Settings) -> Flow[None]:
     """Wait for this acquire's turn under ``limits``' rate: a flow step of
     :func:`~workflows._flows.acquire_attempt`, just before its request is sent (after the
     listing it makes first, whose time varies; only its ledger line comes between), so that
     requests, not their preparations, are spaced; each attempt of a retried acquire takes a
-    turn of its own. The turn is logged at DEBUG."""
-    from ._flows import Sleep  # the flows import the ownership package, which imports this
+    turn of its own. The turn is logged at DEBUG; a wait of more than a few turns at WARNING,
+    with the reason; a wait that is interrupted (the flow closed by Ctrl-C, a cancel, a
+    pool's close) gives its turn back."""
+    from ._flows import Sleep  # the flows import this module
 
     if limits is None or limits.max_acquires_per_second is None:
         return
     spacing = 1.0 / limits.max_acquires_per_second
-    reserving = _reserve_turn(limits_folder(settings) / "rate", spacing)
+    with open_limits_folder(settings) as folder:
+        reserving = _reserve_turn(folder, spacing)
+        try:
+            while True:
+                yield Sleep(next(reserving))
+        except StopIteration as done:
+            reservation: turns_book.Reservation = done.value
+        finally:
+            reserving.close()
+    mine = reservation.mine
+    try:  # from here on, an interrupt (GeneratorExit: the driver closes the flow) gives it back
+        log.debug("acquire turn under the host's rate: %.6f", mine.turn)
+        wait = mine.turn - time.time()
+        if wait > _FEW_TURNS * mine.spacing:
+            log.warning(
+                "an acquire waits %.1f s for its turn under the host's rate of %g acquires "
+                "per second: %d acquires of this host's processes wait for earlier turns "
+                "(host_limits' max_acquires_per_second, or $%s)",
+                wait,
+                1.0 / mine.spacing,
+                reservation.waiting_ahead,
+                HOST_MAX_ACQUIRES_PER_SECOND_ENV,
+            )
+        while (left := mine.turn - time.time()) > 0:
+            yield Sleep(left)
+    except BaseException:
+        _give_back_turn(settings, mine.token)
+        raise
+
+
+def _read_all(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    size = 0
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > turns_book.MAX_FILE_BYTES:
+            return b""  # not ours to read whole: start afresh
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _reserve_turn(
+    folder: LimitsFolder, spacing: float, clock: Callable[[], float] = time.time
+) -> Generator[float, None, turns_book.Reservation]:
+    """Reserve the next turn under a rate of one acquire every ``spacing`` seconds, in
+    ``folder``'s ``rate`` file (the rules: :mod:`workflows._host_limits_turns`); yields the
+    seconds to sleep while another process holds the file's lock (for microseconds)."""
+    import fcntl
+
+    fd = folder.open_file("rate")
     try:
         while True:
-            yield Sleep(next(reserving))
-    except StopIteration as done:
-        turn: float = done.value
-    log.debug("acquire turn under the host's rate: %.6f", turn)
-    while (left := turn - time.time()) > 0:
-        yield Sleep(left)
-
-
-def _reserve_turn(path: Path, spacing: float) -> Generator[float, None, float]:
-    """Reserve the next time an acquire may start, ``spacing`` seconds after the one before."""
-    import portalocker
-
-    with _cannot_keep_limits(path):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    with os.fdopen(fd, "r+", encoding="ascii") as handle:
-        while True:
             try:
-                portalocker.lock(handle, portalocker.LOCK_EX | portalocker.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
-            except portalocker.AlreadyLocked:
+            except BlockingIOError:
                 yield 0.001  # held for the microseconds of a read and a write
-        try:
-            now = time.time()
+        with cannot_keep_limits(folder.path / "rate"):
+            turns = turns_book.parse(_read_all(fd))
+            reservation = turns_book.reserve(turns, clock(), spacing, os.urandom(8).hex())
+            _write_all(fd, turns_book.dump(reservation.turns))
+    finally:
+        os.close(fd)  # drops the lock
+    if reservation.dropped:
+        log.warning(
+            "ignored %d acquire turns in %s that were further ahead than the host's rate "
+            "allows (written before the clock was set back?)",
+            reservation.dropped,
+            folder.path / "rate",
+        )
+    return reservation
+
+
+def _give_back_turn(settings: Settings, token: str) -> None:
+    """Remove the turn ``token`` from the rate file: its acquire was interrupted while it
+    waited. Never raises (it runs while an interrupt goes on): a failure is logged."""
+    import fcntl
+
+    try:
+        with open_limits_folder(settings) as folder:
+            fd = folder.open_file("rate")
             try:
-                following = float(handle.read().strip() or "0")
-            except ValueError:  # a torn or hand-edited file: start afresh
-                following = 0.0
-            if not math.isfinite(following) or following > now + _DAY:
-                following = 0.0
-            turn = max(now, following)
-            handle.seek(0)
-            handle.truncate()
-            handle.write(repr(turn + spacing))
-            handle.flush()
-        finally:
-            portalocker.unlock(handle)
-    return turn
+                for _ in range(1000):  # the lock is held for microseconds; bounded all the same
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        time.sleep(0.001)
+                else:
+                    raise OSError(errno.EWOULDBLOCK, "its lock stayed taken")
+                turns = turns_book.give_back(turns_book.parse(_read_all(fd)), token)
+                _write_all(fd, turns_book.dump(turns))
+            finally:
+                os.close(fd)
+    except (OSError, ConfigurationError) as exc:
+        log.warning("an interrupted acquire could not give back its host rate turn: %s", exc)
 
 
 @contextlib.contextmanager

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from . import _mcp_compat as _compat
+from ._config import DEFAULT_MCP_TIMEOUT
 from ._errors import (
     ApiConnectionError,
     ApiTimeoutError,
@@ -52,6 +53,7 @@ from ._errors import (
     KlavisError,
     McpError,
     error_from_status,
+    for_spans,
 )
 from ._tracing import session_start, traced_call
 
@@ -70,9 +72,6 @@ __all__ = [
     "list_tools",
     "open_session",
 ]
-
-DEFAULT_MCP_TIMEOUT = 60.0
-"""Seconds to wait for the server: to connect, and for each answer (a tool may run long)."""
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -113,7 +112,8 @@ class ToolResult:
         """Raise :class:`McpError` if the tool failed; return the result otherwise."""
         if self.is_error:
             summary = self.text.strip()[:500] or "no explanation"
-            raise McpError(f"tool {self.tool!r} failed: {summary}", tool=self.tool, result=self)
+            error = McpError(f"tool {self.tool!r} failed: {summary}", tool=self.tool, result=self)
+            raise for_spans(error, f"tool {self.tool!r} failed")
         return self
 
 
@@ -174,14 +174,16 @@ def _translate(exc: BaseException, url: str, errors: _HttpErrors) -> KlavisError
         return None
     where, sandbox_id = _redacted(url)
     if errors.status is not None:
-        return error_from_status(
+        path = urlsplit(url).path
+        answered = error_from_status(
             errors.status,
             errors.body,
             sandbox_id=sandbox_id,
             method="POST",
-            path=urlsplit(url).path,
+            path=path,
             retry_after=errors.retry_after,
-        )
+        )  # the answer to a POST that carried a tool's arguments: spans keep only the status
+        return for_spans(answered, f"{errors.status} (POST {path}) from the MCP server")
     for inner in flat:
         if isinstance(inner, KlavisError):
             return inner
@@ -194,7 +196,8 @@ def _translate(exc: BaseException, url: str, errors: _HttpErrors) -> KlavisError
         code = _compat.jsonrpc_error_code(inner)
         if code is not None:
             lost = code in _CONNECTION_CODES
-            return McpError(f"MCP server at {where}: {inner}", code=code, connection_lost=lost)
+            error = McpError(f"MCP server at {where}: {inner}", code=code, connection_lost=lost)
+            return for_spans(error, f"MCP server at {where}: JSON-RPC error {code}")
     return None
 
 

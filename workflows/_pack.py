@@ -2,14 +2,15 @@
 
 :func:`write_archive` and :func:`pack_to_tempfile` turn planned
 :class:`~workflows._seed.SourceFile` entries into a reproducible tar.gz compressed with ISA-L
-(``isal``), reading file contents in 1 MiB chunks so memory stays flat.
+(``isal``), reading file contents in 1 MiB chunks so memory stays flat. Files from disk are
+opened as planned and nothing else (:class:`~workflows._seed.PlannedFiles`: no link followed,
+each checked against its planned device, inode and size).
 """
 
 from __future__ import annotations
 
 import io
 import itertools
-import os
 import tarfile
 import tempfile
 from collections.abc import Sequence
@@ -18,39 +19,9 @@ from typing import IO, BinaryIO, cast
 from klavis_archive import FastTarInfo, TarPacker
 from workflows._dump._archive import ARCHIVE_MTIME, ProgressCallback
 from workflows._errors import InvalidInputError
-from workflows._seed import SourceFile
+from workflows._seed import ExactReader, PlannedFiles, SourceFile
 
 __all__ = ["pack_to_tempfile", "write_archive"]
-
-
-class _SourceReader:
-    """Reads one planned file for tarfile, reporting progress; refuses a file that shrank."""
-
-    def __init__(
-        self, raw: IO[bytes], name: str, size: int, progress: ProgressCallback | None
-    ) -> None:
-        self._raw = raw
-        self._name = name
-        self._left = size
-        self._progress = progress
-
-    def read(self, n: int = -1) -> bytes:
-        want = self._left if n < 0 else min(n, self._left)
-        try:
-            data = self._raw.read(want)
-        except OSError as exc:
-            raise InvalidInputError(
-                f"cannot read {self._name!r} while packing it: {exc.strerror or exc}"
-            ) from exc
-        got = len(data)
-        if got < want:
-            raise InvalidInputError(
-                f"{self._name!r} got shorter while it was being packed; seed it again"
-            )
-        self._left -= got
-        if self._progress is not None and got:
-            self._progress(got)
-        return data
 
 
 def _tarinfo(entry: SourceFile) -> tarfile.TarInfo:
@@ -70,22 +41,6 @@ def _tarinfo(entry: SourceFile) -> tarfile.TarInfo:
         info.size = entry.size
         info.mode = 0o755 if entry.mode & 0o100 else 0o644
     return info
-
-
-def _open_source_file(entry: SourceFile) -> IO[bytes]:
-    """Open a planned file for packing; one that vanished or cannot be read is named."""
-    assert entry.path is not None
-    try:
-        return open(entry.path, "rb", buffering=0)
-    except FileNotFoundError as exc:
-        raise InvalidInputError(
-            f"{os.fspath(entry.path)!r} disappeared after it was planned; seed again"
-        ) from exc
-    except OSError as exc:
-        raise InvalidInputError(
-            f"cannot read {os.fspath(entry.path)!r}: {exc.strerror or exc}; fix its permissions "
-            "or add it to ignore="
-        ) from exc
 
 
 def write_archive(
@@ -118,18 +73,19 @@ def write_archive(
             raise InvalidInputError(f"two archive entries are both named {a.name!r}")
     packer = TarPacker(out, compresslevel=compresslevel, threads=threads)
     try:
-        for entry in ordered:
-            info = _tarinfo(entry)
-            if info.type != tarfile.REGTYPE:
-                packer.add(info)
-            elif entry.data is not None:
-                with io.BytesIO(entry.data) as buf:
-                    packer.add(info, _SourceReader(buf, entry.name, entry.size, progress))
-            elif entry.path is not None:
-                with _open_source_file(entry) as fh:
-                    packer.add(info, _SourceReader(fh, entry.name, entry.size, progress))
-            else:
-                raise InvalidInputError(f"archive entry {entry.name!r} has no content")
+        with PlannedFiles() as files:
+            for entry in ordered:
+                info = _tarinfo(entry)
+                if info.type != tarfile.REGTYPE:
+                    packer.add(info)
+                elif entry.data is not None:
+                    with io.BytesIO(entry.data) as buf:
+                        packer.add(info, ExactReader(buf, entry.name, entry.size, progress))
+                elif entry.disk is not None:
+                    with files.open(entry) as fh:
+                        packer.add(info, ExactReader(fh, entry.disk.shown, entry.size, progress))
+                else:
+                    raise InvalidInputError(f"archive entry {entry.name!r} has no content")
         return packer.finish()
     finally:
         packer.abort()

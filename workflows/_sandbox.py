@@ -1,4 +1,11 @@
-"""`LocalSandbox`: the synchronous face. Its async twin is :mod:`workflows._async_sandbox`."""
+"""`LocalSandbox`: the synchronous face. Its async twin is :mod:`workflows._async_sandbox`.
+
+``import workflows`` defines the faces without what their methods do: the HTTP layer (httpx,
+the generated client, stamina), the flows and their archives, MCP, executions and templates
+are imported by the methods that use them, once (the names only annotations need are imported
+for type checkers alone). A method's ``from ... import`` costs a dictionary lookup after the
+first (``scripts/bench`` measures ``import workflows``: ``import_time_s``).
+"""
 
 from __future__ import annotations
 
@@ -19,37 +26,26 @@ from ._acquire import (
     resolve_acquire,
     resolve_connection,
 )
-from ._drivers import SyncDriver, sync_driver_for
-from ._dump._archive import ArchiveLimits
-from ._execution import Execution
-from ._execution_input import ExecutionFiles, Requirements
-from ._flows import (
-    acquire_attempt,
-    get_flow,
-    list_flow,
-    retry_acquire,
-)
+from ._config import DEFAULT_MAX_FILE_SIZE, DEFAULT_MCP_TIMEOUT
 from ._handle import SandboxHandle, settings_for
-from ._host_limits import host_slot
-from ._mcp import (
-    DEFAULT_MCP_TIMEOUT,
-    McpSession,
-    ToolInfo,
-    ToolResult,
-    call_tool,
-    list_tools,
-    open_session,
-)
 from ._models import SandboxInfo, ServerNames, check_sandbox_id
-from ._ownership import Ledger, disown, own
+from ._ownership import disown, own
 from ._sandbox_base import SandboxBase
-from ._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
-from ._server_data import ServerData, dump_data_flow, initialize_data_flow
-from ._snapshot import Snapshot
 from ._tracing import mcp_start, traced_call
 
 if TYPE_CHECKING:
     from mcp import ClientSession
+
+    from ._drivers import SyncDriver
+    from ._dump._limits import ArchiveLimits
+    from ._execution import Execution
+    from ._execution_input import ExecutionFiles, Requirements
+    from ._mcp import McpSession, ToolInfo, ToolResult
+    from ._ownership import Ledger
+    from ._seed import SourceFile
+    from ._server_data import ServerData
+    from ._snapshot import Snapshot
+    from ._template import SeedTemplate
 
 __all__ = ["LocalSandbox", "list_sandboxes"]
 
@@ -62,6 +58,9 @@ def list_sandboxes(**options: Unpack[ConnectionOptions]) -> list[SandboxInfo]:
     >>> for info in list_sandboxes():  # doctest: +SKIP
     ...     print(info.id, info.status, [s.name for s in info.servers])
     """
+    from ._drivers import sync_driver_for
+    from ._flows import list_flow
+
     settings = resolve_connection("list_sandboxes", options, ConnectionOptions)
     return sync_driver_for(settings).run(list_flow())
 
@@ -108,6 +107,10 @@ class LocalSandbox(SandboxBase):
         >>> with LocalSandbox.acquire(["git"], ttl_seconds=600) as sb:  # doctest: +SKIP
         ...     print(sb.id, sb.mcp_url("git"))
         """
+        from ._drivers import sync_driver_for
+        from ._flows import acquire_attempt, retry_acquire
+        from ._host_limits import host_slot
+
         wanted = resolve_acquire("acquire", server_names, options)
         driver = sync_driver_for(wanted.settings)
         with host_slot(wanted.host_limits, wanted.settings) as slot:  # waits under the limits
@@ -150,6 +153,9 @@ class LocalSandbox(SandboxBase):
             with LocalSandbox.attach(os.environ["ID"]) as sb:
                 snap = sb.dump()
         """
+        from ._drivers import sync_driver_for
+        from ._flows import get_flow
+
         check_keywords("attach", options, AttachOptions)
         check_sandbox_id(local_sandbox_id)
         driver = sync_driver_for(resolve_connection("attach", options, AttachOptions))
@@ -171,6 +177,8 @@ class LocalSandbox(SandboxBase):
         >>> with LocalSandbox.from_handle(handle) as sb:  # doctest: +SKIP
         ...     snap = sb.dump()
         """
+        from ._drivers import sync_driver_for
+
         settings = settings_for("from_handle", handle, options)
         return cls(
             handle.info,
@@ -182,12 +190,17 @@ class LocalSandbox(SandboxBase):
 
     def refresh(self) -> SandboxInfo:
         """Fetch the sandbox's current details."""
+        from ._flows import get_flow
+
         self._info = self._driver.run(get_flow(self.id))
         return self._info
 
     # ----------------------------------------------------------------- workspace
-    def seed(self, files: Mapping[str, str | bytes], *, progress: bool | None = None) -> int:
-        """Add files to the workspace from a mapping of relative path to text or bytes.
+    def seed(
+        self, files: Mapping[str, str | bytes] | SeedTemplate, *, progress: bool | None = None
+    ) -> int:
+        """Add files to the workspace from a mapping of relative path to text or bytes, or
+        from a :class:`~workflows.SeedTemplate` (packed once, for many sandboxes).
 
         Keys are checked first (no absolute paths, ``..``, NUL or collisions) and nothing is
         sent if one is bad. Existing files of the same name are overwritten; others stay.
@@ -195,7 +208,20 @@ class LocalSandbox(SandboxBase):
 
         >>> sb.seed({"hello.txt": "hi", "data/x.bin": b"\\x00"})  # doctest: +SKIP
         2
+
+        A template's archive is uploaded as it was packed, with no planning and no packing,
+        once checked against its digest (:class:`~workflows.SeedTemplateError`, before any
+        request, when it is damaged or gone):
+
+        >>> template = SeedTemplate.from_folder("./task")  # doctest: +SKIP
+        >>> sb.seed(template)  # doctest: +SKIP
+        2000
         """
+        from ._seed import plan_mapping
+        from ._template import SeedTemplate
+
+        if isinstance(files, SeedTemplate):
+            return self._driver.run(self._seed_template(files, progress))
         entries = plan_mapping(files)
         self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
@@ -225,6 +251,8 @@ class LocalSandbox(SandboxBase):
 
         >>> sb.seed_directory("./project", ignore=["*.log"])  # doctest: +SKIP
         """
+        from ._seed import plan_directory
+
         entries = plan_directory(
             path,
             ignore=ignore,
@@ -301,6 +329,8 @@ class LocalSandbox(SandboxBase):
 
         Plain (not async) code uses :meth:`mcp_session`.
         """
+        from ._mcp import open_session
+
         return open_session(self.mcp_url(server), timeout=timeout)
 
     def mcp_session(self, server: str, *, timeout: float = DEFAULT_MCP_TIMEOUT) -> McpSession:
@@ -312,6 +342,8 @@ class LocalSandbox(SandboxBase):
 
         ``timeout`` bounds opening and each call.
         """
+        from ._mcp import McpSession
+
         spans = mcp_start(self, server)  # what its calls' spans say, when tracing is on
         return McpSession(self.mcp_url(server), timeout=timeout, _span_attributes=spans).open()
 
@@ -324,6 +356,8 @@ class LocalSandbox(SandboxBase):
         >>> [t.name for t in sb.list_tools("git")][:2]  # doctest: +SKIP
         ['git_status', 'git_diff_unstaged']
         """
+        from ._mcp import list_tools
+
         return list_tools(self.mcp_url(server), timeout=timeout)
 
     @traced_call("klavis.mcp.call_tool", mcp_start)
@@ -342,6 +376,8 @@ class LocalSandbox(SandboxBase):
         >>> sb.call_tool("terminal", "run_command", {"command": "ls"}).text  # doctest: +SKIP
         'hello.txt'
         """
+        from ._mcp import call_tool
+
         return call_tool(self.mcp_url(server), tool, arguments, timeout=timeout)
 
     # ----------------------------------------------------------------- executions, data
@@ -376,6 +412,8 @@ class LocalSandbox(SandboxBase):
         >>> run.wait(), run.exit_code()  # doctest: +SKIP
         ('completed', 0)
         """
+        from ._execution import Execution
+
         start, run_name, show = self._start(main, requirements, files, name, progress)
         self._driver.run(start)
         return Execution(self._driver, self.id, run_name, limits=self.limits, progress=show)
@@ -404,6 +442,8 @@ class LocalSandbox(SandboxBase):
         >>> run.wait()  # doctest: +SKIP
         'completed'
         """
+        from ._execution import Execution
+
         start, run_name, show = self._start_directory(
             path, requirements, files, ignore, gitignore, name, progress
         )
@@ -416,11 +456,15 @@ class LocalSandbox(SandboxBase):
         """Load a data document into ``google_cloud``, ``poste_email_toolathlon`` or ``canvas``
         (``default=True`` loads the service's built-in document). Returns the service's message.
         """
+        from ._server_data import initialize_data_flow
+
         body = self._data_request(server, data)
         return self._driver.run(initialize_data_flow(self.id, server, body, default=default))
 
     def dump_server_data(self, server: str) -> ServerData:
         """The current data document of google_cloud, poste_email_toolathlon or canvas."""
+        from ._server_data import dump_data_flow
+
         self._data_request(server, None)
         return self._driver.run(dump_data_flow(self.id, server))
 

@@ -1,4 +1,7 @@
-"""What both sandbox faces know without I/O: identity, servers, state, argument checks."""
+"""What both sandbox faces know without I/O: identity, servers, state, argument checks.
+
+The flows of the methods are imported by the methods (see :mod:`workflows._sandbox`).
+"""
 
 from __future__ import annotations
 
@@ -6,36 +9,26 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._config import Settings
-from ._dump._archive import ArchiveLimits
+from ._dump._limits import ArchiveLimits
 from ._errors import InvalidInputError
-from ._execution import check_execution_name, start_flow
-from ._execution_input import (
-    ExecutionFiles,
-    Requirements,
-    directory_execution_files,
-    execution_files,
-)
-from ._flows import (
-    Flow,
-    check_timeout,
-    dump_flow,
-    dump_to_flow,
-    dump_to_target,
-    release_flow,
-    reset_flow,
-    seed_flow,
-)
-from ._handle import SandboxHandle, handle_of, restore
-from ._models import SandboxInfo, ServerInfo
-from ._ownership import Ledger, unwind_on_sigterm
-from ._seed import SourceFile
-from ._server_data import server_data_body
-from ._snapshot import Snapshot
+from ._handle import handle_of, restore
+from ._ownership import unwind_on_sigterm
 from ._tracing import release_end, sandbox_start, traced_flow
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ._config import Settings
+    from ._execution_input import ExecutionFiles, Requirements
+    from ._flows import Flow
+    from ._handle import SandboxHandle
+    from ._models import SandboxInfo, ServerInfo
+    from ._ownership import Ledger
+    from ._seed import SourceFile
+    from ._snapshot import Snapshot
+    from ._template import SeedTemplate
 
 __all__ = ["SandboxBase"]
 
@@ -159,17 +152,30 @@ class SandboxBase:
     # the flows of the faces' methods, after their checks (the faces only run them)
     @traced_flow("klavis.seed", sandbox_start)
     def _seed(self, entries: Sequence[SourceFile], progress: bool | None) -> Flow[int]:
+        from ._flows import seed_flow
+
         self._check_live()
         return seed_flow(self.id, entries, self._show(progress))
 
+    @traced_flow("klavis.seed", sandbox_start)
+    def _seed_template(self, template: SeedTemplate, progress: bool | None) -> Flow[int]:
+        from ._template import template_seed_flow
+
+        self._check_live()
+        return template_seed_flow(self.id, template, self._show(progress))
+
     @traced_flow("klavis.dump", sandbox_start)
     def _dump(self, progress: bool | None, timeout: object) -> Flow[Snapshot]:
+        from ._flows import check_timeout, dump_flow
+
         seconds = check_timeout(timeout)
         self._check_live()
         return dump_flow(self.id, self.limits, self._show(progress), seconds)
 
     @traced_flow("klavis.dump_to", sandbox_start)
     def _dump_to(self, path: object, progress: bool | None, timeout: object) -> Flow[Path]:
+        from ._flows import check_timeout, dump_to_flow, dump_to_target
+
         target = dump_to_target(path)
         seconds = check_timeout(timeout)
         self._check_live()
@@ -178,11 +184,15 @@ class SandboxBase:
 
     @traced_flow("klavis.reset", sandbox_start)
     def _reset(self) -> Flow[None]:
+        from ._flows import reset_flow
+
         self._check_live()
         return reset_flow(self.id)
 
     @traced_flow("klavis.release", sandbox_start, release_end)
     def _release_flow(self) -> Flow[bool]:
+        from ._flows import release_flow
+
         return release_flow(self.id)
 
     def _start(
@@ -194,6 +204,8 @@ class SandboxBase:
         progress: bool | None,
     ) -> tuple[Flow[None], str, bool | None]:
         """The flow starting an execution, its name, and whether it shows progress bars."""
+        from ._execution_input import execution_files
+
         entries = execution_files(main, requirements=requirements, files=files)
         return self._start_entries(entries, name, progress)
 
@@ -208,6 +220,8 @@ class SandboxBase:
         progress: bool | None,
     ) -> tuple[Flow[None], str, bool | None]:
         """The flow starting a folder's main.py, its name, and whether it shows progress bars."""
+        from ._execution_input import directory_execution_files
+
         entries = directory_execution_files(
             folder, requirements=requirements, files=files, ignore=ignore, gitignore=gitignore
         )
@@ -216,12 +230,16 @@ class SandboxBase:
     def _start_entries(
         self, entries: list[SourceFile], name: str | None, progress: bool | None
     ) -> tuple[Flow[None], str, bool | None]:
+        from ._execution import check_execution_name, start_flow
+
         run_name = check_execution_name(name)
         self._check_live()
         show = self._show(progress)
         return start_flow(self.id, run_name, entries, show), run_name, show
 
     def _data_request(self, server: str, data: Mapping[str, Any] | None) -> Any:
+        from ._server_data import server_data_body
+
         body = server_data_body(server, data)
         if server not in {s.name for s in self.servers}:
             raise InvalidInputError(

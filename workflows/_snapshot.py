@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import stat
 import tempfile
@@ -11,18 +12,33 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, NamedTuple
+from typing import IO, NamedTuple, Protocol
 
 from workflows._dump._paths import link_target_in_tree
 from workflows._errors import InvalidInputError
-from workflows._git_index import index_meaning, is_git_index
-from workflows._seed import DEFAULT_MAX_FILE_SIZE, SeedContent, plan_directory, plan_mapping
+from workflows._git_index import UnreadableIndex, index_digest, is_git_index
+from workflows._seed import (
+    DEFAULT_MAX_FILE_SIZE,
+    ExactReader,
+    PlannedFiles,
+    SeedContent,
+    plan_directory,
+    plan_mapping,
+)
 
 __all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
+
+log = logging.getLogger("workflows")
 
 _CHUNK = 1024 * 1024
 _O_BINARY: int = getattr(os, "O_BINARY", 0)
 _O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
+
+
+class _Readable(Protocol):
+    """What :meth:`_SnapshotWriter.add` reads from: a file, or a reader of a planned one."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
 
 
 class ManifestEntry(NamedTuple):
@@ -155,7 +171,9 @@ class Snapshot(Mapping[str, bytes]):
 
         The same arguments select the same files (``.gitignore``, ``.sandboxignore``,
         ``ignore=``; links kept only inside the folder; a file over ``max_file_size`` refused):
-        what this snapshot holds is what seeding the folder would send. So a dump compares
+        what this snapshot holds is what seeding the folder would send, read as seeding reads
+        it (no link followed; a file changed since the folder was listed raises
+        :class:`~workflows.SourceChangedError`). So a dump compares
         with the folder it came from, with ``==`` or :meth:`diff`::
 
             sb.seed_directory("./project", ignore=["*.log"])
@@ -174,18 +192,14 @@ class Snapshot(Mapping[str, bytes]):
         )
         writer = _SnapshotWriter()
         try:
-            for entry in entries:
-                if entry.link_target is not None:
-                    writer.link(entry.name, entry.link_target)
-                elif entry.path is not None:
-                    try:
-                        with open(entry.path, "rb") as reader:
+            with PlannedFiles() as files:
+                for entry in entries:
+                    if entry.link_target is not None:
+                        writer.link(entry.name, entry.link_target)
+                    elif entry.disk is not None:
+                        with files.open(entry) as raw:
+                            reader = ExactReader(raw, entry.disk.shown, entry.size, None)
                             writer.add(entry.name, reader, mode=entry.mode)
-                    except OSError as exc:
-                        raise InvalidInputError(
-                            f"cannot read {os.fspath(entry.path)!r}: {exc.strerror or exc}; fix "
-                            "it or add it to ignore="
-                        ) from exc
         except BaseException:
             writer.abort()
             raise
@@ -322,7 +336,10 @@ class Snapshot(Mapping[str, bytes]):
         A repository's ``.git/index`` counts as modified only when what it says changed (its
         entries: paths, modes, object ids, stages; not git's stat cache): the first git command
         in a sandbox (``git_status`` included) rewrites the cache of a seeded repository, whose
-        files have new inodes and times there. ``exact=True`` compares every byte.
+        files have new inodes and times there. ``exact=True`` compares every byte. An index that
+        cannot be read as one (a split index, a corrupt or crafted one: a prefix length over
+        git's 64-bit varint) is compared byte for byte, and the ``workflows`` logger says so
+        (WARNING, naming the path and the reason).
 
         >>> str(Snapshot({"a": "1", "b": "2"}).diff({"b": "3", "c": "4"}))
         '- a\\n~ b\\n+ c'
@@ -344,8 +361,11 @@ class Snapshot(Mapping[str, bytes]):
         """Whether ``path`` is a git index in both snapshots that says the same in both."""
         if not is_git_index(path) or path in self._links or path in theirs._links:
             return False
-        mine = index_meaning(self[path])
-        return mine is not None and mine == index_meaning(theirs[path])
+        try:
+            return index_digest(self[path]) == index_digest(theirs[path])
+        except UnreadableIndex as exc:
+            log.warning("Snapshot.diff: %s compared byte for byte: %s", path, exc)
+            return False
 
     def to_directory(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> list[Path]:
         """Write every file and link under the folder ``path`` (created if missing); return the
@@ -478,7 +498,7 @@ class _SnapshotWriter:
         self._links: dict[str, str] = {}
         self._skipped: dict[str, str] = {}
 
-    def add(self, name: str, reader: IO[bytes], *, mode: int = 0o644) -> None:
+    def add(self, name: str, reader: _Readable, *, mode: int = 0o644) -> None:
         """Append a file's contents, hashing as they stream; a later duplicate replaces it."""
         self._links.pop(name, None)
         digest = hashlib.sha256()

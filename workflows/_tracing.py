@@ -10,10 +10,27 @@ retries included: the pools' task flow carries it). They carry ``klavis.sandbox.
 ``klavis.server_names``, ``klavis.bytes`` (seed: bytes uploaded; dump: bytes downloaded),
 ``klavis.mcp.tool``, ``klavis.already_released`` (a release that found it gone) and, on a pool
 task, ``klavis.task.index``, ``klavis.task.attempts`` and ``klavis.failure`` (``task`` or
-``infrastructure``). A failure sets the span's status to ERROR, its ``error.type``, and an
-``exception`` event; success leaves the status unset, as OpenTelemetry asks of libraries. Never
-the key, a URL, a tool's arguments or results: messages and stack traces are scrubbed of URL
-query strings (where a signed URL keeps its signature) before they are recorded.
+``infrastructure``). A failure sets the span's status to ERROR, its ``error.type`` (the
+exception's class name), and an ``exception`` event (``exception.type``,
+``exception.stacktrace``, and for the library's own errors ``exception.message``); success
+leaves the status unset, as OpenTelemetry asks of libraries. Never the key, a URL's query
+string (where a signed URL keeps its signature: scrubbed from whatever is recorded), a tool's
+arguments or its results.
+
+So a span holds only the library's own words. A :class:`~workflows.KlavisError` is recorded
+with its message, less what it quotes of a tool or an MCP server (``span_message`` in
+``_errors``): ``ToolResult.raise_for_error()`` quotes up to 500 characters of the tool's
+output, which often echoes its arguments, and its span says ``tool 'x' failed``; a JSON-RPC
+error keeps its code, an HTTP error of the MCP URL its status. Any other exception (the user's
+own, raised in a pool task; the MCP SDK's; a dependency's) is recorded by its type and its
+frames, with no message, and so is every exception in its chain: its message is data the
+library cannot vet (``raise ValueError(f"bad answer: {result.text}")`` is a tool's output), and
+spans go wherever the application exports them. Rejected: OpenTelemetry's
+``span.record_exception``, which records ``str(exc)`` and a traceback holding every message of
+the chain. The semantic conventions allow it (``exception.message`` is only required without
+``exception.type``), and the GenAI ones make a tool call's arguments and result opt-in content
+(``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``); this library has no opt-in: the
+user's own spans, the parents of ours, can record the user's exceptions in full.
 
 Until tracing is enabled, ``opentelemetry`` is never imported and each instrumented point costs
 one check of a module global: the decorators below return the undecorated flow, or call the
@@ -46,7 +63,13 @@ import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
-from ._errors import ConfigurationError, InvalidInputError, MissingExtraError
+from ._errors import (
+    ConfigurationError,
+    InvalidInputError,
+    KlavisError,
+    MissingExtraError,
+    span_message,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
@@ -157,20 +180,74 @@ def scrub(text: str) -> str:
 
 
 def _failed(span: Span, exc: BaseException) -> None:
-    """Record ``exc`` on ``span`` (an ``exception`` event, ERROR status), scrubbed."""
+    """Record ``exc`` on ``span``: an ``exception`` event, ``error.type``, ERROR status; only
+    the library's own words (see the module docs), scrubbed."""
     from opentelemetry.trace import Status, StatusCode
 
     shown = getattr(exc, "cause", None)  # AcquireDidNotHappen: its cause is the failure
     if type(exc).__name__ == "AcquireDidNotHappen" and isinstance(shown, BaseException):
         exc = shown
-    message = scrub(str(exc))
     name = type(exc).__qualname__
-    stack = scrub("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-    span.record_exception(
-        exc, attributes={"exception.message": message, "exception.stacktrace": stack}
-    )
+    message = _message(exc)
+    attributes: Attributes = {
+        "exception.type": _type_name(exc),
+        "exception.stacktrace": _stack(exc),
+    }
+    if message is not None:
+        attributes["exception.message"] = message
+    # add_event, not record_exception: the SDK's record_exception reads str(exc) and formats
+    # the traceback with every message of the chain before our attributes replace them
+    span.add_event("exception", attributes)
     span.set_attribute("error.type", name)
-    span.set_status(Status(StatusCode.ERROR, f"{name}: {message}"[:500]))
+    described = name if message is None else f"{name}: {message}"
+    span.set_status(Status(StatusCode.ERROR, described[:500]))
+
+
+def _message(exc: BaseException) -> str | None:
+    """The message a span may hold: a library error's own words (scrubbed), else None."""
+    return scrub(span_message(exc)) if isinstance(exc, KlavisError) else None
+
+
+def _type_name(exc: BaseException) -> str:
+    """``module.Qualname`` (just the name for a builtin), as OpenTelemetry's SDK writes it."""
+    kind = type(exc)
+    return (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+
+
+_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
+def _stack(exc: BaseException) -> str:
+    """``exc``'s traceback as Python prints it, its causes and contexts included, where each
+    exception's last line is its type and only a library error's :func:`_message`: the frames
+    (files, lines, functions, source lines) are code, the messages are data."""
+    chain: list[tuple[BaseException, str]] = []  # each exception, and how it leads to the last
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    joint = ""
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append((current, joint))
+        if current.__cause__ is not None:
+            current, joint = current.__cause__, _CAUSE
+        elif current.__context__ is not None and not current.__suppress_context__:
+            current, joint = current.__context__, _CONTEXT
+        else:
+            current = None
+    parts: list[str] = []
+    for item, joint in reversed(chain):
+        frames = traceback.extract_tb(item.__traceback__)
+        if frames:
+            parts.append("Traceback (most recent call last):\n" + "".join(frames.format()))
+        message = _message(item)
+        parts.append(_type_name(item) + ("" if message is None else f": {message}") + "\n")
+        parts.append(joint)
+    return scrub("".join(parts))
 
 
 def _interrupted(span: Span) -> None:

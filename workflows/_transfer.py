@@ -16,7 +16,7 @@ import httpx
 
 from ._errors import TransferError, TransferTimeoutError, UnsafeArchiveError
 from ._progress import Progress
-from ._transport import redact_url
+from ._redaction import redact_url
 
 __all__ = [
     "CHUNK",

@@ -1,6 +1,11 @@
-"""HTTP plumbing shared by the sync and async faces: auth, logging, error mapping, retry policy.
+"""HTTP plumbing shared by the sync and async faces: auth, logging, error mapping, clients.
 
 Nothing here performs I/O of its own except the event hooks, which run inside httpx's calls.
+This module is the HTTP layer's, with :mod:`._drivers` and :mod:`._transfer`: imported on the
+first request (a driver made), not with ``workflows`` (httpx and the generated client's attrs
+cost more than the rest of ``import workflows``). What must work without httpx lives beside
+what it serves: the retry policy (:func:`~workflows._errors.retry_backoff`) with the error
+tree, the log redaction (:mod:`._redaction`) in a module of its own.
 """
 
 from __future__ import annotations
@@ -22,26 +27,20 @@ from ._errors import (
     ApiConnectionError,
     ApiError,
     ApiTimeoutError,
-    RateLimitError,
-    ServerError,
-    TransferError,
-    TransferTimeoutError,
     error_from_status,
 )
+from ._redaction import redact_url
 
 __all__ = [
     "BearerAuth",
-    "RedactSignedUrls",
     "after_retries",
     "api_hooks",
     "async_api_hooks",
     "connection_error",
-    "install_log_redaction",
+    "exit_client",
     "make_async_client",
     "make_sync_client",
     "parse_retry_after",
-    "redact_url",
-    "retry_backoff",
     "sandbox_id_from_path",
 ]
 
@@ -51,7 +50,6 @@ _START = "workflows_started"
 _SANDBOX_PATH = re.compile(
     r"/local-sandbox/(?:(?:google_cloud|poste_email_toolathlon|canvas)/)?([^/]+)"
 )
-RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
 class BearerAuth(httpx.Auth):
@@ -66,45 +64,6 @@ class BearerAuth(httpx.Auth):
 
     def __repr__(self) -> str:
         return "BearerAuth('********')"
-
-
-_SECRET_QUERY = re.compile(r"(signature|sig|token|credential|key)=", re.IGNORECASE)
-
-
-class RedactSignedUrls(logging.Filter):
-    """Removes signed-URL query strings from httpx's own log records (``HTTP Request: ...``).
-
-    Installed on the ``httpx`` logger when `workflows` is imported, so that turning on INFO
-    logging never prints a signature that works as a password.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple) and any(
-            isinstance(a, httpx.URL) and _SECRET_QUERY.search(str(a.query, "ascii", "replace"))
-            for a in record.args
-        ):
-            record.args = tuple(
-                redact_url(a) if isinstance(a, httpx.URL) else a for a in record.args
-            )
-        return True
-
-
-def install_log_redaction() -> None:
-    """Add :class:`RedactSignedUrls` to the ``httpx`` logger once."""
-    target = logging.getLogger("httpx")
-    if not any(isinstance(f, RedactSignedUrls) for f in target.filters):
-        target.addFilter(RedactSignedUrls())
-
-
-def redact_url(url: httpx.URL | str) -> str:
-    """A URL safe to print: scheme, host and path, with any query string (signatures) removed.
-
-    >>> redact_url("https://storage.example/b/o.tgz?X-Goog-Signature=abc&expires=1")
-    'https://storage.example/b/o.tgz?<redacted>'
-    """
-    parsed = httpx.URL(str(url))
-    base = str(parsed.copy_with(query=None, fragment=None))
-    return base + ("?<redacted>" if parsed.query else "")
 
 
 def sandbox_id_from_path(path: str) -> str | None:
@@ -140,26 +99,6 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     if seconds != seconds:  # NaN
         return None
     return min(max(seconds, 0.0), 60.0)
-
-
-def retry_backoff(exc: Exception) -> bool | float:
-    """stamina backoff hook: which failures of a *safe* operation are worth another try.
-
-    Returns False (give up), True (default backoff) or the seconds the server asked for.
-    """
-    if isinstance(exc, RateLimitError):
-        return exc.retry_after if exc.retry_after is not None else True
-    if isinstance(exc, ServerError):
-        return exc.status_code in RETRYABLE_STATUSES
-    if isinstance(exc, ApiError):
-        return False
-    if isinstance(exc, ApiConnectionError):
-        return True
-    if isinstance(exc, TransferTimeoutError):  # its deadline covers the retries: it is spent
-        return False
-    if isinstance(exc, TransferError):
-        return exc.status_code is None or exc.status_code in RETRYABLE_STATUSES
-    return False
 
 
 def connection_error(
@@ -294,6 +233,15 @@ def _client_options(settings: Settings, *, authenticated: bool) -> dict[str, Any
     if authenticated:
         options.update(base_url=settings.base_url, auth=BearerAuth(settings.api_key))
     return options
+
+
+def exit_client(settings: Settings, timeout: float) -> httpx.Client:
+    """A plain client for the release at interpreter exit (:mod:`workflows._ownership._registry`):
+    bearer auth, one timeout for everything, no hooks, no shared pool (the event loop or the
+    pooled clients may be gone by then)."""
+    return httpx.Client(
+        base_url=settings.base_url, auth=BearerAuth(settings.api_key), timeout=timeout
+    )
 
 
 def make_sync_client(settings: Settings, *, authenticated: bool = True) -> httpx.Client:

@@ -3,6 +3,9 @@
 ================  =====================================================================
 ``confinement``   how an execution or an MCP server is confined: the one ``bwrap`` command
                   builder, the probe, and the once-per-emulator decision
+``host_paths``    the builder's overlays and PID 1 init, which keep the host's folder names
+                  out of a confined process's ``/proc``
+``root_masks``    what a root emulator's confined processes must not read of ``/usr``, ``/etc``
 ``runner``        one execution run (``main.py`` of an uploaded archive) in a thread
 ``requirements``  the check of an execution's ``requirements.txt`` (wheels only)
 ``run_log``       an execution's log: read by byte cursor, the emulator's ``[emulator]`` lines

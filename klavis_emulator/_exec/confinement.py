@@ -13,21 +13,24 @@ the servers' installs read-only, and a folder of commands (:data:`SANDBOX_BIN`:
 given, so the private ``/tmp`` comes first: binds below ``/tmp`` (a venv in a ``mktemp -d``
 checkout) stay visible.
 
-**As root** (:func:`masked_paths`), a confined process is uid 0 without capabilities, so
-the owner bits of root's files would let it read them: the builder hides from its system
-view every file the host's unprivileged users cannot read (covered by ``/dev/null``) and
-every folder they cannot list or enter (an empty tmpfs of mode 0111). "Others" bits are the
-rule; ACLs and group bits are not consulted; links are not followed. The emulator's own
-installs are not walked.
+**As root** (:func:`masked_paths`, in :mod:`.root_masks`), a confined process is uid 0
+without capabilities: every file of the system folders the host's unprivileged users cannot
+read is hidden from it.
 
-**Not hidden: the workspace's host path.** ``/proc/self/mountinfo`` shows the root of the
-bind at ``/data`` inside the host file system; bubblewrap has no option to change it. It
-is information, not access: nothing of the host's tree around the workspace is mounted.
-What must not follow a link planted there is the emulator's own walks of the workspace
-(relative to open descriptors), not this builder.
+**Host paths** (:mod:`.host_paths`, issue 32): the read-only trees are overlays at
+``/opt/klavis/installs/N``, linked from their host paths, and a ``/bin/sh`` init is the
+sandbox's PID 1 (no ``bwrap`` command line inside), so ``/proc/self/mountinfo``,
+``/proc/self/mounts`` and ``/proc/self/cgroup`` name no host folder, but for one: the
+root of the writable binds (the workspace at ``/data``, an execution's folder) is their
+path inside their file system, which names the data folder. It is information, not access:
+nothing of the host's tree around the workspace is mounted. What must not follow a link
+planted there is the emulator's own walks of the workspace (relative to open descriptors),
+not this builder.
 
 **The probe** (:func:`probe`) runs this interpreter through the very same builder, so it
-fails exactly when real runs would; once per process and ``bwrap`` binary.
+fails exactly when real runs would; once per process and ``bwrap`` binary. Where only the
+overlays fail, it tries again without them, and the builder binds the read-only trees at
+their own paths for that ``bwrap`` (said once in the log).
 
 **The policy** (:func:`decide_confinement`): ``confine_executions=False``, ``--no-confine``
 or ``KLAVIS_EMULATOR_CONFINE=0`` run unconfined on purpose. Otherwise, where ``bwrap`` is
@@ -45,7 +48,6 @@ import functools
 import logging
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -53,6 +55,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
+
+from .host_paths import INSTALLS_DIR, LAYER_OPTIONS, Layer, init_prefix, init_programs, layer_args
+from .root_masks import MERGED_DIRS, SYSTEM_READ_ONLY, mask_args, masked_paths
 
 __all__ = [
     "CONFINED_PATH",
@@ -106,8 +111,6 @@ SANDBOX_COMMANDS: Final[tuple[str, ...]] = (
 )
 """Commands a confined process finds on ``PATH`` where the host has them (see the module docs)."""
 
-_SYSTEM_READ_ONLY: Final[tuple[str, ...]] = ("/usr", "/etc")
-_MERGED_DIRS: Final[tuple[str, ...]] = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _SYSTEM_PATH: Final[tuple[str, ...]] = (
     "/usr/local/sbin",
     "/usr/local/bin",
@@ -118,8 +121,6 @@ _SYSTEM_PATH: Final[tuple[str, ...]] = (
 )
 CONFINED_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
 """A confined MCP server's ``PATH`` (before :data:`SANDBOX_BIN` is added)."""
-_MASK_FILE_SOURCE: Final = "/dev/null"
-_MASK_FOLDER_MODE: Final = "0111"
 _PROBE_TIMEOUT: Final = 30.0
 _TURN_OFF_HINT: Final = (
     "To run unconfined on purpose (executions and MCP servers then run as the emulator's "
@@ -155,85 +156,6 @@ class Bind:
 
 
 # ---------------------------------------------------------------------- the builder
-
-
-def _system_folders() -> list[str]:
-    """The host folders :func:`_system_args` binds read-only (``/usr``, ``/etc``, and
-    ``/bin``... where they are folders rather than links into ``/usr``)."""
-    folders = [folder for folder in _SYSTEM_READ_ONLY if os.path.isdir(folder)]
-    for name in _MERGED_DIRS:
-        host = Path("/", name)
-        if not host.is_symlink() and host.is_dir():
-            folders.append(str(host))
-    return folders
-
-
-def _hidden_from_others(root: str) -> tuple[list[str], list[str]]:
-    """Below ``root``, the files others may not read and the folders they may not list or
-    enter (not descended into), symbolic links skipped: ``(files, folders)``.
-
-    ``os.scandir`` by hand rather than ``os.walk``: the mode of every entry is needed, and
-    scandir's own type answers spare a ``stat`` for each symbolic link."""
-    files: list[str] = []
-    folders: list[str] = []
-    pending = [root]
-    while pending:
-        folder = pending.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:  # vanished, or not listable even by root: hide it rather than guess
-            if folder != root:
-                folders.append(folder)
-            continue
-        for entry in entries:
-            try:
-                if entry.is_symlink():
-                    continue
-                mode = entry.stat(follow_symlinks=False).st_mode
-            except OSError:
-                continue
-            if stat.S_ISDIR(mode):
-                if mode & (stat.S_IROTH | stat.S_IXOTH) != stat.S_IROTH | stat.S_IXOTH:
-                    folders.append(entry.path)
-                else:
-                    pending.append(entry.path)
-            elif not mode & stat.S_IROTH:
-                files.append(entry.path)
-    return files, folders
-
-
-@functools.cache
-def masked_paths() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """What a confined process must not see of the system folders: ``(files, folders)``
-    the host's unprivileged users cannot read, when this process runs as root; nothing
-    otherwise (a confined process then runs as this unprivileged user). Computed once per
-    process: measured on a 2-core machine shared with other jobs, 2-9 ms for ``/etc``
-    (1,268 entries) and 0.45-1.0 s for ``/usr`` (141,279 entries) with a warm cache, 2.1 s
-    on the first walk after boot (``find`` takes about as long, a thread per subfolder
-    longer)."""
-    # Rejected: running bwrap itself as another host user (setpriv --reuid): the workspace
-    # the emulator writes as root would then not be the sandbox's.
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return (), ()
-    files: list[str] = []
-    folders: list[str] = []
-    for root in _system_folders():
-        found_files, found_folders = _hidden_from_others(root)
-        files += found_files
-        folders += found_folders
-    return tuple(sorted(files)), tuple(sorted(folders))
-
-
-def _mask_args() -> tuple[list[str], list[str]]:
-    """The mounts that hide :func:`masked_paths`, and the remounts that make its folders
-    read-only (given last: a read-only folder takes no mount point for a later bind)."""
-    files, folders = masked_paths()
-    args: list[str] = []
-    for path in files:
-        args += ["--ro-bind", _MASK_FILE_SOURCE, path]
-    for path in folders:
-        args += ["--perms", _MASK_FOLDER_MODE, "--tmpfs", path]
-    return args, [arg for path in folders for arg in ("--remount-ro", path)]
 
 
 def _base_python() -> str:
@@ -315,10 +237,10 @@ def _system_args() -> list[str]:
     """``/usr`` and ``/etc`` read-only; ``/bin``, ``/lib``... as on the host (symlinks into
     ``/usr`` on a merged-/usr system, read-only binds otherwise)."""
     args: list[str] = []
-    for folder in _SYSTEM_READ_ONLY:
+    for folder in SYSTEM_READ_ONLY:
         if os.path.isdir(folder):
             args += ["--ro-bind", folder, folder]
-    for name in _MERGED_DIRS:
+    for name in MERGED_DIRS:
         host = Path("/", name)
         if host.is_symlink():
             args += ["--symlink", os.readlink(host), str(host)]
@@ -342,7 +264,7 @@ def read_only_roots(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
                 candidates.append(variant)
     roots: list[str] = []
     for path in sorted(candidates, key=lambda p: (p.count("/"), p)):
-        if not _covered(path, (*roots, *_SYSTEM_READ_ONLY)):
+        if not _covered(path, (*roots, *SYSTEM_READ_ONLY)):
             roots.append(path)
     return roots
 
@@ -380,7 +302,8 @@ def bwrap_args(
     binds: Sequence[Bind] = (),
     network: bool = False,
 ) -> list[str]:
-    """The ``bwrap ... --`` arguments that confine one process; append its command line.
+    """The ``bwrap ... --`` arguments that confine one process (and the init that runs it,
+    see :mod:`.host_paths`); append its command line.
 
     New namespaces for everything (network too, unless ``network``), no capabilities, the
     process dies with its parent and runs in a new session (no terminal to inject input
@@ -388,31 +311,72 @@ def bwrap_args(
     ``PATH`` (when it has one). Mounts, in this order: a private tmpfs at ``/tmp`` (first,
     so that binds below ``/tmp`` survive: see the module docs), ``/proc``, ``/dev``, the
     system folders read-only, the masks over what others may not read there (as root), the
-    commands' folder, the emulator's Python and the commands' installs read-only, the
-    folders in ``read_only`` read-only at their own path, ``workspace`` read-write at
-    ``/data``, then ``binds``; last, the masks' folders and the commands' folder are made
-    read-only.
+    commands' folder, the emulator's Python, the commands' installs and the folders in
+    ``read_only`` read-only (overlays at :data:`~.host_paths.INSTALLS_DIR` linked from their
+    own paths), ``workspace`` read-write at ``/data``, then ``binds`` (the read-only ones as
+    overlays); last, the masks' folders and the commands' folder are made read-only.
     """
+    return _bwrap_args(
+        bwrap,
+        workspace=workspace,
+        env=env,
+        chdir=chdir,
+        read_only=read_only,
+        binds=binds,
+        network=network,
+        layered=bwrap not in _UNLAYERED and init_programs() is not None,
+    )
+
+
+def _bwrap_args(
+    bwrap: str,
+    *,
+    workspace: Path,
+    env: Mapping[str, str],
+    chdir: str,
+    read_only: Sequence[str | os.PathLike[str]],
+    binds: Sequence[Bind],
+    network: bool,
+    layered: bool,
+) -> list[str]:
+    """:func:`bwrap_args`, with the read-only trees as overlays (``layered``) or as binds at
+    their own paths (before issue 32, and where overlays do not work)."""
     args = [bwrap, "--unshare-all"]
     if network:
         args.append("--share-net")
     # --cap-drop ALL: bubblewrap 0.8.0 started as root left the process nearly every
     # capability (CapEff 000001fffeffffff measured), and with CAP_SYS_ADMIN it remounted a
-    # read-only bind writable (a file it wrote appeared in the host's folder).
+    # read-only bind writable (a file it wrote appeared in the host's folder). Layered, the
+    # init keeps two until its overlays are mounted, then drops all (see .host_paths).
     args += ["--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL"]
+    sh = _init_shell()
+    if sh is not None:
+        args.append("--as-pid-1")  # the init below is PID 1: no bwrap process inside
     # The tmpfs first: a later mount hides what an earlier one put beneath it. Measured with
     # bubblewrap 0.8.0 and a venv at /tmp/x/.venv: "--ro-bind /tmp/x/.venv ... --tmpfs /tmp"
     # ends in "execvp /tmp/x/.venv/bin/python: No such file or directory"; this order runs.
     args += ["--tmpfs", PRIVATE_TMP, "--proc", "/proc", "--dev", "/dev"]
     args += _system_args()
-    masks, read_only_masks = _mask_args()
+    masks, read_only_masks = mask_args()
     args += masks
     args += _command_args()
-    for root in read_only_roots([*python_roots(), *_command_roots(), *read_only]):
-        args += ["--ro-bind", root, root]
+    roots = read_only_roots([*python_roots(), *_command_roots(), *read_only])
+    layers: list[Layer] = []
+    if layered:
+        for root in roots:
+            layers.append(Layer(root, f"{INSTALLS_DIR}/{len(layers)}", link=root))
+    else:
+        for root in roots:
+            args += ["--ro-bind", root, root]
     args += ["--bind", str(workspace), CONFINED_WORKSPACE]
     for bind in binds:
-        args += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.target]
+        if layered and not bind.writable and bind.source.is_dir():
+            layers.append(Layer(str(bind.source), bind.target))
+        else:
+            args += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.target]
+    args += layer_args(layers)
+    if layers:
+        args += LAYER_OPTIONS
     args += [*read_only_masks, "--remount-ro", SANDBOX_BIN]
     args += ["--chdir", chdir]
     for key, value in env.items():
@@ -420,7 +384,25 @@ def bwrap_args(
             value = _with_sandbox_bin(value)
         args += ["--setenv", key, value]
     args.append("--")
+    if sh is not None:
+        args += init_prefix(sh, layers)
     return args
+
+
+def _init_shell() -> str | None:
+    """The ``sh`` of the system folders that runs as the sandbox's PID 1 (see
+    :mod:`.host_paths`); ``None`` where there is none (bubblewrap's own init then)."""
+    programs = init_programs()
+    if programs is not None:
+        return programs[0]
+    found = shutil.which("sh", path=os.pathsep.join(_SYSTEM_PATH))
+    if found is None or not _covered(os.path.abspath(found), ("/usr", "/bin")):
+        return None
+    return os.path.abspath(found)
+
+
+_UNLAYERED: set[str] = set()
+"""The ``bwrap`` paths whose probe found the layers not working (see :func:`probe`)."""
 
 
 # ---------------------------------------------------------------------- the probe
@@ -469,7 +451,19 @@ def probe(bwrap: str) -> str | None:
     # Rejected: a probe per consumer (two probes drifted apart: executions ran unconfined
     # where MCP servers were confined); --ro-bind-try for the interpreter (a missing one
     # would only move the failure to the first run).
-    return _trial(bwrap, _PROBE_CODE)[1]
+    problem = _trial(bwrap, _PROBE_CODE)[1]
+    if problem is None or bwrap in _UNLAYERED or init_programs() is None:
+        return problem
+    _UNLAYERED.add(bwrap)  # try again with the read-only trees bound at their own paths
+    if _trial(bwrap, _PROBE_CODE)[1] is None:
+        logger.warning(
+            "confined processes can read the host paths of the emulator's Python and the "
+            "servers' installs in /proc/self/mountinfo: mounting them as overlays failed (%s)",
+            problem,
+        )
+        return None
+    _UNLAYERED.discard(bwrap)
+    return problem
 
 
 _MISSING_CODE: Final = (

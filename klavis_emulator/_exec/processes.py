@@ -47,11 +47,13 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def sandbox_processes(workspace: Path) -> list[psutil.Process]:
+def sandbox_processes(workspace: Path, *also: Path) -> list[psutil.Process]:
     """The emulator's descendants that belong to the sandbox of ``workspace``: every
     ``bwrap`` binding it (with everything below), and every unconfined process working in it
-    (with everything below)."""
-    folder = os.fspath(workspace)
+    (with everything below). ``also``: more folders that count as the sandbox's, as the
+    command line of a process started on them says (a confined server started ahead on a
+    folder that a reset then made the workspace: its ``bwrap`` names the folder's old path)."""
+    folders = [os.fspath(folder) for folder in (workspace, *also)]
     found: dict[int, psutil.Process] = {}
     with contextlib.suppress(psutil.Error):
         descendants = psutil.Process(os.getpid()).children(recursive=True)
@@ -59,7 +61,11 @@ def sandbox_processes(workspace: Path) -> list[psutil.Process]:
             if process.pid in found:
                 continue
             try:
-                ours = _binds(process.cmdline(), folder) or _inside(process.cwd(), folder)
+                command = process.cmdline()
+                ours = any(_binds(command, folder) for folder in folders)
+                if not ours:
+                    cwd = process.cwd()
+                    ours = any(_inside(cwd, folder) for folder in folders)
             except psutil.Error:
                 continue
             if ours:

@@ -8,6 +8,11 @@
 ``launch``        a hosted server's full command line: environment and confinement
 ``host``          the ASGI app serving each sandbox's servers, and their lifecycle
 ``backend``       one server of one sandbox behind its proxy; how a request reaches it
+``relay``         the transport a proxy talks through, swapped to a fresh process by a reset
+``processes``     making a server's processes: command line, log, temporary folder
+``resets``        how a reset reaches a sandbox's servers: held, killed, fresh ones in
+``spares``        server sets started ahead that a reset swaps in, and what that costs
+``loop``          the host's event loop, reached from any thread
 ``mail_servers``  the sandboxes' mail servers (for ``poste_email_toolathlon``)
 ``mount``         the host on the emulator's app: mount, lifespan, the state's hooks
 ================  ===================================================================

@@ -1,9 +1,13 @@
 """One hosted server of one sandbox behind its fastmcp proxy, and how a request reaches it.
 
-A :class:`Backend` is the stdio server process of one (sandbox, server, account) and the
-proxy app that bridges it to MCP Streamable HTTP; :func:`forward_once` hands it a request,
-letting one complete answer through. A request that cannot reach a backend is answered
-with a :class:`Refusal` (its status and the reason).
+A :class:`Backend` is the proxy app that bridges one (sandbox, server, account) to MCP
+Streamable HTTP, and the stdio server process behind it (a :class:`ServerProcess`). The
+proxy talks to the process through a :class:`~.relay.ServerRelay`, so that a reset can put a fresh
+process behind the same proxy (:meth:`Backend.renew`): the MCP sessions clients hold with
+the proxy stay, and nothing of the old process is reachable once it is swapped out.
+:func:`forward_once` hands a request to a backend, letting one complete answer through. A
+request that cannot reach a backend is answered with a :class:`Refusal` (its status and the
+reason).
 """
 
 from __future__ import annotations
@@ -23,9 +27,19 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .launch import LaunchSpec
 
 if TYPE_CHECKING:
+    from fastmcp.client.transports import StdioTransport
+
     from .._state import EmulatorState, SandboxRecord
 
-__all__ = ["Backend", "Key", "Refusal", "forward_once", "live_record"]
+__all__ = [
+    "Backend",
+    "Key",
+    "Refusal",
+    "ServerProcess",
+    "forward_once",
+    "live_record",
+    "start_process",
+]
 
 logger = logging.getLogger("klavis_emulator.mcp")
 
@@ -35,25 +49,24 @@ JSON of the :class:`~klavis_emulator._mail.MailAccount` a request chose (``x-ema
 mail servers only)."""
 
 
-class Backend:
-    """One stdio server of one sandbox, behind its own fastmcp proxy app."""
+class ServerProcess:
+    """One start of a server: its stdio transport (the process is spawned when it is first
+    connected, see :func:`start_process`), its stderr log, the folder its workspace is (as
+    the command line names it) and, unconfined, its private temporary folder.
+
+    A process belongs to one sandbox's life: a reset closes it and gives the backend a new
+    one, with a new private temporary folder."""
 
     def __init__(
-        self,
-        key: Key,
-        spec: LaunchSpec,
-        log_file: Path,
-        tmp_dir: Path | None = None,
+        self, spec: LaunchSpec, log_file: Path, folder: Path, tmp_dir: Path | None = None
     ) -> None:
         from fastmcp.client.transports import StdioTransport
-        from fastmcp.server import create_proxy
-        from fastmcp.server.providers.proxy import ProxyClient
 
-        self.key = key
         self.spec = spec
         self.log_file = log_file
+        self.folder = folder
         self.tmp_dir = tmp_dir
-        self.transport = StdioTransport(
+        self.transport: StdioTransport = StdioTransport(
             spec.command,
             list(spec.args),
             env=dict(spec.env),
@@ -61,15 +74,72 @@ class Backend:
             keep_alive=True,
             log_file=log_file,
         )
-        # roots=None: otherwise the filesystem server swaps its allowed directories for
-        # the client's roots; mode="legacy" pins the protocol era of the shared session.
-        client: ProxyClient[Any] = ProxyClient(self.transport, roots=None, mode="legacy")
-        proxy = create_proxy(client, name=f"klavis-emulator-{key[1]}")
-        self.app: Any = proxy.http_app(path="/")
+
+    def __repr__(self) -> str:
+        return f"ServerProcess(folder={str(self.folder)!r}, log={self.log_file.name!r})"
+
+    def rebind(self, spec: LaunchSpec) -> None:
+        """Start any later process of this transport with ``spec``: a server started ahead
+        on a spare folder that became a sandbox's workspace, if it exits and a request
+        starts it again, starts on the workspace's own path (the spare's is gone)."""
+        self.spec = spec
+        self.transport.command = spec.command
+        self.transport.args = list(spec.args)
+        self.transport.env = dict(spec.env)
+        self.transport.cwd = spec.cwd
+
+    async def close(self) -> None:
+        """Stop the process (and, confined, everything it started), drop its log and its
+        private temporary folder. Quick when the process was killed already."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.transport.close()  # type: ignore[no-untyped-call]
+            except Exception:  # noqa: BLE001 - a dying server must not break the shutdown
+                logger.warning("stopping the server process on %s failed", self.folder)
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("server process on %s said: %s", self.folder, self.log_tail())
+            with contextlib.suppress(OSError):
+                self.log_file.unlink()
+            if self.tmp_dir is not None:
+                shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+    def log_tail(self, limit: int = 600) -> str:
+        """The end of the server's stderr (for error messages)."""
+        try:
+            text = self.log_file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return text.strip()[-limit:]
+
+
+async def start_process(process: ServerProcess) -> None:
+    """Spawn ``process`` and have it answer MCP's ``initialize`` (see
+    :func:`~.relay.start_process`); at once if it runs. Callers bound the wait
+    (``anyio.fail_after``)."""
+    from .relay import start_process as start
+
+    await start(process.transport)
+
+
+class Backend:
+    """One server of one sandbox: its proxy app, and its current :class:`ServerProcess`."""
+
+    def __init__(
+        self,
+        key: Key,
+        process: ServerProcess,
+        make_process: Callable[[], ServerProcess],
+    ) -> None:
+        from .relay import ServerRelay, proxy_for
+
+        self.key = key
+        self.process = process
+        self._make_process = make_process
+        self.relay = ServerRelay(process.transport)
+        self.app: Any = proxy_for(self.relay, f"klavis-emulator-{key[1]}").http_app(path="/")
         self.stopping = anyio.Event()
         self.stopped = anyio.Event()
         self.stopped_callback: Callable[[Backend], None] | None = None
-        self.restart_lock = anyio.Lock()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Run the proxy app's lifespan until :attr:`stopping` is set, then stop the server."""
@@ -79,38 +149,31 @@ class Backend:
                 await self.stopping.wait()
         finally:
             with anyio.CancelScope(shield=True):
-                await self._close_transport()
-                if logger.isEnabledFor(logging.DEBUG):
-                    logger.debug(
-                        "%s server of %s said: %s", self.key[1], self.key[0], self.log_tail()
-                    )
-                with contextlib.suppress(OSError):
-                    self.log_file.unlink()
-                if self.tmp_dir is not None:
-                    shutil.rmtree(self.tmp_dir, ignore_errors=True)
+                await self.process.close()
                 self.stopped.set()
                 if self.stopped_callback is not None:
                     self.stopped_callback(self)
 
-    async def _close_transport(self) -> None:
-        try:
-            await self.transport.close()  # type: ignore[no-untyped-call]
-        except Exception:  # noqa: BLE001 - a dying server must not break the shutdown
-            logger.warning("stopping the %s server of %s failed", self.key[1], self.key[0])
+    async def connect(self) -> None:
+        """Start the current server process now, unless it runs (see :func:`start_process`)."""
+        await start_process(self.process)
 
-    async def stop_process(self) -> None:
-        """Stop the server process (and, confined, everything it started); the proxy stays,
-        and the next request starts a fresh process."""
-        async with self.restart_lock:
-            await self._close_transport()
+    async def renew(self, fresh: ServerProcess | None = None) -> None:
+        """Put ``fresh`` (a process started ahead) or a new process (spawned on the next
+        connection) behind the proxy, then close the old one; requests that begin from now on
+        reach the new one only. A backend that is stopping closes ``fresh`` instead."""
+        if self.stopping.is_set():
+            if fresh is not None:
+                await fresh.close()
+            return
+        new = fresh if fresh is not None else self._make_process()
+        old, self.process = self.process, new
+        self.relay.inner = new.transport
+        await old.close()
 
     def log_tail(self, limit: int = 600) -> str:
-        """The end of the server's stderr (for error messages)."""
-        try:
-            text = self.log_file.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return text.strip()[-limit:]
+        """The end of the current server process's stderr (for error messages)."""
+        return self.process.log_tail(limit)
 
 
 class Refusal(Exception):

@@ -17,12 +17,14 @@ Lifecycle: each proxy app's lifespan runs in its own task of the host's task gro
 by the parent app's lifespan, see :func:`~.mount.install_mcp`). A server is stopped when its
 sandbox is released or expires (through the state's listener hook, with a periodic sweep
 and a check on every request as a backstop), and every server is stopped when the emulator
-shuts down. A reset stops the sandbox's server processes and holds its MCP requests
-(:meth:`McpHost.halt`) while the state ends every other process of the sandbox and empties
-it, then starts fresh ones (:meth:`McpHost.restart`); the proxies, and the MCP sessions
-clients hold with them, stay. Server processes run in their own process group, killed as a
-group; with bubblewrap each runs in a PID namespace of its own, and everything it started
-ends with it (and with the emulator if it is killed).
+shuts down. A reset holds the sandbox's MCP requests and kills its server processes while
+the state ends every other process of the sandbox and empties it, then puts fresh processes
+behind the same proxies: a spare set started ahead, whose folder the state made the
+workspace, or processes started in the background, which the first request waits for (see
+:mod:`.resets` and :mod:`.spares`); the proxies, and the MCP sessions clients hold with them,
+stay. Server processes run in their own process group,
+killed as a group; with bubblewrap each runs in a PID namespace of its own, and everything it
+started ends with it (and with the emulator if it is killed).
 
 ``klavis-emulator setup`` installs the npm and venv parts
 (:func:`~klavis_emulator._mcp.setup.setup_mcp_servers`); a server whose parts are missing is
@@ -35,17 +37,11 @@ install per server however many sandboxes ask, logged), unless that is turned of
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
-import dataclasses
-import json
 import logging
 import os
-import shutil
 import threading
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -58,14 +54,16 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from .._exec import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confinement
-from .._mail import MailAccount
 from .._state import LOCAL_SERVER_NAMES, EmulatorState
-from .backend import Backend, Key, Refusal, forward_once, live_record
+from .backend import Backend, Key, Refusal, ServerProcess, forward_once, live_record
 from .catalog import CATALOG, HOSTED_SERVERS
 from .kinds import NotHosted
-from .launch import DEFAULT_COMMAND_TIMEOUT, launch_spec
-from .mail_servers import SandboxMail
+from .launch import DEFAULT_COMMAND_TIMEOUT
+from .loop import LoopBridge
+from .mail_servers import SandboxMail, chosen_account
 from .on_demand import INSTALL_ENV, OnDemandInstaller
+from .processes import ProcessMaker
+from .resets import Resets
 from .setup import McpToolPaths, find_tools
 
 __all__ = ["SERVER_PARAM", "McpHost"]
@@ -74,7 +72,6 @@ logger = logging.getLogger("klavis_emulator.mcp")
 
 SERVER_PARAM: Final = "mcp_server"
 """The path parameter of the mount (``/{mcp_server}/mcp``) naming the server."""
-_ACCOUNT_HEADER: Final = b"x-email-config"
 
 
 class McpHost:
@@ -94,8 +91,13 @@ class McpHost:
         sweep_seconds: how often servers of released or expired sandboxes are looked for
             (a backstop for the state's listener hook).
         startup_timeout: how long a request waits for a server's proxy to come up.
-        start_at_acquire: start a sandbox's installed servers in the background as soon as
-            it is acquired (:meth:`warm`), so the first request finds them up.
+        start_at_acquire: make a sandbox's servers ready in the background as soon as it
+            is acquired (:meth:`warm`: their proxies, installs; their processes start on the
+            first request, since fastmcp 4), and after a reset start again the servers of a
+            sandbox that used them (:meth:`start_servers`; see :mod:`.resets`).
+        spares: how many spare server sets of each shape to keep started ahead for resets,
+            confined and with ``start_at_acquire`` only (see :mod:`.spares`); 0: none, a
+            reset starts fresh servers in the background.
         install: install a server whose parts are missing (npm tree, venv) when it is first
             needed, into ``tools_dir``; None (the default): yes unless
             ``$KLAVIS_EMULATOR_INSTALL_SERVERS`` is ``0``.
@@ -112,15 +114,17 @@ class McpHost:
         startup_timeout: float = 60.0,
         start_at_acquire: bool = True,
         install: bool | None = None,
+        spares: int = 1,
     ) -> None:
         if command_timeout < 1:
             raise ValueError("command_timeout must be at least 1 second")
+        if spares < 0:
+            raise ValueError("spares must not be negative")
         if sweep_seconds <= 0:
             raise ValueError("sweep_seconds must be positive")
         self.state = state
         self._confine_setting = confine
         self._tools_dir = Path(tools_dir) if tools_dir is not None else None
-        self._command_timeout = command_timeout
         self._sweep_seconds = sweep_seconds
         self._startup_timeout = startup_timeout
         self.start_at_acquire = start_at_acquire
@@ -129,20 +133,24 @@ class McpHost:
             tools_dir,
             enabled=install if install is not None else os.environ.get(INSTALL_ENV) != "0",
         )
-        self._warming: dict[str, asyncio.Future[None]] = {}
-        self._resetting: dict[str, asyncio.Event] = {}  # held requests wait on these
+        self._warming: dict[str, asyncio.Task[None]] = {}
+        self._used: set[str] = set()  # sandboxes whose servers got a request in this life
+        self._used_lock = threading.Lock()
         self._backends: dict[Key, Backend] = {}
         self._alive: set[Backend] = set()  # started and not yet stopped, listed or not
         self._starting: dict[Key, anyio.Lock] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None
+        self.bridge = LoopBridge()
         self._closing = False
-        self._tasks: set[asyncio.Task[None]] = set()
         self._confinement: Confinement | None = None
-        self._logs = state.data_dir / "mcp-logs"
-        self._tmp = state.data_dir / "mcp-tmp"  # unconfined servers' private TMPDIRs
         self.mail = SandboxMail(state, lambda: self.tools(), self.stop)  # tools: patchable
+        self.processes = ProcessMaker(
+            state.data_dir,
+            lambda: self.tools(),  # patchable
+            lambda: self.confinement,
+            command_timeout,
+        )
+        self.resets = Resets(self, spares, startup_timeout)
 
     def __repr__(self) -> str:
         known = None if self._confinement is None else self._confinement.enabled
@@ -193,12 +201,11 @@ class McpHost:
             raise RuntimeError("this McpHost is already serving")
         self._closing = False
         self.mail.open()
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
         await anyio.to_thread.run_sync(self._prepare)
         try:
             async with anyio.create_task_group() as group:
                 self._task_group = group
+                self.bridge.attach()
                 sweeper = anyio.CancelScope()
 
                 async def sweep_forever() -> None:
@@ -214,29 +221,17 @@ class McpHost:
                     self._closing = True
                     sweeper.cancel()
                     self._stop_all()
+                    await self.resets.close()
         finally:
             await anyio.to_thread.run_sync(self.mail.stop_all)
             self._task_group = None
-            self._loop = None
-            self._loop_thread = None
+            self.bridge.detach()
 
     def _prepare(self) -> None:
         """Decide confinement (fails here, not on a request) and drop server logs and
         temporary folders a killed emulator left behind."""
         _ = self.confinement
-        shutil.rmtree(self._logs, ignore_errors=True)
-        shutil.rmtree(self._tmp, ignore_errors=True)
-
-    def _in_loop(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` on the host's event loop, from any thread (non-blocking)."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        if threading.get_ident() == self._loop_thread:
-            callback()
-        else:
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(callback)
+        self.processes.drop_leftovers()
 
     def stop(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
         """Stop the servers of one sandbox (released or expired); safe from any thread.
@@ -250,36 +245,44 @@ class McpHost:
                 self._backends.pop(key).stopping.set()
             for key in [key for key in self._starting if key[0] == sandbox_id]:
                 del self._starting[key]
+            self.bridge.spawn(self.resets.forget(sandbox_id))
+            with self._used_lock:
+                self._used.discard(sandbox_id)
 
-        self._in_loop(stop_now)
+        self.bridge.call_soon(stop_now)
         mail = self.mail.pop(sandbox_id)
         if mail is not None:  # its processes end shortly after (not a daemon: even at exit)
             threading.Thread(target=mail.stop, name="mail-stop").start()
 
     def warm(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
-        """Start the sandbox's hosted, installed servers in the background; safe from any
-        thread, returns at once (the state calls it at acquire). A server that fails to start
-        is logged; its first request tries again and reports why. Extra arguments are ignored
-        (listener hook)."""
+        """Make the proxies of the sandbox's hosted, installed servers in the background (and
+        install what is missing), safe from any thread, returns at once (the state calls it at
+        acquire); their processes start on the first request. A server that fails is logged;
+        its first request tries again and reports why. Extra arguments are ignored (listener
+        hook)."""
+        self._begin_warm(sandbox_id, processes=False)
 
+    def start_servers(self, sandbox_id: str) -> None:
+        """Like :meth:`warm`, and start the servers' processes too (after a reset, for a
+        sandbox whose servers were used: see :mod:`.resets`)."""
+        self._begin_warm(sandbox_id, processes=True)
+
+    def _begin_warm(self, sandbox_id: str, *, processes: bool) -> None:
         def warm_now() -> None:
-            loop = self._loop
-            if loop is None or self._task_group is None or self._closing:
+            if self._task_group is None or self._closing:
                 return
-            task = loop.create_task(self._warm(sandbox_id))
+            task = self.bridge.spawn(self._warm(sandbox_id, processes))
             self._warming[sandbox_id] = task
-            self._tasks.add(task)
 
             def done(finished: asyncio.Task[None]) -> None:
-                self._tasks.discard(finished)
                 if self._warming.get(sandbox_id) is finished:
                     del self._warming[sandbox_id]
 
             task.add_done_callback(done)
 
-        self._in_loop(warm_now)
+        self.bridge.call_soon(warm_now)
 
-    async def _warm(self, sandbox_id: str) -> None:
+    async def _warm(self, sandbox_id: str, processes: bool) -> None:
         record = await anyio.to_thread.run_sync(live_record, self.state, sandbox_id)
         if record is None:
             return
@@ -293,14 +296,26 @@ class McpHost:
 
         async def start(server: str) -> None:
             key = (sandbox_id, server, "")
+            backend: Backend | None = None
             try:
-                await self._not_resetting(sandbox_id)
+                await self.resets.passed(sandbox_id)
                 async with self._starting.setdefault(key, anyio.Lock()):
-                    await self._ensure_backend(key)
+                    backend = await self._ensure_backend(key)
+                if not processes:
+                    return
+                process = backend.process
+                try:
+                    with anyio.fail_after(self._startup_timeout):
+                        await backend.connect()
+                except Exception:
+                    if backend.process is not process or backend.stopping.is_set():
+                        return  # a reset or a release ended this start: nothing to report
+                    raise
             except Refusal as refusal:  # released meanwhile, or the host is stopping
                 logger.debug("MCP %s of sandbox %s not started: %s", server, sandbox_id, refusal)
             except Exception:
-                logger.exception("MCP %s of sandbox %s failed to start", server, sandbox_id)
+                said = "" if backend is None else f"; it said: {backend.log_tail()}"
+                logger.exception("MCP %s of sandbox %s failed to start%s", server, sandbox_id, said)
 
         async with anyio.create_task_group() as group:
             for server in wanted:
@@ -310,7 +325,7 @@ class McpHost:
         """Block (from another thread than the host's loop) until the background start of
         the sandbox's servers (:meth:`warm`) has ended; at once if none is under way. For
         tests and benchmarks: no polling."""
-        loop = self._loop
+        loop = self.bridge.loop
         if loop is None or loop.is_closed():
             return
 
@@ -321,81 +336,64 @@ class McpHost:
 
         asyncio.run_coroutine_threadsafe(waiting(), loop).result(timeout)
 
-    def halt(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
-        """Stop the server processes of one sandbox being reset, and hold its MCP requests
-        until :meth:`restart`; blocks until the processes have ended (the state then ends
-        whatever is left of the sandbox's processes). Safe from any thread but the host's
-        loop's (from there it only starts the stop). Extra arguments are ignored (listener
-        hook)."""
-        self._run_on_loop(self._halt(sandbox_id))
+    def status(self) -> dict[str, Any]:
+        """On the loop: the servers up (their count), whether servers or spares are being
+        started in the background (``busy``), the spare sets ready by shape (servers joined by
+        commas)."""
+        return {
+            "servers": len(self._backends),
+            "busy": bool(self._warming or self.resets.refilling),
+            "spares": {",".join(shape): n for shape, n in self.resets.spares.ready().items()},
+        }
 
-    async def _halt(self, sandbox_id: str) -> None:
-        self._resetting.setdefault(sandbox_id, asyncio.Event())  # new starts wait from now on
-        await self._stop_processes(sandbox_id)
+    def warming(self, sandbox_id: str) -> asyncio.Task[None] | None:
+        """The background start of the sandbox's servers under way (on the loop), if any."""
+        return self._warming.get(sandbox_id)
 
-    async def _stop_processes(self, sandbox_id: str) -> None:
-        backends = [backend for key, backend in self._backends.items() if key[0] == sandbox_id]
-        async with anyio.create_task_group() as group:
-            for backend in backends:
-                group.start_soon(backend.stop_process)
-
-    def restart(self, sandbox_id: str, *args: object, **kwargs: object) -> None:
-        """Start the servers of a sandbox that was reset again, fresh: its mailboxes (if it
-        has a mail server) are emptied, any process started while it was reset is stopped,
-        its held MCP requests go on, and its servers start in the background (as at acquire).
-        Blocks like :meth:`halt`. Extra arguments are ignored (listener hook)."""
-        try:
-            mail = self.mail.get(sandbox_id)
-            if mail is not None:  # the service resets its servers' data: the mailboxes too
-                mail.clear()
-        finally:  # a mail server that fails to empty must not keep the servers held
-            self._run_on_loop(self._restart(sandbox_id))
-
-    async def _restart(self, sandbox_id: str) -> None:
-        try:
-            # a start that was under way when the reset began ran on the old workspace: let
-            # it finish (new ones wait for the gate, holding no lock), then stop it too
-            for key, lock in list(self._starting.items()):
-                if key[0] == sandbox_id:
-                    async with lock:
-                        pass
-            await self._stop_processes(sandbox_id)
-        finally:
-            gate = self._resetting.pop(sandbox_id, None)
-            if gate is not None:
-                gate.set()
-        if self.start_at_acquire:
-            self.warm(sandbox_id)
-
-    async def _not_resetting(self, sandbox_id: str) -> None:
-        """Wait while the sandbox is being reset (its requests go on with fresh servers)."""
-        gate = self._resetting.get(sandbox_id)
-        if gate is not None:
-            with anyio.fail_after(self._startup_timeout):
-                await gate.wait()
-
-    def _run_on_loop(self, work: Coroutine[Any, Any, None], timeout: float = 60.0) -> None:
-        """Run ``work`` on the host's loop; from another thread, wait for it (``timeout``)."""
-        loop = self._loop
-        if loop is None or loop.is_closed() or self._task_group is None:
-            work.close()
+    def wait_idle(self, timeout: float = 120.0) -> None:
+        """Block (from another thread than the host's loop) until no background start of a
+        sandbox's servers, and no start of spares, is under way (tests, benchmarks)."""
+        loop = self.bridge.loop
+        if loop is None or loop.is_closed():
             return
-        if threading.get_ident() == self._loop_thread:
-            task = loop.create_task(work)
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            return
-        try:
-            future = asyncio.run_coroutine_threadsafe(work, loop)
-        except RuntimeError:  # the loop closed meanwhile
-            work.close()
-            return
-        try:
-            future.result(timeout)
-        except (TimeoutError, concurrent.futures.TimeoutError):
-            logger.warning("the MCP servers of a sandbox took over %g s to stop", timeout)
-        except concurrent.futures.CancelledError:
-            pass  # the host is stopping
+
+        async def waiting() -> None:
+            while busy := {*self._warming.values(), *self.resets.refilling}:
+                await asyncio.wait(busy)
+
+        asyncio.run_coroutine_threadsafe(waiting(), loop).result(timeout)
+
+    # ------------------------------------------------------------------ for resets
+
+    def used(self, sandbox_id: str) -> bool:
+        """Whether the sandbox's servers got an MCP request in its life so far (since it was
+        acquired or last reset); safe from any thread."""
+        with self._used_lock:
+            return sandbox_id in self._used
+
+    def begin_life(self, sandbox_id: str) -> bool:
+        """Start counting the sandbox's requests again (a reset); whether its last life used
+        its servers."""
+        with self._used_lock:
+            was = sandbox_id in self._used
+            self._used.discard(sandbox_id)
+            return was
+
+    def backends_of(self, sandbox_id: str) -> dict[Key, Backend]:
+        """The sandbox's backends (on the loop)."""
+        return {key: backend for key, backend in self._backends.items() if key[0] == sandbox_id}
+
+    async def starts_done(self, sandbox_id: str) -> None:
+        """Wait until no backend of the sandbox is being made."""
+        for key, lock in list(self._starting.items()):
+            if key[0] == sandbox_id:
+                async with lock:
+                    pass
+
+    async def adopt(self, key: Key, process: ServerProcess) -> None:
+        """Make ``process`` (started ahead) the process of the backend of ``key``."""
+        async with self._starting.setdefault(key, anyio.Lock()):
+            await self._ensure_backend(key, process)
 
     def shutdown(self, *, wait: float | None = None) -> None:
         """Stop every server and refuse new MCP requests (503); safe from any thread.
@@ -405,27 +403,22 @@ class McpHost:
         before telling uvicorn to exit: stopping the proxies ends the MCP streams clients
         still hold open, which uvicorn would otherwise wait for.
         """
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
 
         async def stop_all() -> None:
             self._closing = True
-            for backend in self._stop_all():
+            backends = self._stop_all()
+            await self.resets.close()
+            for backend in backends:
                 await backend.stopped.wait()
 
-        if wait is None or threading.get_ident() == self._loop_thread:
+        if wait is None or self.bridge.on_loop():
 
             def start() -> None:
-                task = loop.create_task(stop_all())
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self.bridge.spawn(stop_all())
 
-            self._in_loop(start)
+            self.bridge.call_soon(start)
             return
-        future = asyncio.run_coroutine_threadsafe(stop_all(), loop)
-        with contextlib.suppress(TimeoutError, concurrent.futures.TimeoutError):
-            future.result(wait)
+        self.bridge.run(stop_all(), wait)
 
     def _stop_all(self) -> list[Backend]:
         """Tell every backend to stop (in the loop's thread); return them."""
@@ -498,19 +491,26 @@ class McpHost:
             )
         if self._task_group is None or self._closing:
             raise Refusal(503, "The emulator's MCP host is not running (starting or stopping).")
-        key = (sandbox_id, server, _chosen_account(scope) if CATALOG[server].mail_server else "")
-        await self._not_resetting(sandbox_id)
+        key = (sandbox_id, server, chosen_account(scope) if CATALOG[server].mail_server else "")
+        await self.resets.passed(sandbox_id)
         lock = self._starting.setdefault(key, anyio.Lock())
         async with lock:
-            return await self._ensure_backend(key)
+            backend = await self._ensure_backend(key)
+        with self._used_lock:
+            self._used.add(sandbox_id)
+        return backend
 
-    async def _ensure_backend(self, key: Key) -> Backend:
+    async def _ensure_backend(self, key: Key, process: ServerProcess | None = None) -> Backend:
+        """The backend of ``key``, made if there is none (with ``process``, a spare's, as its
+        first process, else a new one, started on its first connection)."""
         sandbox_id, server, account = key
         workspace_path = self.state.workspace_path(sandbox_id)
         if not workspace_path.is_dir():
             raise Refusal(404, f"Local sandbox {sandbox_id!r} was released.")
         backend = self._backends.get(key)
         if backend is not None:
+            if process is not None:
+                await backend.renew(process)
             return backend
         tools = self.tools()
         if self.installer.installable(server, tools):
@@ -526,25 +526,15 @@ class McpHost:
         mail = None
         if CATALOG[server].mail_server:
             mail = await anyio.to_thread.run_sync(self.mail.start, sandbox_id, server, account)
-        tmp_dir: Path | None = None  # confined, /tmp is a private tmpfs already
-        if not self.confined and CATALOG[server].private_tmp:
-            tmp_dir = self._tmp / f"{sandbox_id}-{server}-{uuid.uuid4().hex[:8]}"
-            tmp_dir.mkdir(parents=True)
-        spec = launch_spec(
-            server,
-            workspace_path,
-            tools,
-            bwrap=self.confinement.bwrap if self.confined else None,
-            command_timeout=self._command_timeout,
-            tmp_dir=tmp_dir,
-            mail=mail,
-        )
-        self._logs.mkdir(parents=True, exist_ok=True)
-        log_file = self._logs / f"{sandbox_id}-{server}-{uuid.uuid4().hex[:8]}.log"
+
+        def new_process() -> ServerProcess:
+            return self.processes.new(server, sandbox_id, workspace_path, mail)
+
         started = time.monotonic()
-        backend = Backend(key, spec, log_file, tmp_dir)
+        backend = Backend(key, process or new_process(), new_process)
         group = self._task_group
         if group is None or self._closing:
+            await backend.process.close()
             raise Refusal(503, "The emulator's MCP host is stopping.")
         self._alive.add(backend)
         backend.stopped_callback = self._alive.discard
@@ -563,22 +553,6 @@ class McpHost:
             server,
             sandbox_id,
             (time.monotonic() - started) * 1000,
-            "confined at /data" if spec.confined else "unconfined",
+            "confined at /data" if self.confined else "unconfined",
         )
         return backend
-
-
-def _chosen_account(scope: Scope) -> str:
-    """The account an ``x-email-config`` header chose, as JSON ("" without the header).
-
-    As on the service, a client picks the mail account per request; each account gets its
-    own emails server process (its account is fixed when it starts).
-    """
-    for name, value in scope.get("headers", []):
-        if name.lower() == _ACCOUNT_HEADER:
-            try:
-                chosen = MailAccount.from_header(value.decode("latin-1"))
-            except ValueError as exc:
-                raise Refusal(400, str(exc)) from None
-            return json.dumps(dataclasses.asdict(chosen))
-    return ""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import urllib.parse
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Final
 
 from .kinds import LaunchContext, LaunchParts, SystemProgram
@@ -76,12 +75,24 @@ MEMORY_FILE: Final = "memory/memory.json"
 """Where localmemory keeps its graph, relative to the workspace: the path Toolathlon's
 memory server configuration uses (``${agent_workspace}/memory/memory.json``), so a dump
 carries the memory like the real service's workspace would. The server writes the file with
-a temporary file beside it and does not create its folder: the launch does (``mkdir -p``
-inside the confinement, so a symlink planted in the workspace cannot lead it out)."""
+a temporary file beside it and does not create its folder: the launch makes it do so before
+each write (see :func:`launch_localmemory`)."""
 
-
-_MKDIR_THEN_EXEC: Final = 'mkdir -p -- "$1" && shift && exec "$@"'
-"""``sh -c`` script: create the folder ``$1``, then become the command that follows."""
+_MEMORY_FOLDER_HOOK: Final = (
+    # server-memory 2026.8.31 writes `<folder>/memory.json.<random>.tmp` with fs.promises
+    # .writeFile, then renames it over memory.json, and never creates <folder>. Made once at
+    # start (as it was, by `mkdir -p` before the server), the folder went with every emptying
+    # of the workspace after the start: a seed (initialize) without it, a reset (which
+    # empties a workspace whose servers are already up), and every later write failed with
+    # ENOENT. The hook creates the folder before a write into it, inside the server's
+    # confinement. Rejected: a memory file at the workspace's top (not Toolathlon's path).
+    "import { promises as fs } from 'node:fs'; import path from 'node:path';"
+    "const folder = path.dirname(process.env.MEMORY_FILE_PATH), write = fs.writeFile;"
+    "fs.writeFile = async (file, ...rest) => {"
+    " if (typeof file === 'string' && path.dirname(file) === folder)"
+    " await fs.mkdir(folder, { recursive: true });"
+    " return write(file, ...rest); };"
+)
 
 
 def _node(ctx: LaunchContext, *args: str, env: Mapping[str, str] | None = None) -> LaunchParts:
@@ -112,13 +123,11 @@ def launch_terminal(ctx: LaunchContext) -> LaunchParts:
 
 
 def launch_localmemory(ctx: LaunchContext) -> LaunchParts:
-    memory = f"{ctx.workspace}/{MEMORY_FILE}"
     assert ctx.node is not None
     return LaunchParts(
-        ("/bin/sh", "-c", _MKDIR_THEN_EXEC, "sh", str(Path(memory).parent), str(ctx.node),
-         str(ctx.program)),
-        {"MEMORY_FILE_PATH": memory},
-    )  # fmt: skip
+        (str(ctx.node), "--import", _data_url(_MEMORY_FOLDER_HOOK), str(ctx.program)),
+        {"MEMORY_FILE_PATH": f"{ctx.workspace}/{MEMORY_FILE}"},
+    )
 
 
 _CONSOLE_TO_STDERR: Final = (

@@ -9,11 +9,14 @@ server process of its own (see :mod:`.host`).
 
 from __future__ import annotations
 
+import dataclasses
 import imaplib
 import json
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Final, TypeVar
+
+from starlette.types import Scope
 
 from .._mail import MailAccount, MailDocumentError, MailError, MailServer, find_lda, load_mail
 from .._state import EmulatorError, EmulatorState, SandboxRecord
@@ -22,9 +25,10 @@ from .catalog import CATALOG
 from .launchers import DOVECOT
 from .setup import McpToolPaths
 
-__all__ = ["SandboxMail"]
+__all__ = ["SandboxMail", "chosen_account"]
 
 _T = TypeVar("_T")
+_ACCOUNT_HEADER: Final = b"x-email-config"
 
 
 class SandboxMail:
@@ -192,3 +196,19 @@ class SandboxMail:
             self.servers.clear()
         for mail in servers:
             mail.stop()
+
+
+def chosen_account(scope: Scope) -> str:
+    """The account an ``x-email-config`` header chose, as JSON ("" without the header).
+
+    As on the service, a client picks the mail account per request; each account gets its
+    own emails server process (its account is fixed when it starts).
+    """
+    for name, value in scope.get("headers", []):
+        if name.lower() == _ACCOUNT_HEADER:
+            try:
+                chosen = MailAccount.from_header(value.decode("latin-1"))
+            except ValueError as exc:
+                raise Refusal(400, str(exc)) from None
+            return json.dumps(dataclasses.asdict(chosen))
+    return ""

@@ -71,9 +71,10 @@ def install_mcp(
     emulator.add_listener(on_acquired=host.mail.provision)  # before acquire answers: auth_data
     emulator.add_listener(
         on_gone=host.stop,
-        on_resetting=host.halt,
-        on_reset=host.restart,
+        on_resetting=host.resets.halt,
+        on_reset=host.resets.restart,
         on_acquired=host.warm if host.start_at_acquire else None,
     )
+    emulator.supply_fresh_workspaces(host.resets.spare_workspace)
     app.state.mcp = host
     return host

@@ -1,4 +1,5 @@
-"""The emulator's own control routes under ``/_emulator``: health, fault injection, the clock.
+"""The emulator's own control routes under ``/_emulator``: health, fault injection, the clock,
+the MCP host's background work.
 
 Everything here but ``GET /_emulator/health`` is guarded by
 :class:`~klavis_emulator._middleware.ControlAccessMiddleware` (loopback clients, or the control
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from .._clock import isoformat
 from .._middleware import CONTROL_PREFIX
@@ -45,6 +46,18 @@ def get_clock(state: State) -> dict[str, object]:
     """The emulator clock's current time."""
     now = state.now()
     return {"time": now, "now": isoformat(now)}
+
+
+@router.get("/mcp")
+async def mcp_status(request: Request) -> dict[str, object]:
+    """What the MCP host runs: sandboxes' servers, whether it is starting servers in the
+    background, the spare server sets ready (for benchmarks and tests, which wait for the
+    background work to end between measurements)."""
+    host = getattr(request.app.state, "mcp", None)
+    if host is None:
+        return {"hosted": False}
+    status: dict[str, object] = {"hosted": True, **host.status()}
+    return status
 
 
 @router.post("/clock/advance", responses={409: {"model": ErrorResponse}})

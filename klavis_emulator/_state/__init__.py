@@ -29,10 +29,11 @@ from an injectable :class:`~klavis_emulator._clock.Clock`; sandboxes whose TTL r
 released before any operation looks at them, and by a background reaper thread every few
 seconds. The object is safe to use from several threads at once.
 
-The workspace folder of a sandbox keeps its identity (its inode) for the sandbox's whole
-life: ``initialize`` and ``reset`` swap its *contents*, never the folder itself, so
-processes that bind-mount it or hold it as their working directory (MCP servers, running
-executions) keep seeing the live workspace.
+The workspace folder of a sandbox keeps its identity (its inode) from one reset to the next:
+``initialize`` and ``reset`` swap its *contents*, so processes that bind-mount it or hold it
+as their working directory (MCP servers, running executions) keep seeing the live workspace.
+A reset, which ends all those processes, may instead make a fresh folder the workspace, one
+that MCP servers started ahead already use (see :meth:`EmulatorState.supply_fresh_workspaces`).
 
 Other modules can follow sandboxes going away through :meth:`EmulatorState.add_listener`.
 """
@@ -70,6 +71,7 @@ from .sandboxes import (
     BENCHMARKS,
     LOCAL_SERVER_NAMES,
     AcquireOptions,
+    FreshWorkspaces,
     ListenerHooks,
     Sandboxes,
     SandboxRecord,
@@ -271,6 +273,12 @@ class EmulatorState:
         """Set the ``auth_data`` of a live sandbox's server item (see :meth:`Sandboxes.set_auth_data
         <.sandboxes.Sandboxes.set_auth_data>`)."""
         self._sandboxes.set_auth_data(sandbox_id, server_name, auth_data)
+
+    def supply_fresh_workspaces(self, supplier: FreshWorkspaces | None) -> None:
+        """Let resets take fresh workspace folders from ``supplier`` (see
+        :meth:`Sandboxes.supply_fresh_workspaces
+        <.sandboxes.Sandboxes.supply_fresh_workspaces>`)."""
+        self._sandboxes.supply_fresh_workspaces(supplier)
 
     def add_listener(self, **hooks: Unpack[ListenerHooks]) -> Callable[[], None]:
         """Subscribe to sandboxes being acquired, going away or being reset; returns an

@@ -2,9 +2,12 @@
 
 A sandbox is a row of ``sandboxes`` with its ``servers``, owned by one tenant (a hash of its
 bearer token, never the token), plus one workspace folder that lives exactly as long as the
-sandbox and keeps its identity (its inode) the whole time: the contents change (see
-:mod:`.workspaces`), the folder does not, so processes that bind-mount it or hold it as
-their working directory (MCP servers, running executions) keep seeing the live workspace.
+sandbox and keeps its identity (its inode) from one reset to the next: the contents change
+(see :mod:`.workspaces`), the folder does not, so processes that bind-mount it or hold it as
+their working directory (MCP servers, running executions) keep seeing the live workspace. A
+reset, which ends all those processes, may give the sandbox another folder at the same path:
+one that fresh MCP servers, started ahead, already have as their workspace
+(:meth:`Sandboxes.supply_fresh_workspaces`).
 
 Sandboxes whose TTL ran out are released before any operation looks at them
 (:meth:`Sandboxes.expire_due`). Releasing and resetting touch what the other parts hold of a
@@ -18,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import sqlite3
 import threading
 import uuid
@@ -42,6 +46,7 @@ __all__ = [
     "Sandboxes",
     "ServerName",
     "ServerRecord",
+    "FreshWorkspaces",
     "tenant_for_token",
 ]
 
@@ -69,6 +74,10 @@ ServerName = Literal[
 
 LOCAL_SERVER_NAMES: Final[tuple[str, ...]] = get_args(ServerName)
 BENCHMARKS: Final[tuple[str, ...]] = ("MCP_Atlas", "Toolathlon", "MCP_Mark")
+
+FreshWorkspaces = Callable[[str, Sequence[str]], "Path | None"]
+"""``(sandbox_id, server_names) -> folder or None``: see
+:meth:`Sandboxes.supply_fresh_workspaces`."""
 
 
 def tenant_for_token(token: str) -> str:
@@ -201,10 +210,24 @@ class Sandboxes:
         # server's processes) does not outlive the emulator either
         self._auth_data: dict[tuple[str, str], Mapping[str, Any]] = {}
         self._auth_data_lock = threading.Lock()
+        self._fresh_workspaces: FreshWorkspaces | None = None
 
     def attach(self, part: SandboxPart) -> None:
         """Tell ``part`` about releases and resets from now on (after the parts before it)."""
         self._parts.append(part)
+
+    def supply_fresh_workspaces(self, supplier: FreshWorkspaces | None) -> None:
+        """Let a reset ask ``supplier(sandbox_id, server_names)`` for a fresh workspace
+        folder (None: keep the sandbox's own); None: ask no one.
+
+        It is asked once the sandbox's processes have all ended, with the sandbox's lock
+        held, and answers an empty folder under the data folder (on the workspaces' file
+        system) that processes started ahead (the MCP host's spare servers) have as their
+        workspace: the reset renames the old workspace away and the given folder to the
+        workspace's path, then empties it as any reset does. If the rename fails, the old
+        folder stays (emptied) and the given one is left where it was (the supplier finds
+        out from the workspace's inode, and closes what it started)."""
+        self._fresh_workspaces = supplier
 
     # ------------------------------------------------------------------ folders
 
@@ -488,7 +511,7 @@ class Sandboxes:
         the workspace, the per-server data and the executions are emptied; the id and the
         servers stay. ``refill`` gives it its initial contents again (a benchmark's pack)
         before the ``reset`` listeners hear of it (the MCP host starts fresh servers then)."""
-        self.live(tenant, sandbox_id)
+        record = self.live(tenant, sandbox_id)
         self._notify("resetting", sandbox_id)
         try:
             for part in self._parts:
@@ -507,6 +530,7 @@ class Sandboxes:
                 with self.db.transaction() as db:
                     for part in self._parts:
                         part.forget(db, sandbox_id)
+                self._swap_in_fresh_folder(sandbox_id, record.server_names, workspace)
                 for part in self._parts:
                     part.clear(sandbox_id, workspace)
             if refill is not None:
@@ -518,6 +542,34 @@ class Sandboxes:
             f"Local sandbox {sandbox_id} was reset to its initial state "
             "(workspace, server data and executions emptied)."
         )
+
+    def _swap_in_fresh_folder(
+        self, sandbox_id: str, server_names: Sequence[str], workspace: Path
+    ) -> None:
+        """Make a fresh folder from the supplier the sandbox's workspace, if it gives one
+        (see :meth:`supply_fresh_workspaces`); the sandbox's lock is held."""
+        supplier = self._fresh_workspaces
+        if supplier is None:
+            return
+        try:
+            fresh = supplier(sandbox_id, server_names)
+        except Exception:
+            logger.exception("the fresh workspace for sandbox %s could not be had", sandbox_id)
+            return
+        if fresh is None:
+            return
+        old = self.folders.tmp / f"old-{uuid.uuid4()}"
+        try:
+            os.rename(workspace, old)  # the tenant's processes have ended: nothing else moves
+            try:
+                os.rename(fresh, workspace)
+            except OSError:
+                os.rename(old, workspace)
+                raise
+        except OSError:
+            logger.exception("a fresh workspace for sandbox %s could not be moved in", sandbox_id)
+            return
+        remove_tree(old)
 
     def require_server(self, tenant: str, sandbox_id: str, server_name: str) -> SandboxRecord:
         """The sandbox, if it holds ``server_name`` (else :class:`ServerNotInSandbox`)."""

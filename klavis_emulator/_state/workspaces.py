@@ -2,7 +2,8 @@
 dumping it as one, and emptying it on reset.
 
 The workspace folder itself belongs to the sandbox (see :mod:`.sandboxes`) and keeps its
-identity: ``initialize`` and ``reset`` swap its *contents*, never the folder. A seed is
+identity: ``initialize`` and ``reset`` swap its *contents* (a reset may first make a fresh
+folder the workspace, see :meth:`.sandboxes.Sandboxes.supply_fresh_workspaces`). A seed is
 checked and extracted into a staging copy first, whose contents replace the workspace's only
 on success, so a refused archive changes nothing.
 """

@@ -37,7 +37,7 @@ def running(
     finally:
         process.terminate()
         try:
-            process.wait(timeout=20)
+            process.wait(timeout=120)  # a deadline: a loaded machine took 32 s
         except subprocess.TimeoutExpired:  # pragma: no cover - only if shutdown hangs
             process.kill()
             process.wait()

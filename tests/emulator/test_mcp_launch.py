@@ -23,6 +23,7 @@ from klavis_emulator._exec.confinement import (
     decide_confinement,
     masked_paths,
 )
+from klavis_emulator._exec.host_paths import command_of
 from klavis_emulator._mcp.launch import HOSTED_SERVERS, TERMINAL_ALLOWED_COMMANDS, launch_spec
 from klavis_emulator._mcp.launchers import EMAILS_CONFIG
 from klavis_emulator._mcp.setup import McpToolPaths, find_tools, setup_mcp_servers
@@ -112,7 +113,7 @@ def test_confined_servers_see_the_workspace_at_data(
     assert cli_server is not None
     venv = str(cli_server.parent.parent)
     assert venv in args  # the server's own venv is mounted (read-only)
-    assert args[args.index("--") + 1] == str(cli_server)
+    assert command_of(args)[0] == str(cli_server)
 
 
 def test_only_playwright_shares_the_network_and_its_browser_is_the_distributions(
@@ -134,7 +135,7 @@ def test_only_playwright_shares_the_network_and_its_browser_is_the_distributions
 
     assert "--share-net" in browser[: browser.index("--")]  # pages on loopback load
     assert "--share-net" not in files
-    command = browser[browser.index("--") + 1 :]
+    command = command_of(browser)
     assert command[command.index("--executable-path") + 1] == str(chromium)
     assert {"--headless", "--isolated", "--no-sandbox"} <= set(command)
     assert command[command.index("--output-dir") + 1] == f"{CONFINED_WORKSPACE}/.playwright-mcp"
@@ -153,9 +154,9 @@ def test_a_confined_process_sees_only_its_workspace(
     (tmp_path / "secret.txt").write_text("not for the sandbox")
     spec = launch_spec("git", workspace, fake_tools, bwrap=bwrap)
     args = list(spec.args)
-    wrapper = [spec.command, *args[: args.index("--")]]
+    wrapper = [spec.command, *args[: len(args) - len(command_of(args))]]  # with the init
     shown = subprocess.run(
-        [*wrapper, "--", "/bin/sh", "-c", f"pwd; ls; ls {tmp_path} 2>&1; echo $HOME"],
+        [*wrapper, "/bin/sh", "-c", f"pwd; ls; ls {tmp_path} 2>&1; echo $HOME"],
         capture_output=True,
         text=True,
         timeout=30,

@@ -22,8 +22,11 @@ if TYPE_CHECKING:  # imported where used: the MCP tests also run without the emu
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """No test touches the real ledger, a real .env, or waits for real backoff."""
+    """No test touches the real ledger, the real template cache, a real .env, or waits for
+    real backoff."""
     monkeypatch.setenv("KLAVIS_SANDBOX_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("KLAVIS_SANDBOX_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KLAVIS_SANDBOX_TEMPLATE_CACHE_BYTES", raising=False)
     monkeypatch.delenv("KLAVIS_API_KEY", raising=False)
     monkeypatch.delenv("KLAVIS_BASE_URL", raising=False)
     monkeypatch.chdir(tmp_path)

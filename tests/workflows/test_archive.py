@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from klavis_archive import PlannedTree
 from tests import crafted
 from workflows._dump._archive import (
     ARCHIVE_MTIME,
@@ -28,9 +29,9 @@ from workflows._dump._archive import (
 )
 from workflows._dump._extract import extract_archive, prepare_destination
 from workflows._dump._paths import normalize_member_name
-from workflows._errors import InvalidInputError, UnsafeArchiveError
+from workflows._errors import InvalidInputError, SourceChangedError, UnsafeArchiveError
 from workflows._pack import pack_to_tempfile, write_archive
-from workflows._seed import SourceFile, plan_directory, plan_mapping
+from workflows._seed import ExactReader, SourceFile, plan_directory, plan_mapping
 
 # --- helpers -----------------------------------------------------------------------------------
 
@@ -229,24 +230,30 @@ def test_progress_counts_input_bytes_in_chunks(tmp_path: Path) -> None:
     assert len(calls) >= 4
 
 
-def test_file_that_shrank_is_an_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("now", [10, 1000], ids=["shrank", "grew"])
+def test_a_file_whose_size_changed_since_planned_is_refused(tmp_path: Path, now: int) -> None:
     root = tmp_path / "p"
     root.mkdir()
     (root / "f").write_bytes(b"x" * 100)
     plan = plan_directory(root)
-    (root / "f").write_bytes(b"x" * 10)
-    with pytest.raises(InvalidInputError, match="shorter"):
+    (root / "f").write_bytes(b"y" * now)  # the same file (inode), another size
+    with pytest.raises(SourceChangedError, match=f"size changed from 100 to {now:,} bytes") as info:
         pack_to_tempfile(plan)
+    assert info.value.path == str(root / "f")
 
 
-def test_file_that_grew_is_packed_at_planned_size(tmp_path: Path) -> None:
-    root = tmp_path / "p"
-    root.mkdir()
-    (root / "f").write_bytes(b"x" * 10)
-    plan = plan_directory(root)
-    (root / "f").write_bytes(b"y" * 100)
-    f, _ = pack_to_tempfile(plan)
-    assert read_snapshot(f)["f"] == b"y" * 10
+def test_a_file_that_shrinks_while_it_is_read_is_refused() -> None:
+    reader = ExactReader(io.BytesIO(b"x" * 10), "f", 100, None)
+    with pytest.raises(SourceChangedError, match="got shorter while it was being packed"):
+        reader.read(100)
+
+
+def test_the_reader_stops_at_the_planned_size() -> None:
+    seen: list[int] = []
+    reader = ExactReader(io.BytesIO(b"x" * 100), "f", 10, seen.append)
+    assert reader.read() == b"x" * 10
+    assert reader.read(5) == b""
+    assert seen == [10]
 
 
 def test_duplicate_entry_names_refused() -> None:
@@ -1123,22 +1130,21 @@ def test_a_file_gone_before_packing_is_named(tmp_path: Path) -> None:
     (tmp_path / "gone.txt").write_text("x")
     entries = plan_directory(tmp_path)
     (tmp_path / "gone.txt").unlink()
-    with pytest.raises(InvalidInputError, match=r"gone\.txt.*disappeared"):
+    with pytest.raises(SourceChangedError, match=r"gone\.txt.*it disappeared"):
         pack_to_tempfile(entries)
 
 
 def test_a_file_that_cannot_be_read_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import workflows._pack as pack
-
     (tmp_path / "secret.txt").write_text("x")
     entries = plan_directory(tmp_path)
 
-    def refuse(path: object, *args: object, **kwargs: object) -> object:
-        raise PermissionError(13, "Permission denied", str(path))
+    def refuse(tree: PlannedTree, parts: object, identity: object) -> int:
+        # the system's refusal where the planned file is opened (root reads any file)
+        raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(pack, "open", refuse, raising=False)
+    monkeypatch.setattr(PlannedTree, "open_file", refuse)
     with pytest.raises(InvalidInputError, match=r"cannot read .*secret\.txt.*Permission denied"):
         pack_to_tempfile(entries)
 

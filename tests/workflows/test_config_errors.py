@@ -22,7 +22,8 @@ from workflows import (
     ServerError,
 )
 from workflows._config import resolve_settings
-from workflows._transport import api_hooks, parse_retry_after, retry_backoff
+from workflows._errors import retry_backoff
+from workflows._transport import api_hooks, parse_retry_after
 
 
 def test_argument_beats_environment_beats_dotenv(

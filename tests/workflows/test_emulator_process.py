@@ -8,7 +8,10 @@ against the emulator of another venv, is tested by ``scripts/test`` (its mcp1 se
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,10 +20,12 @@ import textwrap
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
+from klavis_emulator import _owner
 from klavis_emulator._extra import EXTRA_MODULES
-from tests.helpers import as_from_a_shell
+from tests.helpers import expect_children_to_get_sigint, wait_until
 from workflows import (
     EmulatorProcess,
     EmulatorStartError,
@@ -30,6 +35,7 @@ from workflows import (
 )
 
 PYTHON_EMULATOR = [sys.executable, "-m", "klavis_emulator"]
+WAIT = 120.0  # seconds before a process that should have ended fails the test
 
 
 def _gone(pid: int) -> bool:
@@ -170,12 +176,12 @@ def test_the_emulator_never_outlives_its_owner(end: str) -> None:
     """Ctrl-C in the owner (SIGINT to it alone: a terminal would send it to the emulator too),
     its interpreter exiting without stopping it, or the object dropped while the owner goes
     on: the emulator is stopped."""
+    expect_children_to_get_sigint()
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER, end],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=as_from_a_shell,
     )
     assert owner.stdout is not None
     try:
@@ -193,3 +199,101 @@ def test_the_emulator_never_outlives_its_owner(end: str) -> None:
     finally:
         owner.kill()
         owner.communicate()
+
+
+def test_the_variables_that_link_the_emulator_to_its_owner_are_the_emulators() -> None:
+    assert _emulator_process.OWNER_ENV == (
+        _owner.EXIT_WITH_FD_ENV,
+        _owner.EXIT_WITH_PARENT_ENV,
+        _owner.REMOVE_DATA_DIR_ENV,
+    )
+
+
+KILLED_OWNER = textwrap.dedent(
+    """
+    import json, signal, sys, threading
+    from workflows import EmulatorProcess, LocalSandbox
+    started = []
+
+    def start():
+        emulator = EmulatorProcess([sys.executable, "-m", "klavis_emulator"])
+        emulator.start()
+        started.append(emulator)
+
+    if sys.argv[1] == "thread":  # the thread that started it ends: the emulator must not
+        starter = threading.Thread(target=start)
+        starter.start()
+        starter.join()
+    else:
+        start()
+    [emulator] = started
+    sandbox = LocalSandbox.acquire(
+        ["git"], base_url=emulator.base_url, api_key="k", progress=False
+    )
+    sandbox.list_tools("git")  # its MCP server runs from here on
+    # Python's own SIGTERM, death at once (the library's handler, installed at the acquire,
+    # would run the finalizers: as in an owner that acquired nothing itself)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    print(json.dumps({"pid": emulator.pid, "data": str(emulator.data_dir)}), flush=True)
+    threading.Event().wait()
+    """
+)
+
+
+def _command(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
+def _ended(process: psutil.Process) -> bool:
+    """Gone, or a zombie nobody reaps (an orphan's new parent may not reap it)."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.parametrize("death", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize("started_from", ["main", "thread"])
+def test_the_emulator_dies_with_an_owner_killed_and_removes_its_data(
+    death: signal.Signals, started_from: str
+) -> None:
+    """An owner killed by SIGKILL, or by SIGTERM (Python's default: it ends at once, no
+    finalizer runs): the emulator, and the MCP servers of the sandbox it hosted, end within a
+    bounded wait, and its temporary data folder is removed. Started from a thread that then
+    ended, the emulator lives on until its owner dies (the parent-death signal is tied to
+    the starting thread, so only the pipe links them then)."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", KILLED_OWNER, started_from],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert owner.stdout is not None
+    family: list[psutil.Process] = []
+    data = None
+    try:
+        line = owner.stdout.readline()
+        assert line, owner.communicate(timeout=WAIT)[1]
+        started = json.loads(line)
+        data = Path(started["data"])
+        emulator = psutil.Process(started["pid"])
+
+        family = [emulator, *emulator.children(recursive=True)]
+        commands = [" ".join(_command(p)) for p in family[1:]]
+        assert any("mcp_server_git" in command for command in commands), commands
+        assert data.is_dir()
+        owner.send_signal(death)
+        assert owner.wait(timeout=WAIT) == -death
+        wait_until(lambda: all(map(_ended, family)), "the emulator and its servers ended", WAIT)
+        wait_until(lambda: not data.exists(), f"{data} removed", WAIT)
+    finally:
+        owner.kill()
+        owner.communicate()
+        for process in family:  # on a failure: leave nothing behind
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        if data is not None:
+            shutil.rmtree(data, ignore_errors=True)

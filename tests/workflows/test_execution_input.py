@@ -5,13 +5,17 @@ from the end of the emulator's log."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from workflows import InvalidInputError
 from workflows._execution import ExitScan
 from workflows._execution_input import (
+    _without_comment,
     directory_execution_files,
     execution_files,
     read_requirements_file,
@@ -207,3 +211,129 @@ def test_the_exit_scan_takes_only_what_follows_what_it_read() -> None:
     scan.finish()
     scan.feed(0, EXITED.format(9), 100)  # finished: nothing changes it
     assert (scan.code, scan.done) == (2, True)
+
+
+# --- the reader's bounds: each refusal names the file and the limit --------------------------
+# A regression here hangs (a FIFO) or runs for minutes (a quadratic comment rule, 10**7 reads):
+# the timeout makes it a failure. Each case passes in well under a second.
+bounded = pytest.mark.timeout(60)
+needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="the platform has no FIFOs")
+
+
+@bounded
+@needs_fifo
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "r.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidInputError) as refused:
+        execution_files("print(1)", requirements=fifo)
+    assert str(refused.value) == (
+        f"requirements=: {fifo} is a FIFO (named pipe): requirements are read from regular "
+        "files only"
+    )
+    (tmp_path / "top.txt").write_text("httpx\n-r r.txt\n")
+    with pytest.raises(InvalidInputError) as refused:
+        read_requirements_file(tmp_path / "top.txt")
+    assert str(refused.value) == (
+        f"requirements=: {tmp_path / 'top.txt'} line 2 ('-r r.txt'): -r r.txt: {fifo} is a FIFO "
+        "(named pipe): requirements are read from regular files only"
+    )
+
+
+@bounded
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="the platform has no /dev/zero")
+def test_a_device_is_refused_before_it_is_read() -> None:
+    with pytest.raises(InvalidInputError) as refused:
+        read_requirements_file(Path("/dev/zero"), what="-r /dev/zero")
+    assert str(refused.value) == (
+        "-r /dev/zero: /dev/zero is a character device: requirements are read from regular "
+        "files only"
+    )
+
+
+@bounded
+def test_a_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    huge = tmp_path / "huge.txt"
+    with huge.open("wb") as sparse:
+        sparse.truncate(64 * 1024**3)  # 64 GiB of nothing on disk: reading it would fail
+    with pytest.raises(InvalidInputError) as refused:
+        execution_files("print(1)", requirements=huge)
+    assert str(refused.value) == (
+        f"requirements=: {huge} is 68,719,476,736 bytes, over the limit of 8,388,608 bytes "
+        "(8 MiB) of requirements files"
+    )
+
+
+def test_the_size_limit_is_for_every_file_read_together(tmp_path: Path) -> None:
+    comments = "# a pin explained at length\n" * (5 * 1024 * 1024 // 28)  # 5 MiB, no lines
+    (tmp_path / "a.txt").write_text(comments)
+    top = "-r a.txt\nattrs\n-r a.txt\n"
+    (tmp_path / "top.txt").write_text(top)
+    total = len(top) + 2 * len(comments)  # a.txt twice: 10,485,744 bytes
+    with pytest.raises(InvalidInputError) as refused:
+        read_requirements_file(tmp_path / "top.txt")
+    assert str(refused.value) == (
+        f"requirements=: {tmp_path / 'top.txt'} line 3 ('-r a.txt'): -r a.txt: "
+        f"{tmp_path / 'a.txt'} brings the requirements files read to {total:,} bytes, over "
+        "the limit of 8,388,608 bytes (8 MiB) for one requirements= (a file named twice by -r "
+        "counts twice)"
+    )
+    (tmp_path / "a.txt").write_text("httpx\n")
+    assert read_requirements_file(tmp_path / "top.txt") == ["httpx", "attrs", "httpx"]  # as pip
+
+
+@bounded
+def test_a_fan_out_of_r_files_stops_at_the_file_limit(tmp_path: Path) -> None:
+    # 8 files of 130 bytes, each naming the next 10 times: 11 million reads, each file once
+    # on any one chain (no loop, 8 deep)
+    for level in range(7):
+        (tmp_path / f"f{level}.txt").write_text(f"-r f{level + 1}.txt\n" * 10)
+    (tmp_path / "f7.txt").write_text("attrs\n")
+    with pytest.raises(
+        InvalidInputError, match=r"f\d\.txt would be requirements file number "
+    ) as e:
+        execution_files("print(1)", requirements=tmp_path / "f0.txt")
+    assert str(e.value).endswith(
+        "would be requirements file number 1,001: at most 1,000 are read for one requirements= "
+        "(a file named twice by -r is read, and counted, twice)"
+    )
+    assert str(e.value).startswith(
+        f"requirements=: {tmp_path / 'f6.txt'} line 7 ('-r f7.txt'): -r f7.txt: "
+        f"{tmp_path / 'f7.txt'} would be requirements file number 1,001: "
+    )
+
+
+@bounded
+def test_a_long_run_of_spaces_costs_one_pass(tmp_path: Path) -> None:
+    # pip's comment regex backtracks over each run of spaces: 100 KB took over 20 s, 1 MiB
+    # would take over half an hour
+    spaces = " " * (1024 * 1024)
+    (tmp_path / "r.txt").write_text(f"{spaces}\nhttpx{spaces}# pinned{spaces}\n{spaces}attrs\n")
+    assert read_requirements_file(tmp_path / "r.txt") == ["httpx", "attrs"]
+    assert requirement_lines([f"rich{spaces}x"]) == [f"rich{spaces}x"]
+
+
+@given(st.text(alphabet=" \t\u00a0\u3000#ab=\\", max_size=16))
+def test_comments_go_as_pips_regular_expression_takes_them(line: str) -> None:
+    pip_rule = re.compile(r"(^|\s+)#.*$")  # pip's COMMENT_RE (pip/_internal/req/req_file.py)
+    assert _without_comment(line).strip() == pip_rule.sub("", line).strip()
+
+
+def test_a_main_script_path_is_packed_from_disk_within_the_file_limit(tmp_path: Path) -> None:
+    script = tmp_path / "run.py"
+    script.write_text("print('hi')\n")
+    (entry,) = execution_files(script)
+    assert (entry.name, entry.size, entry.disk is not None) == ("main.py", 12, True)
+    huge = tmp_path / "huge.py"
+    with huge.open("wb") as sparse:
+        sparse.truncate(64 * 1024**3)  # read whole, it ended in a MemoryError
+    with pytest.raises(InvalidInputError) as refused:
+        execution_files(huge)
+    assert str(refused.value) == (
+        f"main script {str(huge)!r} is 68,719,476,736 bytes, over the 268,435,456-byte limit "
+        "for one file"
+    )
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidInputError, match="does not exist or is not a file"):
+        execution_files(fifo)  # never opened: a FIFO would wait for a writer

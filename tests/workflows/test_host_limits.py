@@ -6,7 +6,7 @@ a wait given up or cancelled. The live tests (two real processes against the emu
 from __future__ import annotations
 
 import asyncio
-import itertools
+import logging
 import math
 import stat
 import threading
@@ -31,6 +31,8 @@ from workflows._host_limits import (
     release_host_slot,
     resolve_host_limits,
 )
+from workflows._host_limits_files import LimitsFolder
+from workflows._host_limits_turns import Reservation, parse
 
 SECRET = "sk-host-limits-secret-0123456789"
 CLOSED_URL = "http://127.0.0.1:9"  # nothing listens: a request would be a connection error
@@ -197,30 +199,38 @@ def test_a_waiting_thread_gets_the_slot_released_by_another(settings: Settings) 
     release_host_slot(settings.base_url, "b")
 
 
-def test_rate_reservations_are_spaced(tmp_path: Path) -> None:
-    """Each reservation is the one before plus 1/rate, however fast they are made."""
-    path = tmp_path / "rate"
-    turns = []
-    for _ in range(5):
-        steps = _reserve_turn(path, 0.5)
-        with pytest.raises(StopIteration) as done:
-            next(steps)  # nobody holds the file's lock: no try to wait for
-        turns.append(done.value.value)
-    gaps = [b - a for a, b in itertools.pairwise(turns)]
-    assert gaps == pytest.approx([0.5] * 4)
-    assert path.read_text() == repr(turns[-1] + 0.5)
-
-
-@pytest.mark.parametrize("content", ["garbage", "nan", "1e30", ""])
-def test_a_bad_rate_file_starts_afresh(tmp_path: Path, content: str) -> None:
-    path = tmp_path / "rate"
-    path.write_text(content)
-    steps = _reserve_turn(path, 0.25)
+def reserve(folder: LimitsFolder, spacing: float, now: float) -> Reservation:
+    """One reservation in ``folder``'s rate file at the time ``now``; nobody else holds the
+    file's lock, so there is no try to wait for."""
+    steps = _reserve_turn(folder, spacing, clock=lambda: now)
     with pytest.raises(StopIteration) as done:
         next(steps)
-    turn = done.value.value
-    assert turn < 1e29
-    assert float(path.read_text()) == turn + 0.25
+    reservation: Reservation = done.value.value
+    return reservation
+
+
+def test_rate_reservations_are_spaced(tmp_path: Path) -> None:
+    """Each reservation is the one before plus 1/rate, however fast they are made."""
+    with LimitsFolder(tmp_path / "state", "d") as folder:
+        turns = [reserve(folder, 0.5, 1000.0).mine.turn for _ in range(5)]
+        assert turns == [1000.0, 1000.5, 1001.0, 1001.5, 1002.0]
+        assert [t.turn for t in parse((folder.path / "rate").read_bytes())] == turns
+        # a second later the first two turns are past by a spacing or more: no longer kept
+        later = reserve(folder, 0.5, 1001.0)
+        assert later.mine.turn == 1002.5
+        assert later.waiting_ahead == 2  # 1001.5 and 1002.0; 1001.0 is now
+        assert [t.turn for t in later.turns] == [1001.0, 1001.5, 1002.0, 1002.5]
+
+
+@pytest.mark.parametrize(
+    "content", ["garbage", "nan", "1e30", "", "1000000.0", '{"turns": 5}', '{"turns": [{}]}']
+)
+def test_a_bad_rate_file_starts_afresh(tmp_path: Path, content: str) -> None:
+    """Torn, hand-edited, or the first version's single number: spacing starts afresh."""
+    with LimitsFolder(tmp_path / "state", "d") as folder:
+        (folder.path / "rate").write_text(content)
+        assert reserve(folder, 0.25, 1000.0).mine.turn == 1000.0
+        assert [t.turn for t in parse((folder.path / "rate").read_bytes())] == [1000.0]
 
 
 @pytest.fixture
@@ -279,11 +289,30 @@ def test_limits_that_cannot_be_kept_say_where_before_anything_is_sent(
         list(acquire_turn(HostLimits(max_acquires_per_second=1), settings))
 
 
-def test_import_workflows_leaves_portalocker_until_limits_are_on() -> None:
-    """portalocker costs ~0.1 s to import (measured): only a process with limits pays it."""
-    import subprocess
-    import sys
+def test_a_wait_for_a_slot_says_why_once_at_info(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    limits = HostLimits(max_sandboxes=1)
+    with host_slot(limits, settings) as held:
+        held.keep("a")
+    tries = 0
 
-    code = "import sys, workflows; print('portalocker' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "False"
+    def stop_after_a_few_tries() -> bool:
+        nonlocal tries
+        tries += 1
+        return tries >= 4
+
+    with (
+        caplog.at_level(logging.INFO, logger="workflows"),
+        pytest.raises(SlotWaitAbandoned),
+        giving_up_when(stop_after_a_few_tries),
+        host_slot(limits, settings),
+    ):
+        pytest.fail("a second slot under a cap of 1")
+    release_host_slot(settings.base_url, "a")
+    [record] = caplog.records  # once per wait, not once per try
+    assert record.levelno == logging.INFO
+    assert record.getMessage() == (
+        "an acquire waits for a place under the host's cap of 1 sandboxes: every one is held "
+        "by this host's processes (host_limits' max_sandboxes, or $KLAVIS_HOST_MAX_SANDBOXES)"
+    )

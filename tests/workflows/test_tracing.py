@@ -4,6 +4,7 @@ absence and a bad ``KLAVIS_TRACING`` are clear errors. (Live spans: ``live/test_
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -18,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import workflows
-from workflows import InvalidInputError, _tracing
+from workflows import InvalidInputError, _mcp_compat, _tracing
 from workflows._flows import Flow, Sleep
 from workflows._ownership import AcquireDidNotHappen
 
@@ -108,9 +109,9 @@ def test_an_error_is_recorded_without_a_signed_query(spans: InMemorySpanExporter
     try:
         raise ConnectionError(f"GET {SIGNED} refused")
     except ConnectionError as cause:
-        error = RuntimeError(f"download from {SIGNED} failed")
+        error = workflows.TransferError(f"download from {SIGNED} failed")
         error.__cause__ = cause
-    with pytest.raises(RuntimeError):
+    with pytest.raises(workflows.TransferError):
         _run(_traced(error))
     span = _one(spans)
     assert span.status.status_code is StatusCode.ERROR
@@ -119,7 +120,94 @@ def test_an_error_is_recorded_without_a_signed_query(spans: InMemorySpanExporter
     assert "ws.tar.gz?<redacted>" in recorded
     assert "X-Amz" not in recorded
     assert "abc123" not in recorded
-    assert dict(event.attributes or {})["exception.type"] == "RuntimeError"
+    assert dict(event.attributes or {})["exception.type"] == "workflows._errors.TransferError"
+    assert span.status.description == (
+        "TransferError: download from https://bucket.s3.example/ws.tar.gz?<redacted> failed"
+    )
+
+
+SECRET = "hunter2-the-tools-argument"
+
+
+def _echoing_tool_failure() -> workflows.McpError:
+    """What ``raise_for_error`` raises for a tool whose failure echoes its argument."""
+    result = workflows.ToolResult("read_file", f"ENOENT: no such file '/data/{SECRET}'", True)
+    with pytest.raises(workflows.McpError) as raised:
+        result.raise_for_error()
+    assert SECRET in str(raised.value)  # the user still gets the tool's explanation
+    return raised.value
+
+
+def _everything(span: ReadableSpan) -> str:
+    parts = [str(span.status.description), json.dumps(dict(span.attributes or {}))]
+    parts += [json.dumps(dict(e.attributes or {})) for e in span.events]
+    return "\n".join(parts)
+
+
+def test_a_tool_failure_is_recorded_without_the_tools_output(spans: InMemorySpanExporter) -> None:
+    with pytest.raises(workflows.McpError):
+        _run(_traced(_echoing_tool_failure()))
+    span = _one(spans)
+    assert SECRET not in _everything(span)
+    (event,) = span.events
+    assert dict(event.attributes or {})["exception.message"] == "tool 'read_file' failed"
+    assert span.status.description == "McpError: tool 'read_file' failed"
+    assert dict(span.attributes or {})["error.type"] == "McpError"
+
+
+def test_a_json_rpc_error_is_recorded_with_its_code_only(spans: InMemorySpanExporter) -> None:
+    from workflows._mcp import _HttpErrors, _translate
+
+    url = "http://127.0.0.1:1/mcp/?local_sandbox_id=sb-1"
+    answer = f"Invalid arguments: path {SECRET!r}"  # what a server's JSON-RPC error may say
+    sdk: Exception
+    if _mcp_compat.is_legacy():  # mcp 1.x
+        data = importlib.import_module("mcp.types").ErrorData(code=-32602, message=answer)
+        sdk = importlib.import_module("mcp.shared.exceptions").McpError(data)
+    else:
+        sdk = importlib.import_module("mcp").MCPError(-32602, answer)
+    error = _translate(sdk, url, _HttpErrors())
+    assert isinstance(error, workflows.McpError)
+    assert SECRET in str(error)
+    error.__cause__ = sdk  # as _one_shot raises it
+    with pytest.raises(workflows.McpError):
+        _run(_traced(error))
+    span = _one(spans)
+    assert SECRET not in _everything(span)
+    assert span.status.description == (
+        "McpError: MCP server at http://127.0.0.1:1/mcp/: JSON-RPC error -32602"
+    )
+    stack = dict(span.events[0].attributes or {})["exception.stacktrace"]
+    assert isinstance(stack, str)
+    sdk_name = f"{type(sdk).__module__}.{type(sdk).__qualname__}"
+    assert f"{sdk_name}\n\nThe above exception was the direct cause" in stack
+
+
+def test_a_users_exception_is_recorded_by_its_type_and_frames(
+    spans: InMemorySpanExporter,
+) -> None:
+    def agent() -> None:
+        try:
+            _echoing_tool_failure().result.raise_for_error()  # type: ignore[union-attr]
+        except workflows.McpError as failed:
+            raise ValueError(f"the agent gave up on {SECRET}") from failed
+
+    with pytest.raises(ValueError, match=SECRET) as raised:
+        agent()
+    with pytest.raises(ValueError, match=SECRET):
+        _run(_traced(raised.value))
+    span = _one(spans)
+    assert SECRET not in _everything(span)
+    assert span.status.description == "ValueError"
+    (event,) = span.events
+    attributes = dict(event.attributes or {})
+    assert "exception.message" not in attributes
+    stack = attributes["exception.stacktrace"]
+    assert isinstance(stack, str)
+    assert stack.endswith("\nValueError\n")  # the frames, then the type alone
+    assert "workflows._errors.McpError: tool 'read_file' failed\n" in stack
+    assert "The above exception was the direct cause of the following exception:" in stack
+    assert "in agent\n" in stack  # the user's frames are kept
 
 
 def test_an_acquire_known_not_to_have_happened_records_its_cause(

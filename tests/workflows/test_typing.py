@@ -13,6 +13,8 @@ from pathlib import Path
 
 from mypy import api as mypy_api
 
+import workflows
+
 GOOD = textwrap.dedent(
     """
     from workflows import AsyncLocalSandbox, AsyncSandboxPool, LocalSandbox, SandboxPool
@@ -47,9 +49,19 @@ GOOD = textwrap.dedent(
     """
 )
 
+# Every public name, most of them imported by ``workflows`` on first use (PEP 562): a type
+# checker sees them all, and nothing more (a typo is an error, not ``Any``).
+EVERY_NAME = f"""
+import workflows
+from workflows import {", ".join(workflows.__all__)}
+
+VERSION: str = workflows.__version__
+"""
+
 BAD = textwrap.dedent(
     """
     from workflows import AsyncLocalSandbox, AsyncSandboxPool, LocalSandbox, SandboxPool
+    from workflows import Sandbox  # wrong: not a name of workflows
 
 
     def score(sandbox: LocalSandbox, task: int) -> float:
@@ -74,7 +86,7 @@ BAD = textwrap.dedent(
 
 
 def test_mypy_holds_tasks_server_names_and_frames_to_their_types(tmp_path: Path) -> None:
-    (tmp_path / "good.py").write_text(GOOD)
+    (tmp_path / "good.py").write_text(GOOD + EVERY_NAME)
     (tmp_path / "bad.py").write_text(BAD)
     stdout, stderr, status = mypy_api.run(
         [
@@ -90,7 +102,7 @@ def test_mypy_holds_tasks_server_names_and_frames_to_their_types(tmp_path: Path)
     assert status == 1, stdout + stderr
     assert not [e for e in errors if e.startswith("good.py")], errors
     wrong = [str(n) for n, line in enumerate(BAD.splitlines(), 1) if "# wrong:" in line]
-    assert sorted({e.split(":")[1] for e in errors if e.startswith("bad.py")}) == wrong
+    assert sorted({e.split(":")[1] for e in errors if e.startswith("bad.py")}, key=int) == wrong
     assert any("filesystm" in e for e in errors), errors
     assert len(notes) == 3, lines
     assert re.search(r"PoolResults\[(builtins\.)?float\]", notes[0]), notes[0]

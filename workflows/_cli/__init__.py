@@ -20,7 +20,7 @@ does not show in the process list or the shell history.
 
 * :mod:`._parser`: every command, its arguments and help;
 * :mod:`._sandboxes` (``acquire``, ``list``, ``get``, ``exec``), :mod:`._workspace` (``seed``,
-  ``dump``), :mod:`._release` (``release``, ``reap``), :mod:`._demo`: the commands;
+  ``template``, ``dump``), :mod:`._release` (``release``, ``reap``), :mod:`._demo`: the commands;
 * :mod:`._output`: data on stdout, messages on stderr, the exit statuses;
 * :mod:`._main`: running a command, its errors and signals turned into an exit status.
 """

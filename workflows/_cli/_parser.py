@@ -14,7 +14,7 @@ from ._demo import cmd_demo
 from ._output import CAPABILITY_NOTE, EXIT_CODES, Output
 from ._release import cmd_reap, cmd_release
 from ._sandboxes import cmd_acquire, cmd_exec, cmd_get, cmd_list
-from ._workspace import cmd_dump, cmd_seed
+from ._workspace import cmd_dump, cmd_seed, cmd_template
 
 #: What a command is: it reads its arguments, writes through the output, returns its status.
 Command = Callable[[argparse.Namespace, Output], int]
@@ -146,6 +146,18 @@ def _quiet(*, top: bool = False) -> argparse.ArgumentParser:
     return options
 
 
+def _add_packing(command: argparse.ArgumentParser) -> None:
+    """The options of packing a folder (``seed``, ``template``)."""
+    command.add_argument("--ignore", action="append", default=[], help="gitignore pattern")
+    command.add_argument("--no-gitignore", action="store_true", help="do not read .gitignore")
+    command.add_argument(
+        "--preserve-mtime",
+        action="store_true",
+        help="keep the files' modification times (default: one fixed time, so the same files "
+        "give the same archive)",
+    )
+
+
 def _add_progress(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--progress",
@@ -228,20 +240,42 @@ def parser() -> argparse.ArgumentParser:
         "seed",
         cmd_seed,
         both,
-        "upload a local folder into a sandbox's workspace",
+        "upload a local folder (or a template) into sandboxes' workspaces",
         "Upload a local folder into a sandbox's workspace (files of the same name are "
-        "replaced, others stay). .gitignore and .sandboxignore rules apply.",
+        "replaced, others stay). .gitignore and .sandboxignore rules apply.\n\n"
+        "Several ids: the folder is packed once, as a template kept in the template cache, "
+        "and that archive is uploaded to each (klavis-sandbox seed ID1 ID2 ID3 ./task). "
+        "SOURCE may also be a template's digest (sha256:..., printed by `klavis-sandbox "
+        "template`): its archive is checked against the digest and uploaded as it is. A "
+        "sandbox that fails is named on stderr and the others are still seeded (exit 1). "
+        "--json prints one record for one id, a list for several.",
     )
-    p.add_argument("id", help="the sandbox's id")
-    p.add_argument("path", help="the folder to upload")
-    p.add_argument("--ignore", action="append", default=[], help="gitignore pattern")
-    p.add_argument("--no-gitignore", action="store_true", help="do not read .gitignore")
+    p.add_argument("ids", nargs="+", metavar="ID", help="the ids of the sandboxes to seed")
     p.add_argument(
-        "--preserve-mtime",
-        action="store_true",
-        help="keep the files' modification times (default: one fixed time, so the same files "
-        "give the same archive)",
+        "source",
+        metavar="SOURCE",
+        help="the folder to upload, or a template's digest (sha256:...); a folder named "
+        "sha256:... is ./sha256:...",
     )
+    _add_packing(p)
+    _add_progress(p)
+
+    p = _command(
+        sub,
+        "template",
+        cmd_template,
+        both,
+        "pack a folder once into the template cache and print its digest",
+        "Pack a local folder once, as seed would (.gitignore and .sandboxignore rules "
+        "apply), into the per-user template cache ($KLAVIS_SANDBOX_CACHE_DIR/templates, else "
+        "the user's cache folder; least recently used removed past "
+        "$KLAVIS_SANDBOX_TEMPLATE_CACHE_BYTES, 2 GiB by default), and print its digest on "
+        "stdout (--json: digest, files, size, path). Then `klavis-sandbox seed ID... DIGEST` "
+        "uploads that archive to each sandbox without packing again; in Python, "
+        "SeedTemplate.load(DIGEST). The same files give the same digest.",
+    )
+    p.add_argument("path", help="the folder to pack")
+    _add_packing(p)
     _add_progress(p)
 
     p = _command(

@@ -1,5 +1,6 @@
-"""The commands that move a workspace: ``seed`` (a local folder in) and ``dump`` (out, to a
-folder, a .tar.gz or a .tar, replaced only with ``--force``)."""
+"""The commands that move a workspace: ``seed`` (a local folder or a template in, to one
+sandbox or several), ``template`` (a folder packed once, for many seeds) and ``dump`` (out, to
+a folder, a .tar.gz or a .tar, replaced only with ``--force``)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from typing import Any
 from klavis_archive import igzip_file
 from workflows._dump._paths import check_destination, shown_path
 from workflows._dump._staging import make_staging
-from workflows._errors import InvalidInputError, LocalWriteError
+from workflows._errors import InvalidInputError, KlavisError, LocalWriteError
 from workflows._sandbox import LocalSandbox
+from workflows._template import SeedTemplate
 
-from ._output import EXIT_OK, Output, progress_choice
+from ._output import EXIT_ERROR, EXIT_OK, Output, UsageError, progress_choice
 
 # Archive formats a user may reasonably ask for and that `dump -o` does not write: refused by
 # name before anything is sent rather than written as a folder called "x.zip". A .zip is not
@@ -26,17 +28,83 @@ from ._output import EXIT_OK, Output, progress_choice
 _REFUSED_SUFFIXES = (".zip", ".7z", ".rar", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst")
 
 
+def _digest_source(source: str) -> bool:
+    """Whether ``seed``'s SOURCE names a template by digest rather than a folder."""
+    return source.startswith("sha256:")
+
+
 def cmd_seed(args: argparse.Namespace, ui: Output) -> int:
-    sb = LocalSandbox.attach(args.id, base_url=args.base_url, progress=progress_choice(args))
-    count = sb.seed_directory(
+    """Seed each sandbox from a folder (several: packed once, as a template) or a template."""
+    ids: list[str] = args.ids
+    folder_options = args.ignore or args.no_gitignore or args.preserve_mtime
+    if _digest_source(args.source) and folder_options:
+        raise UsageError(
+            "--ignore, --no-gitignore and --preserve-mtime apply to packing a folder; a "
+            "template was packed with its own (klavis-sandbox template FOLDER ...)"
+        )
+    progress = progress_choice(args)
+    if len(ids) == 1 and not _digest_source(args.source):
+        sb = LocalSandbox.attach(ids[0], base_url=args.base_url, progress=progress)
+        count = sb.seed_directory(
+            args.source,
+            ignore=args.ignore,
+            gitignore=not args.no_gitignore,
+            preserve_mtime=args.preserve_mtime,
+        )
+        if args.json:
+            ui.json({"sandbox_id": sb.id, "files": count})
+        ui.note(f"seeded {count} files into {sb.id}")
+        return EXIT_OK
+    if _digest_source(args.source):
+        template = SeedTemplate.load(args.source)
+    else:
+        template = SeedTemplate.from_folder(
+            args.source,
+            ignore=args.ignore,
+            gitignore=not args.no_gitignore,
+            preserve_mtime=args.preserve_mtime,
+            progress=progress,
+        )
+        ui.note(f"packed {template.files} files once: template {template.digest}")
+    seeded: list[dict[str, Any]] = []
+    failed = 0
+    for sandbox_id in ids:
+        try:
+            sb = LocalSandbox.attach(sandbox_id, base_url=args.base_url, progress=progress)
+            count = sb.seed(template)
+        except KlavisError as exc:  # the others are still seeded; the status says one failed
+            ui.problem(f"seed {sandbox_id}: {exc}")
+            failed += 1
+            continue
+        seeded.append({"sandbox_id": sb.id, "files": count, "template": template.digest})
+        ui.note(f"seeded {count} files into {sb.id}")
+    if args.json and len(ids) > 1:
+        ui.json(seeded)
+    elif args.json and seeded:
+        ui.json(seeded[0])
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+def cmd_template(args: argparse.Namespace, ui: Output) -> int:
+    """Pack a folder once into the template cache and print its digest."""
+    template = SeedTemplate.from_folder(
         args.path,
         ignore=args.ignore,
         gitignore=not args.no_gitignore,
         preserve_mtime=args.preserve_mtime,
+        progress=progress_choice(args),
     )
+    record = {
+        "digest": template.digest,
+        "files": template.files,
+        "size": template.size,
+        "path": str(template.path),
+    }
     if args.json:
-        ui.json({"sandbox_id": sb.id, "files": count})
-    ui.note(f"seeded {count} files into {sb.id}")
+        ui.json(record)
+    else:
+        ui.data(f"{template.digest}\n")
+    ui.note(f"packed {template.files} files ({template.size:,} bytes) into {template.path}")
     return EXIT_OK
 
 

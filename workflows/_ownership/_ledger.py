@@ -39,6 +39,12 @@ restarted on another port, a host name gone), ``reap --forget`` drops it::
 
 Both read as settled in versions that knew neither event: any last event of a sandbox but
 ``acquired`` is "not held", any event but ``attempt`` carrying an ``attempt`` id settles it.
+
+The file and its folder are opened as every file of the state folder is
+(:mod:`workflows._state_files`): relative to the folder's descriptor, never through a link,
+never blocking on a FIFO, owner and mode checked. A ledger that is not safe to use is skipped
+with a warning (it must never break the work it records), never written through another user's
+link nor read from another user's file.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
+
+from .._state_files import UnsafeStateFile, open_private_file, open_state_folder
 
 STATE_DIR_ENV = "KLAVIS_SANDBOX_STATE_DIR"
 _log = logging.getLogger("workflows")
@@ -104,14 +112,23 @@ class Ledger:
     def __repr__(self) -> str:
         return f"Ledger({str(self.path)!r})"
 
+    def _open(self, access: int) -> int:
+        """The ledger's file, opened as :mod:`workflows._state_files` opens state files."""
+        folder = open_state_folder(self.path.parent)
+        try:
+            return open_private_file(folder, self.path.name, self.path, access)
+        finally:
+            os.close(folder)
+
     def _append(self, record: dict[str, object]) -> None:
         line = json.dumps(record, sort_keys=True) + "\n"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with _lock, open(self.path, "a", encoding="utf-8") as handle:
-                _lock_until_closed(handle)
-                handle.write(line)
-        except OSError as exc:  # the ledger must never break the work it records
+            with _lock:
+                fd = self._open(os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+                with open(fd, "a", encoding="utf-8") as handle:
+                    _lock_until_closed(handle)
+                    handle.write(line)
+        except (OSError, UnsafeStateFile) as exc:  # it must never break the work it records
             _log.warning("could not write the sandbox ledger %s: %s", self.path, exc)
 
     def record(
@@ -198,16 +215,20 @@ class Ledger:
 
     def _items(self) -> Iterator[dict[str, object]]:
         try:
-            with open(self.path, encoding="utf-8") as handle:
-                for raw in handle:
-                    try:
-                        item = json.loads(raw)
-                    except json.JSONDecodeError:
-                        continue  # a torn last line from a killed process
-                    if isinstance(item, dict):
-                        yield item
+            fd = self._open(os.O_RDONLY)
         except FileNotFoundError:
             return
+        except (OSError, UnsafeStateFile) as exc:
+            _log.warning("could not read the sandbox ledger %s: %s", self.path, exc)
+            return
+        with open(fd, encoding="utf-8") as handle:
+            for raw in handle:
+                try:
+                    item = json.loads(raw)
+                except json.JSONDecodeError:
+                    continue  # a torn last line from a killed process
+                if isinstance(item, dict):
+                    yield item
 
     def known_ids(self, *, base_url: str) -> set[str]:
         """Every sandbox id any process of this user recorded for ``base_url``."""

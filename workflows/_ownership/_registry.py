@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import signal
 import threading
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-
-import httpx
-
-from workflows._config import Settings
-from workflows._host_limits import release_all_host_slots, release_host_slot
-from workflows._transport import BearerAuth
+from typing import TYPE_CHECKING
 
 from ._ledger import Ledger, default_ledger
+
+if TYPE_CHECKING:
+    import httpx
+
+    from workflows._config import Settings
 
 log = logging.getLogger("workflows")
 _lock = threading.Lock()
@@ -38,6 +39,12 @@ _claims: set[tuple[str, str]] = set()
 _in_flight: set[str] = set()
 _installed = False
 _signal_installed = False
+_exit_client: Callable[[Settings, float], httpx.Client] | None = None
+"""What makes the release at exit's client (:func:`workflows._transport.exit_client`, httpx):
+imported when the handlers are installed, never in the handler itself (an import at interpreter
+exit may fail, and one in a signal handler may wait on an import lock held by the very code it
+interrupted). Not at module level either: ``import workflows`` leaves httpx to the first
+request."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,16 @@ def _install_signal_locked() -> None:
         pass
 
 
+def _load_http_layer() -> None:
+    """Import what :func:`release_all_owned` needs, before the lock is taken (an import may
+    take a tenth of a second; a no-op once done)."""
+    global _exit_client
+    if _exit_client is None:
+        from workflows._transport import exit_client
+
+        _exit_client = exit_client
+
+
 def _install() -> None:
     global _installed
     if not _installed:
@@ -95,6 +112,7 @@ def install_exit_handlers() -> None:
     the main thread: code that acquires in worker threads (the sandbox pool) calls this first,
     from the thread that made it.
     """
+    _load_http_layer()
     with _lock:
         _install()
 
@@ -124,6 +142,7 @@ def own(
         )
     if attempt is not None:
         attempt_ended(attempt)
+    _load_http_layer()
     with _lock:
         _owned[(settings.base_url, sandbox_id)] = Owned(sandbox_id, settings, ledger)
         _install()
@@ -132,6 +151,8 @@ def own(
 def disown(sandbox_id: str, settings: Settings, ledger: Ledger | None) -> None:
     """The sandbox was released: forget it everywhere (its place under the host's limits
     too), and say so in the ledger."""
+    from workflows._host_limits import release_host_slot  # after a release: never at exit
+
     forget(sandbox_id, settings)
     release_claim(settings.base_url, sandbox_id)
     release_host_slot(settings.base_url, sandbox_id)
@@ -159,13 +180,12 @@ def release_all_owned(timeout: float = 10.0) -> int:
         pending = list(_owned.values())
         _owned.clear()
     released = 0
+    make_client = _exit_client
     for item in pending:
         try:
-            with httpx.Client(
-                base_url=item.settings.base_url,
-                auth=BearerAuth(item.settings.api_key),
-                timeout=timeout,
-            ) as client:
+            if make_client is None:  # pragma: no cover - own() loaded it before registering
+                raise RuntimeError("the HTTP layer was never imported")
+            with make_client(item.settings, timeout) as client:
                 response = client.delete(f"/local-sandbox/{item.sandbox_id}")
             if response.status_code < 300 or response.status_code == 404:
                 released += 1
@@ -205,7 +225,7 @@ def release_claim(base_url: str, sandbox_id: str) -> None:
 
 def new_attempt() -> str:
     """A fresh attempt id, marked in flight until :func:`attempt_ended`."""
-    attempt = uuid.uuid4().hex
+    attempt = os.urandom(16).hex()  # what uuid4().hex is made of (uuid costs an import)
     with _lock:
         _in_flight.add(attempt)
     return attempt
@@ -230,4 +250,6 @@ def clear() -> None:
         _owned.clear()
         _claims.clear()
         _in_flight.clear()
+    from workflows._host_limits import release_all_host_slots
+
     release_all_host_slots()

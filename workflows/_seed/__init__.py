@@ -6,7 +6,9 @@
 * :mod:`._gitignore`: git's ignore rules (``.gitignore``, ``.sandboxignore``, ``ignore=``), as
   seeding a folder applies them;
 * :mod:`._entries`: :class:`SourceFile`, one entry of the sorted list both planners hand the
-  packer.
+  packer, and :class:`OnDisk`, where a planned file is and what it was;
+* :mod:`._opening`: :class:`PlannedFiles`, which opens the planned files for packing and
+  nothing else (no link followed, each checked against what was planned).
 
 The modules have no ``__all__`` of their own: the list below is what the rest of the library
 uses.
@@ -14,12 +16,18 @@ uses.
 
 from __future__ import annotations
 
-from ._entries import SourceFile
-from ._from_folder import DEFAULT_MAX_FILE_SIZE, plan_directory
+from workflows._config import DEFAULT_MAX_FILE_SIZE
+
+from ._entries import OnDisk, SourceFile
+from ._from_folder import plan_directory
 from ._from_mapping import SeedContent, plan_mapping
+from ._opening import ExactReader, PlannedFiles
 
 __all__ = [
     "DEFAULT_MAX_FILE_SIZE",
+    "ExactReader",
+    "OnDisk",
+    "PlannedFiles",
     "SeedContent",
     "SourceFile",
     "plan_directory",

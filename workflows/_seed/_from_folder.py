@@ -10,19 +10,13 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
-from pathlib import Path
 
+from workflows._config import DEFAULT_MAX_FILE_SIZE
 from workflows._dump._paths import check_name_length, shown_path
 from workflows._errors import FileTooLargeError, InvalidInputError
 
-from ._entries import DIR_MODE, EXEC_MODE, FILE_MODE, LINK_MODE, SourceFile
+from ._entries import DIR_MODE, EXEC_MODE, FILE_MODE, LINK_MODE, OnDisk, SourceFile
 from ._gitignore import IgnoreRules, is_ignored, parse_patterns, read_rules
-
-#: The largest single file :func:`plan_directory` accepts unless told otherwise: 256 MiB.
-#: It is a guard against seeding a data set, a video or model weights by accident (an upload of
-#: that size takes minutes); a file over it is an error naming the file, never silently skipped.
-#: Pass ``max_file_size=None`` to lift it, or add the file to ``ignore=``.
-DEFAULT_MAX_FILE_SIZE: int = 256 * 1024 * 1024
 
 #: Ignore files read in every folder of a seeded tree. ``.gitignore`` only with
 #: ``gitignore=True``; ``.sandboxignore`` always (it exists only to steer seeding).
@@ -79,7 +73,12 @@ def plan_directory(
 
     Symbolic links are never followed: one whose resolved target lies inside ``root`` is stored as
     a relative link; one leading outside raises :class:`InvalidInputError` naming it (add it to
-    ``ignore=``). A fifo, socket or device raises :class:`InvalidInputError`; a file larger than
+    ``ignore=``). Each planned file records its device, inode and size: packing opens it below
+    ``root`` one folder at a time following no link, and a file that changed in between (put
+    in another's place, swapped for a link, or a folder on its path swapped for one) raises
+    :class:`~workflows.SourceChangedError` naming it, never packing what replaced it.
+
+    A fifo, socket or device raises :class:`InvalidInputError`; a file larger than
     ``max_file_size`` bytes raises :class:`FileTooLargeError` (``None`` means no limit). A file
     name that is not valid UTF-8 raises :class:`InvalidInputError`. Folders that are empty on
     disk are kept, so the workspace's shape survives; folders that only the ignore rules emptied
@@ -216,10 +215,9 @@ def plan_directory(
             if max_file_size is not None and st.st_size > max_file_size:
                 raise FileTooLargeError(shown(rel), size=st.st_size, limit=max_file_size)
             mode = EXEC_MODE if st.st_mode & stat.S_IXUSR else FILE_MODE
+            disk = OnDisk.planned(real_root, root_stat, rel, st, entry.path)
             planned.append(
-                SourceFile(
-                    name=rel, size=st.st_size, mode=mode, path=Path(entry.path), mtime=mtime_of(st)
-                )
+                SourceFile(name=rel, size=st.st_size, mode=mode, disk=disk, mtime=mtime_of(st))
             )
         else:
             kind = _special_kind(entry.stat(follow_symlinks=False).st_mode)

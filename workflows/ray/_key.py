@@ -41,8 +41,9 @@ class KeyInRayWarning(UserWarning):
 
 
 def _carries_key(runtime_env: object) -> str | None:
-    """The name of the ``env_vars`` entry of ``runtime_env`` that holds the key (by its name,
-    or by the value of this process's ``KLAVIS_API_KEY``), or None."""
+    """The name of the ``env_vars`` entry of ``runtime_env`` that holds a key (a value under
+    the name ``KLAVIS_API_KEY``, or this process's ``KLAVIS_API_KEY`` under any name), or
+    None."""
     if not isinstance(runtime_env, Mapping):
         return None
     env_vars = runtime_env.get("env_vars")
@@ -50,9 +51,8 @@ def _carries_key(runtime_env: object) -> str | None:
         return None
     own = os.environ.get(API_KEY_ENV, "").strip()
     for name, value in env_vars.items():
-        if not isinstance(value, str) or not value.strip():
-            continue  # an empty value holds no key (it takes the key away)
-        if name == API_KEY_ENV or (own and value.strip() == own):
+        held = value.strip() if isinstance(value, str) else ""
+        if held and (name == API_KEY_ENV or held == own):  # an empty one hides the key: fine
             return str(name)
     return None
 

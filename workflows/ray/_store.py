@@ -167,7 +167,7 @@ class KvLedger(Ledger):
     def __init__(self, store: Store) -> None:
         super().__init__(os.devnull)
         self._store = store
-        self._open: dict[str, dict[str, Any]] = {}  # attempt -> its record, while in flight
+        self._in_flight: dict[str, dict[str, Any]] = {}  # attempt -> its record, while in flight
         self.ambiguous: set[str] = set()  # attempts that ended ambiguously: to reconcile
         self._left_open: set[str] = set()  # the leases whose acquire left such an attempt
 
@@ -180,11 +180,11 @@ class KvLedger(Ledger):
             if event == "attempt":
                 attempt = str(record["attempt"])
                 full: dict[str, Any] = {**record, **(current_lease.get() or {})}
-                self._open[attempt] = full
+                self._in_flight[attempt] = full
                 self._store.put_attempt(attempt, full)
             elif event == "acquired":  # the sandbox's record first, then the attempt's end
                 settles = record.get("attempt")
-                opened = self._open.pop(settles, None) if isinstance(settles, str) else None
+                opened = self._in_flight.pop(settles, None) if isinstance(settles, str) else None
                 if opened is not None and isinstance(settles, str):
                     sandbox_id = str(record["sandbox_id"])
                     self._store.put_sandbox(
@@ -201,11 +201,11 @@ class KvLedger(Ledger):
                     self._store.delete_attempt(settles)
             elif event in ("attempt-settled", "attempt-forgotten"):
                 settled = record.get("attempt")
-                if isinstance(settled, str) and self._open.pop(settled, None) is not None:
+                if isinstance(settled, str) and self._in_flight.pop(settled, None) is not None:
                     self._store.delete_attempt(settled)
             elif event == "attempt-ended":  # ambiguous: reconciled by listing, later
                 ended = record.get("ended")
-                opened = self._open.pop(ended, None) if isinstance(ended, str) else None
+                opened = self._in_flight.pop(ended, None) if isinstance(ended, str) else None
                 if opened is not None and isinstance(ended, str):
                     self.ambiguous.add(ended)
                     self._left_open.add(str(opened.get("lease")))

@@ -10,7 +10,7 @@ processes would, and says what it did on stdout, one JSON line per event.
 Every ``acquired`` line has the time the acquire returned; a ``releasing`` line the time just
 before its release; a ``sent`` line the time an acquire's request left (read at the HTTP
 transport, which the library's client uses as is); a ``turn`` line the time the host's rate
-gave the request (the library's DEBUG log).
+gave the request (the library's DEBUG log) with the time it was logged.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class _Turns(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.msg.startswith("acquire turn under the host's rate"):
-            say(turn=record.args[0] if isinstance(record.args, tuple) else None)
+            say(turn=record.args[0] if isinstance(record.args, tuple) else None, t=time.time())
 
 
 _library_log = logging.getLogger("workflows")

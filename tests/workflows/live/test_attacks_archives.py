@@ -44,7 +44,7 @@ from tests.crafted import (
     tar_gz,
     zeros_file,
 )
-from tests.helpers import Face
+from tests.helpers import Face, import_the_library
 from tests.hostile_storage import GZIP_HEAD, HostileStorage
 from workflows import (
     ArchiveLimits,
@@ -52,6 +52,7 @@ from workflows import (
     InvalidSeedPathError,
     LocalSandbox,
     Snapshot,
+    SourceChangedError,
     UnsafeArchiveError,
 )
 from workflows._dump._archive import read_snapshot
@@ -728,9 +729,10 @@ def test_a_file_that_vanishes_before_packing_is_named(
         (project / "gone.txt").unlink()  # deleted between planning and packing
         return entries
 
-    monkeypatch.setattr("workflows._sandbox.plan_directory", plan_then_delete)
+    import_the_library()  # the face imports the planner when called: from workflows._seed
+    monkeypatch.setattr("workflows._seed.plan_directory", plan_then_delete)
     with real.acquire() as sandbox:
-        _raised(lambda: sandbox.seed_directory(project), InvalidInputError, "gone.txt")
+        _raised(lambda: sandbox.seed_directory(project), SourceChangedError, "gone.txt")
         assert not any(real.workspace(sandbox.id).iterdir())
     real.assert_nothing_leaked()
 
@@ -745,15 +747,17 @@ def test_an_unreadable_file_is_named_before_sending(
     secret.chmod(0)
     if os.geteuid() == 0:
         # root reads files whatever their permissions: the OS's refusal is simulated where the
-        # file is opened, so the same refusal is checked as any other user would meet it
-        import workflows._pack as pack
+        # planned file is opened, so the same refusal is checked as any other user would meet it
+        from klavis_archive import PlannedTree
 
-        def refusing_open(path: Any, *args: Any, **kwargs: Any) -> Any:
-            if os.fspath(path).endswith("secret.txt"):
-                raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
-            return open(path, *args, **kwargs)
+        opened = PlannedTree.open_file
 
-        monkeypatch.setattr(pack, "open", refusing_open, raising=False)
+        def refusing_open(tree: PlannedTree, parts: Any, identity: Any) -> int:
+            if parts[-1] == "secret.txt":
+                raise PermissionError(errno.EACCES, "Permission denied")
+            return opened(tree, parts, identity)
+
+        monkeypatch.setattr(PlannedTree, "open_file", refusing_open)
     try:
         with real.acquire() as sandbox:
             _raised(lambda: sandbox.seed_directory(project), InvalidInputError, "secret.txt")

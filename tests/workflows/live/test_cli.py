@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.helpers import as_from_a_shell, tiny_wheel
+from tests.helpers import expect_children_to_get_sigint, tiny_wheel
 from workflows import LocalSandbox, Snapshot, list_sandboxes
 from workflows._cli import EXIT_CODES, main
 
@@ -353,13 +353,13 @@ def test_interrupt_exits_130(env: dict[str, str], cli: Cli, tmp_path: Path) -> N
     sandbox_id = cli("acquire", "filesystem", "-q").out.strip()
     script = tmp_path / "slow.py"
     script.write_text("import time\nprint('started', flush=True)\ntime.sleep(600)\n")
+    expect_children_to_get_sigint()
     with subprocess.Popen(
         [sys.executable, "-m", "workflows", "exec", sandbox_id, str(script)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
-        preexec_fn=as_from_a_shell,
     ) as proc:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "started\n"  # the script runs: Ctrl-C now
@@ -453,6 +453,42 @@ def test_exec_refuses_bad_arguments_naming_the_right_one_before_any_request(
     )
     helped = shell("exec", "--help")
     assert "never the script's own exit status" in " ".join(helped.out.split())
+
+
+@pytest.mark.timeout(240)  # a FIFO read would block, 10**7 reads or a quadratic rule take long
+def test_exec_reads_requirements_files_within_bounds_naming_file_and_limit(
+    cli: Cli, tmp_path: Path
+) -> None:
+    (tmp_path / "main.py").write_text("import tinypkg\nprint('value', tinypkg.VALUE)\n")
+    os.mkfifo(tmp_path / "pipe.txt")
+    with (tmp_path / "huge.txt").open("wb") as sparse:
+        sparse.truncate(64 * 1024**3)
+    for level in range(7):  # each names the next 10 times: 11 million reads
+        (tmp_path / f"f{level}.txt").write_text(f"-r f{level + 1}.txt\n" * 10)
+    (tmp_path / "f7.txt").write_text("attrs\n")
+    unknown = "no-such-sandbox"  # a request would answer "not found" (exit 1): none is sent
+    refused = {
+        "pipe.txt": "-r pipe.txt: pipe.txt is a FIFO (named pipe): requirements are read from "
+        "regular files only",
+        "/dev/zero": "-r /dev/zero: /dev/zero is a character device",
+        "huge.txt": "-r huge.txt: huge.txt is 68,719,476,736 bytes, over the limit of 8,388,608 "
+        "bytes (8 MiB) of requirements files",
+        "f0.txt": "-r f0.txt: f6.txt line 7 ('-r f7.txt'): -r f7.txt: f7.txt would be "
+        "requirements file number 1,001: at most 1,000 are read",
+    }
+    for name, message in refused.items():
+        ran = cli("exec", unknown, "main.py", "-r", name)
+        assert (ran.code, message in ran.err) == (2, True), (name, ran.err)
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "tinypkg-0.1-py3-none-any.whl").write_bytes(tiny_wheel())
+    spaces = " " * (1024 * 1024)  # pip's comment regex: over 20 s per 100 KB of them
+    (tmp_path / "spaced.txt").write_text(
+        f"--no-index{spaces}# offline\n{spaces}\n--find-links ./wheels{spaces}\ntinypkg==0.1\n"
+    )
+    sandbox_id = cli("acquire", "filesystem", "-q").out.strip()
+    ran = cli("exec", sandbox_id, "main.py", "-r", "spaced.txt", "--file", "wheels")
+    assert (ran.code, "value 42" in ran.out) == (0, True), ran.err
+    cli("release", sandbox_id)
 
 
 def test_reap_releases_what_the_ledger_holds(cli: Cli) -> None:

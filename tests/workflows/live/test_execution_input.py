@@ -4,6 +4,7 @@ nothing sent), and the exit status the emulator logs."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,7 @@ def test_refusals_name_the_right_argument_and_send_nothing(
 ) -> None:
     (tmp_path / "requirements.txt").write_text("-c constraints.txt\n")
     (tmp_path / "nomain").mkdir()
+    os.mkfifo(tmp_path / "pipe.txt")  # read, it would block for ever: no writer ever comes
     with face.acquire(["filesystem"], **conn) as sb:
         refused: list[tuple[str | Path, dict[str, Any], str]] = [
             (
@@ -108,6 +110,8 @@ def test_refusals_name_the_right_argument_and_send_nothing(
                 r"constraint files \(-c\) are not supported",
             ),
             (tmp_path / "nomain", {}, r"execute_directory\("),
+            ("print(1)", {"requirements": tmp_path / "pipe.txt"}, r"is a FIFO \(named pipe\)"),
+            ("print(1)", {"requirements": Path("/dev/zero")}, "is a character device"),
         ]
         for main, kwargs, message in refused:
             with pytest.raises(InvalidInputError, match=message):

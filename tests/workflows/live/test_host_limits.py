@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 import workflows
-from tests.helpers import listed_sandboxes
+from tests.helpers import expect_children_to_get_sigint, listed_sandboxes
 from tests.workflows.live.pool_handle import PoolHandle
 
 CHILD = str(Path(__file__).with_name("host_limits_child.py"))
@@ -42,6 +43,7 @@ class Children:
         self.seen: list[tuple[int, dict[str, Any]]] = []
 
     def start(self, *args: str) -> int:
+        expect_children_to_get_sigint()  # some tests send it Ctrl-C
         proc = subprocess.Popen(
             [sys.executable, CHILD, *args],
             stdin=subprocess.PIPE,
@@ -76,8 +78,9 @@ class Children:
             if kind in item[1]:
                 return item
 
-    def finish(self) -> list[str]:
-        """Wait for every child to exit and for its pipes to be read; their stderr."""
+    def finish(self, interrupted: frozenset[int] = frozenset()) -> list[str]:
+        """Wait for every child to exit and for its pipes to be read; their stderr (the
+        ``interrupted`` ones ended by Ctrl-C)."""
         for proc in self.procs:
             if proc.stdin is not None and not proc.stdin.closed:
                 proc.stdin.close()
@@ -90,8 +93,12 @@ class Children:
             except queue.Empty:
                 break
         errors = ["".join(lines) for lines in self.stderr]
-        for proc, err in zip(self.procs, errors, strict=True):
-            assert proc.returncode in (0, -9), err
+        for index, (proc, err) in enumerate(zip(self.procs, errors, strict=True)):
+            if index in interrupted:
+                assert proc.returncode == -signal.SIGINT, err
+                assert "KeyboardInterrupt" in err, err
+            else:
+                assert proc.returncode in (0, -9), err
         return errors
 
     def kill_all(self) -> None:
@@ -222,6 +229,38 @@ def test_the_acquire_rate_spaces_the_acquires_of_every_process(
     # the gaps of the requests as they left are not asserted: a request leaves after its turn
     # by whatever the machine takes to run the process again (measured: 0.25 s +- 0.005 s
     # mostly, one 0.3 s late on a host with a load of 10 on 2 cores)
+
+
+def test_turns_of_processes_interrupted_while_waiting_are_given_back(
+    children: Children, conn: dict[str, str]
+) -> None:
+    """Three processes wait for their turns behind a first one, at one acquire a minute, and
+    are interrupted by Ctrl-C: their turns are given back, so a fifth process waits at most
+    one turn (the report: the next process waited 16.6 s behind six dead turns)."""
+    spacing = 60.0  # far more than a process takes to start on a loaded machine
+    children.env[workflows.HOST_MAX_ACQUIRES_PER_SECOND_ENV] = str(1 / spacing)
+    first = children.start("cycles", "1")
+    children.next_event("turn")
+    waiters = {children.start("cycles", "1") for _ in range(3)}
+    turns: dict[int, dict[str, Any]] = {}
+    while set(turns) != waiters:  # each logged its turn, just before it waits for it
+        index, event = children.next_event("turn")
+        turns[index] = event
+    assert all(event["turn"] > event["t"] for event in turns.values()), turns  # they wait
+    for index in waiters:
+        children.procs[index].send_signal(signal.SIGINT)
+    for index in waiters:
+        children.procs[index].wait(timeout=WAIT)
+    late = children.start("cycles", "1")
+    index, event = children.next_event("turn")
+    assert index == late
+    # its turn is the first free one: at most a turn after it asked, not three behind
+    assert event["turn"] - event["t"] <= spacing + 1e-6, (turns, event)
+    if event["turn"] > event["t"]:  # it waits (a turn, at most): its turn is all we need
+        children.procs[late].send_signal(signal.SIGINT)
+        waiters.add(late)
+    children.finish(interrupted=frozenset(waiters))
+    assert children.procs[first].returncode == 0
 
 
 def test_two_pools_in_two_processes_share_a_cap_and_finish(

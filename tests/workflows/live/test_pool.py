@@ -25,7 +25,7 @@ import pytest
 
 import workflows
 from tests.faulty_proxy import Decision, faulty_proxy
-from tests.helpers import as_from_a_shell, listed_sandboxes
+from tests.helpers import expect_children_to_get_sigint, listed_sandboxes
 from tests.workflows.live.pool_handle import PoolHandle
 from workflows import InvalidInputError, PoolResults, TaskResult, TaskTimeoutError
 
@@ -333,13 +333,13 @@ def test_signals_release_every_sandbox_of_the_pool(
 ) -> None:
     env = dict(os.environ, K=conn["api_key"], U=conn["base_url"])
     env["KLAVIS_SANDBOX_STATE_DIR"] = str(tmp_path / "child-state")
+    expect_children_to_get_sigint()
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD, kind],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
         text=True,
-        preexec_fn=as_from_a_shell,
     )
     try:
         assert child.stdout is not None

@@ -13,13 +13,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,8 @@ from typing import Any
 import pytest
 import ray
 
-from tests.helpers import RayCluster, as_from_a_shell, listed_sandboxes, wait_until
+from tests.helpers import RayCluster, listed_sandboxes, wait_until
+from tests.ray_helpers import start_cluster, with_environment
 from tests.workflows.live.broker_actors import Episodes, Gate, Poller
 from workflows.ray import SandboxBroker
 
@@ -68,28 +67,6 @@ def test_4096_waiting_leases_on_a_cap_of_8_all_finish(
     )
 
 
-def _start(cluster: Any, **node: Any) -> Any:
-    """Add a node, trying again when it does not come up under load (Ray waits a fixed 30 s
-    for its raylet, whose own wait for its metrics agent's port file ends it when that agent
-    starts slowly); a failed try's processes (this process's children started since) end."""
-    import psutil
-
-    for attempt in range(4):
-        began = time.time()
-        try:
-            return cluster.add_node(**node)
-        except Exception as exc:
-            for child in psutil.Process().children():  # the failed node's, not the session's
-                with contextlib.suppress(psutil.Error):
-                    if child.create_time() >= began - 1:
-                        for process in [*child.children(recursive=True), child]:
-                            with contextlib.suppress(psutil.Error):
-                                process.kill()
-            if "timed out during startup" not in str(exc) or attempt == 3:
-                raise
-    raise AssertionError("unreachable")
-
-
 @pytest.fixture
 def two_nodes(
     ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory
@@ -103,33 +80,14 @@ def two_nodes(
     which every plain ``ray.init()`` of the machine would otherwise connect to. It is ended
     node by node (``Cluster.shutdown`` also resets this process's link to its own cluster's
     key-value store)."""
-    from ray.cluster_utils import Cluster
-
     folder = tempfile.mkdtemp(prefix="rn-", dir="/tmp")  # short: socket paths have a limit
-    env = {
-        "KLAVIS_API_KEY": ray_cluster.token,
-        "KLAVIS_BASE_URL": ray_cluster.base_url,
-        "RAY_TMPDIR": folder,
-    }
-    saved = {name: os.environ.get(name) for name in env}
+    env = {**ray_cluster.environment, "RAY_TMPDIR": folder}
     lock_path = tmp_path_factory.getbasetemp().parent / "ray-start.lock"
-    cluster = Cluster()
-    nodes: list[Any] = []
-    os.environ.update(env)
+    with open(lock_path, "a") as lock, with_environment(env):
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one start at a time in the run, as the fixtures'
+        cluster = start_cluster((1, 1), resources=({"head": 1}, {"doomed": 1}))
+    nodes = [cluster.head_node, *cluster.worker_nodes]
     try:
-        try:
-            with open(lock_path, "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                nodes.append(
-                    _start(cluster, num_cpus=1, resources={"head": 1}, include_dashboard=False)
-                )
-                nodes.append(_start(cluster, num_cpus=1, resources={"doomed": 1}))
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
         yield cluster, nodes[1]
     finally:
         for node in reversed(nodes):  # the worker (if not lost already), then the head
@@ -148,7 +106,6 @@ def test_a_holder_on_a_lost_node_gives_its_place_back_at_once(
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        preexec_fn=as_from_a_shell,
     )
     try:
         assert driver.stdin is not None

@@ -3,10 +3,12 @@ machines' environment, here the environment ``ray.init`` starts the local cluste
 neither in the cluster's job table, read as another job reads it (a second driver, without the
 key), nor in any file of the Ray session's folder, after a pool and a broker lease ran; a job
 whose own ``runtime_env`` holds it is warned; options that would put it there are refused
-before anything is sent."""
+before anything is sent; on a cluster of several nodes, each node's workers have it from that
+node's own environment."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -15,14 +17,15 @@ from typing import Any
 
 import pytest
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from tests.helpers import RayCluster, listed_sandboxes
+from tests.helpers import RAY_TEST_TIMEOUT, RayCluster, listed_sandboxes
 from workflows import InvalidInputError, LocalSandbox
 from workflows.ray import RaySandboxPool, SandboxBroker
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(RAY_TEST_TIMEOUT)]  # a cluster's start
 
 ANOTHER_JOB = """
 import sys, ray
@@ -146,3 +149,28 @@ def test_options_that_would_put_the_key_in_ray_are_refused_before_anything_is_se
     assert ray_cluster.token not in str(caught.value)
     with pytest.raises(ValueError, match="Failed to look up actor"):
         ray.get_actor(broker_name, namespace="klavis-sandbox")  # no broker was made
+
+
+@ray.remote(num_cpus=1)
+def _node_and_key_digest() -> tuple[str, str]:
+    """The node this task ran on, and the SHA-256 of the key in its worker's environment (the
+    digest, never the key, goes back through Ray)."""
+    key = os.environ.get("KLAVIS_API_KEY", "")
+    return ray.get_runtime_context().get_node_id(), hashlib.sha256(key.encode()).hexdigest()
+
+
+def test_every_node_of_a_cluster_gives_its_workers_the_key_from_its_own_environment(
+    ray_multinode: RayCluster,
+) -> None:
+    alive = [node["NodeID"] for node in ray.nodes() if node["Alive"]]  # type: ignore[no-untyped-call]
+    assert len(alive) == 2
+    pinned = [
+        _node_and_key_digest.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+        ).remote()
+        for node_id in alive
+    ]
+    seen = dict(ray.get(pinned, timeout=600))
+    expected = hashlib.sha256(ray_multinode.token.encode()).hexdigest()
+    assert seen == dict.fromkeys(alive, expected)
+    assert ray_multinode.token not in job_table(ray_multinode.address)

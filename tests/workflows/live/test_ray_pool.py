@@ -1,15 +1,19 @@
 """RaySandboxPool on a real local Ray cluster and the session emulator: results in order, the
 cluster-wide cap and the acquire rate held, a worker killed mid-task leaves nothing acquired
-and its task retried, a driver's Ctrl-C releases everything, and reap after a killed driver."""
+and its task retried, a driver's Ctrl-C releases everything, and reap after a killed driver;
+the README's tracing inside workers (``worker_process_setup_hook``, the emulator's URL in the
+``runtime_env``)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,14 +24,20 @@ import pytest
 import ray
 
 import workflows.ray
-from tests.helpers import RayCluster, as_from_a_shell, listed_sandboxes, wait_until
+from tests.helpers import (
+    RAY_TEST_TIMEOUT,
+    RayCluster,
+    expect_children_to_get_sigint,
+    listed_sandboxes,
+    wait_until,
+)
 from workflows import LocalSandbox, TaskTimeoutError, WorkerDiedError
 from workflows.ray import RaySandboxPool, SandboxBroker
 
 # Ray ships this module's functions and classes by value: its workers need not import tests/.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(RAY_TEST_TIMEOUT)]  # a cluster's start
 DRIVER = Path(__file__).with_name("ray_driver.py")
 
 
@@ -286,12 +296,12 @@ def driver(ray_cluster: RayCluster, broker_name: str, tmp_path: Path) -> Iterato
     env = {k: v for k, v in os.environ.items() if not k.startswith("KLAVIS_")}
     env.update(KLAVIS_API_KEY=ray_cluster.token, KLAVIS_BASE_URL=ray_cluster.base_url)
     env["KLAVIS_SANDBOX_STATE_DIR"] = str(tmp_path / "driver-state")
+    expect_children_to_get_sigint()
     process = subprocess.Popen(
         [sys.executable, str(DRIVER), ray_cluster.address, broker_name, str(markers), "2"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        preexec_fn=as_from_a_shell,
     )
     try:
         wait_until(lambda: len(list(markers.glob("*.held"))) == 2, "holding 2 sandboxes", 120)
@@ -327,3 +337,70 @@ def test_what_a_killed_driver_held_is_released_when_ray_reports_its_death(
         deadline=110,
     )
     assert workflows.ray.reap(broker_name) == []  # nothing left for reap to take
+
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+TRACED_TASK = """
+import os
+from workflows import LocalSandbox
+
+
+@ray.remote(num_cpus=0)
+def seed_and_read_back() -> tuple[str, str]:
+    with LocalSandbox.acquire(["filesystem"]) as sb:  # the key: this node's environment
+        sb.seed({"a.txt": "traced"})
+        return os.environ["KLAVIS_BASE_URL"], sb.dump().text("a.txt")
+
+
+print(*ray.get(seed_and_read_back.remote(), timeout=600))
+"""
+
+
+def readme_block(containing: str) -> str:
+    """The README's ```py block (in a list item: indented) that holds ``containing``."""
+    blocks = re.findall(r"^ *```py\n(.*?)^ *```", README.read_text(), re.MULTILINE | re.DOTALL)
+    [block] = [b for b in blocks if containing in b]
+    return textwrap.dedent(block)
+
+
+def test_the_readme_s_worker_setup_hook_traces_inside_workers_with_the_url_of_the_runtime_env(
+    ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    """The README's block, run as written in a job of its own (``address="auto"`` finds the
+    cluster through ``RAY_ADDRESS``), with the URL of a second emulator in its ``runtime_env``:
+    the worker's sandbox is that emulator's (the nodes' environment names the session's), and
+    the worker's spans, exported by the hook's SDK to the worker's output, are in the
+    session's worker logs, without the key."""
+    from klavis_emulator import EmulatorConfig, EmulatorServer
+
+    snippet = readme_block("worker_process_setup_hook")
+    assert '"http://127.0.0.1:8321"' in snippet
+    with EmulatorServer(EmulatorConfig(mcp_at_acquire=False)) as other:
+        other_url = other.base_url
+        assert other_url != ray_cluster.base_url
+        job = snippet.replace('"http://127.0.0.1:8321"', repr(other_url)) + TRACED_TASK
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KLAVIS_")}
+        env["RAY_ADDRESS"] = ray_cluster.address
+        done = subprocess.run(
+            [sys.executable, "-c", job],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+            cwd=tmp_path,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [other_url, "traced"]
+
+    assert ray_cluster.cluster is not None
+    head: Any = ray_cluster.cluster.head_node  # read only: where the cluster's files are
+    logs = Path(head.get_session_dir_path()) / "logs"
+
+    def worker_output() -> str:
+        return "".join(path.read_text(errors="replace") for path in logs.glob("worker-*.out"))
+
+    spans = ('"name": "klavis.acquire"', '"name": "klavis.seed"', '"name": "klavis.release"')
+    wait_until(lambda: all(span in worker_output() for span in spans), "traced in a worker", 120)
+    assert ray_cluster.token not in worker_output()

@@ -14,7 +14,7 @@ import pytest
 
 import workflows
 from klavis_emulator import EmulatorServer
-from tests.helpers import Face, as_from_a_shell, listed_sandboxes
+from tests.helpers import Face, expect_children_to_get_sigint, listed_sandboxes
 from workflows import ApiKey
 
 
@@ -112,6 +112,7 @@ def test_process_exit_and_signals_release(
 ) -> None:
     env = dict(os.environ, K=conn["api_key"], U=conn["base_url"])
     env["KLAVIS_SANDBOX_STATE_DIR"] = str(tmp_path / "child-state")
+    expect_children_to_get_sigint()
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD, how],
         stdin=subprocess.PIPE,
@@ -119,7 +120,6 @@ def test_process_exit_and_signals_release(
         stderr=subprocess.PIPE,
         env=env,
         text=True,
-        preexec_fn=as_from_a_shell,
     )
     assert child.stdout is not None
     assert child.stdin is not None

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -280,6 +281,45 @@ def test_a_pool_run_has_one_span_per_task(
     task_ids = {s.context.span_id for s in tasks.values()}
     assert resets
     assert all(s.parent is not None and s.parent.span_id in task_ids for s in resets)
+
+
+def test_no_tools_arguments_or_output_in_any_span(
+    make_pool: Callable[..., PoolHandle], conn: dict[str, str], spans: InMemorySpanExporter
+) -> None:
+    secret = f"hunter2-{uuid.uuid4().hex}"  # the tool's argument, which its error echoes
+    missing = f"/nowhere/{secret}.txt"
+
+    def task(sb: Any, n: int) -> None:
+        result = sb.call_tool("filesystem", "read_file", {"path": missing})
+        assert secret in result.text  # the filesystem server echoes the path it was given
+        if n == 0:
+            result.raise_for_error()  # McpError: "tool 'read_file' failed: ...<the path>..."
+        raise ValueError(f"the agent gave up on {result.text}")  # the user's own message
+
+    with make_pool(["filesystem"], size=1, **conn) as pool:
+        results = pool.map(task, [0, 1], timeout=120)
+    assert [r.ok for r in results] == [False, False]
+    assert all(secret in str(r.exception) for r in results)  # the user gets it all
+    with (
+        LocalSandbox.acquire(
+            ["filesystem"], api_key=conn["api_key"], base_url=conn["base_url"]
+        ) as sb,
+        sb.mcp_session("filesystem") as fs,
+        pytest.raises(workflows.McpError, match=secret),
+    ):
+        fs.call_tool("read_file", {"path": missing}).raise_for_error()
+    assert secret not in _everything(spans)
+    tasks = {_attrs(s)["klavis.task.index"]: s for s in _named(spans, "klavis.pool.task")}
+    assert tasks[0].status.description == "McpError: tool 'read_file' failed"
+    (event,) = tasks[0].events
+    assert dict(event.attributes or {})["exception.message"] == "tool 'read_file' failed"
+    assert tasks[1].status.description == "ValueError"  # a user's message is not the library's
+    (event,) = tasks[1].events
+    assert "exception.message" not in dict(event.attributes or {})
+    assert dict(event.attributes or {})["exception.type"] == "ValueError"
+    calls = _named(spans, "klavis.mcp.call_tool")
+    assert len(calls) == 3
+    assert all(_attrs(c)["error.type"] == "tool_error" for c in calls)
 
 
 def test_no_key_or_signed_url_in_any_span(

@@ -1,0 +1,89 @@
+"""Making a hosted server's processes: the command line of one start, its log, its folders.
+
+:class:`ProcessMaker` turns (server, owner, workspace folder) into a
+:class:`~.backend.ServerProcess` (not started): the command line from
+:func:`~.launch.launch_spec` in the emulator's confinement, a log file for its stderr under
+``<data_dir>/mcp-logs``, and, unconfined, a private temporary folder of its own under
+``<data_dir>/mcp-tmp`` (confined, ``/tmp`` is a private tmpfs already). Each start gets new
+ones: a reset's fresh process does not find the old one's temporary files.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .._exec import Confinement
+from .backend import ServerProcess
+from .catalog import CATALOG
+from .launch import LaunchSpec, launch_spec
+from .setup import McpToolPaths
+
+__all__ = ["ProcessMaker"]
+
+
+class ProcessMaker:
+    """Makes the server processes of one emulator (see the module docs).
+
+    ``tools`` and ``confinement`` are asked at each start (the host decides confinement
+    once, when it starts serving; tests patch where the tools are).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        tools: Callable[[], McpToolPaths],
+        confinement: Callable[[], Confinement],
+        command_timeout: int,
+    ) -> None:
+        self._logs = data_dir / "mcp-logs"
+        self._tmp = data_dir / "mcp-tmp"
+        self._tools = tools
+        self._confinement = confinement
+        self._command_timeout = command_timeout
+
+    def __repr__(self) -> str:
+        return f"ProcessMaker(logs={str(self._logs)!r})"
+
+    def drop_leftovers(self) -> None:
+        """Delete the logs and temporary folders a killed emulator left behind."""
+        shutil.rmtree(self._logs, ignore_errors=True)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def spec(
+        self,
+        server: str,
+        folder: Path,
+        *,
+        tmp_dir: Path | None = None,
+        mail: Mapping[str, Any] | None = None,
+    ) -> LaunchSpec:
+        """The command line of ``server`` on the workspace ``folder``."""
+        confinement = self._confinement()
+        return launch_spec(
+            server,
+            folder,
+            self._tools(),
+            bwrap=confinement.bwrap if confinement.enabled else None,
+            command_timeout=self._command_timeout,
+            tmp_dir=tmp_dir,
+            mail=mail,
+        )
+
+    def new(
+        self, server: str, owner: str, folder: Path, mail: Mapping[str, Any] | None = None
+    ) -> ServerProcess:
+        """A process of ``server`` on ``folder`` (not started) for ``owner``, a sandbox id or
+        ``spare``, which names its log and its temporary folder; ``mail``: the sandbox's mail
+        server and account, for a server with a mail server."""
+        tmp_dir: Path | None = None
+        if not self._confinement().enabled and CATALOG[server].private_tmp:
+            tmp_dir = self._tmp / f"{owner}-{server}-{uuid.uuid4().hex[:8]}"
+            tmp_dir.mkdir(parents=True)
+        spec = self.spec(server, folder, tmp_dir=tmp_dir, mail=mail)
+        self._logs.mkdir(parents=True, exist_ok=True)
+        log_file = self._logs / f"{owner}-{server}-{uuid.uuid4().hex[:8]}.log"
+        return ServerProcess(spec, log_file, folder, tmp_dir)
