@@ -22,6 +22,8 @@ file, since a busy or slow disk moves the seed and dump figures more than any co
 | mcp | mcp_first_call_s, mcp_session_speedup |
 | pool | pool_throughput_vs_fresh_acquire, pool_overhead_vs_ideal |
 | ray | ray_pool_scaling, ray_pool_overhead_vs_ideal, ray_dead_worker_leaked, |
+| | broker_4096_waiting_failed, broker_leases_per_s, broker_grant_p99_ms, warm_handover_ms, |
+| | holder_death_recovery_s |
 | | template_seed_speedup (without Ray: benchmarks/_template_seed.py) |
 | | emulator_acquire_s, emulator_reset_s, emulator_reset_vs_acquire |
 | shapes | shapes_seed_speedup, shapes_seed_vs_limit, shapes_dump_speedup, |
