@@ -32,7 +32,7 @@ from ._output import (
     Output,
     UsageError,
 )
-from ._parser import parser
+from ._parser import command_of, parser
 
 
 def main(
@@ -47,7 +47,7 @@ def main(
     ui = Output(out or sys.stdout, err or sys.stderr, quiet=getattr(args, "quiet", False))
     unwind_on_sigterm()
     try:
-        code: int = args.run(args, ui)
+        code: int = command_of(args)(args, ui)
     except BrokenPipeError:
         return EXIT_BROKEN_PIPE
     except UsageError as exc:
