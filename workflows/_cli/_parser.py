@@ -226,7 +226,8 @@ def parser() -> argparse.ArgumentParser:
         both,
         "acquire a sandbox and print its id (it stays held)",
         "Acquire a sandbox, print its id on stdout (--json: the whole record, MCP URLs "
-        "included) and leave it held until `release` or its TTL. "
+        "included) and leave it held until `release` or its TTL: it is detached from this "
+        "command, and `reap` keeps it (reap --include-detached releases it). "
         f"{CAPABILITY_NOTE}.",
     )
     p.add_argument(
@@ -400,6 +401,10 @@ def parser() -> argparse.ArgumentParser:
         "Release what the local ledger says this key still holds at the service (--base-url): "
         "sandboxes acquired by processes that have ended and never released, and those that "
         "acquires which ended without an answer left behind.\n\n"
+        "Sandboxes acquired to outlive their command (klavis-sandbox acquire; in Python, "
+        "acquire(..., detach=True)) are not leftovers: they are listed apart (detached, "
+        "expires in ...) and kept until their TTL ends or they are released by id, unless "
+        "--include-detached.\n\n"
         "The ledger records each sandbox with the base URL it was acquired from. One recorded "
         "for another URL is released here too when this service lists it (an emulator "
         "restarted on another port over the same data folder). The rest is reported apart, "
@@ -424,6 +429,12 @@ def parser() -> argparse.ArgumentParser:
         "--include-live",
         action="store_true",
         help="also release sandboxes whose acquiring process is still running",
+    )
+    p.add_argument(
+        "--include-detached",
+        action="store_true",
+        help="also release sandboxes acquired to outlive their command (klavis-sandbox "
+        "acquire, detach=True) whose TTL has not ended",
     )
 
     p = _command(

@@ -14,7 +14,6 @@ from workflows._execution_input import (
     read_requirements_file,
 )
 from workflows._models import ServerNames
-from workflows._ownership import forget
 from workflows._sandbox import LocalSandbox, list_sandboxes
 
 from ._output import CAPABILITY_NOTE, EXIT_ERROR, EXIT_OK, Output, UsageError, info_json
@@ -23,12 +22,13 @@ from ._output import CAPABILITY_NOTE, EXIT_ERROR, EXIT_OK, Output, UsageError, i
 def cmd_acquire(args: argparse.Namespace, ui: Output) -> int:
     # the names typed on the command line are sent as they are (the service judges them)
     names = cast("ServerNames", "ALL" if args.servers == ["ALL"] else list(args.servers))
-    sb = LocalSandbox.acquire(
+    sb = LocalSandbox.acquire(  # detached: it outlives this command, and reap spares it
         names,
         ttl_seconds=args.ttl,  # None: never (--ttl never)
         benchmark=args.benchmark,
         base_url=args.base_url,
         progress=False,
+        detach=True,
     )
     try:
         if args.json:
@@ -40,8 +40,6 @@ def cmd_acquire(args: argparse.Namespace, ui: Output) -> int:
         sb.release()
         ui.problem(f"stdout was closed before the sandbox id was read; released {sb.id}")
         raise
-    # the sandbox outlives this command: hand it over to the ledger and to `release`
-    forget(sb.id, sb.settings)
     ttl = "no TTL" if args.ttl is None else f"TTL {args.ttl} s"
     ui.note(
         f"acquired {sb.id} ({', '.join(s.name for s in sb.servers)}; {ttl}); "

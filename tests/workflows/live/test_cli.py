@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import pytest
 
+import workflows
 from tests.helpers import expect_children_to_get_sigint, tiny_wheel
 from workflows import LocalSandbox, Snapshot, list_sandboxes
 from workflows._cli import EXIT_CODES, main
@@ -491,8 +492,10 @@ def test_exec_reads_requirements_files_within_bounds_naming_file_and_limit(
     cli("release", sandbox_id)
 
 
-def test_reap_releases_what_the_ledger_holds(cli: Cli) -> None:
-    sandbox_id = cli("acquire", "git", "-q").out.strip()
+def test_reap_releases_what_the_ledger_holds(cli: Cli, conn: dict[str, str]) -> None:
+    leaked = LocalSandbox.acquire(["git"], progress=False, **conn)  # as by a killed script
+    workflows._ownership.forget(leaked.id, leaked.settings)
+    sandbox_id = leaked.id
     assert cli("reap", "--dry-run") == (0, f"{sandbox_id}\n", "")
     assert json.loads(cli("reap", "--dry-run", "--json").out) == [sandbox_id]
     ran = cli("reap", "--json")
