@@ -13,7 +13,7 @@ import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -33,7 +33,7 @@ Cli = Callable[..., Ran]
 
 
 @pytest.fixture
-def env(conn: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def env(conn: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The environment of a CLI pointed at the emulator as this test's tenant."""
     monkeypatch.setenv("KLAVIS_API_KEY", conn["api_key"])
     monkeypatch.setenv("KLAVIS_BASE_URL", conn["base_url"])
@@ -70,7 +70,7 @@ def shell(env: dict[str, str]) -> Cli:
     return run
 
 
-def test_acquire_prints_only_the_id_for_scripts(shell: Cli, conn: dict[str, str]) -> None:
+def test_acquire_prints_only_the_id_for_scripts(shell: Cli, conn: dict[str, Any]) -> None:
     ran = shell("acquire", "filesystem", "--ttl", "600")
     assert ran.code == 0, ran.err
     sandbox_id = ran.out.strip()
@@ -92,7 +92,7 @@ def test_acquire_prints_only_the_id_for_scripts(shell: Cli, conn: dict[str, str]
     assert "auth_data" not in record["servers"][0]
 
 
-def test_list_get_and_json(cli: Cli, conn: dict[str, str]) -> None:
+def test_list_get_and_json(cli: Cli, conn: dict[str, Any]) -> None:
     assert cli("list") == (0, "", "no active sandboxes\n")
     assert cli("list", "-q") == (0, "", "")
     assert cli("list", "--json") == (0, "[]\n", "")
@@ -269,7 +269,7 @@ def test_seed_can_keep_modification_times(cli: Cli, tmp_path: Path) -> None:
     cli("release", sandbox_id)
 
 
-def test_release_unknown_ids_and_our_expired_ones(cli: Cli, conn: dict[str, str]) -> None:
+def test_release_unknown_ids_and_our_expired_ones(cli: Cli, conn: dict[str, Any]) -> None:
     unknown = "00000000-0000-4000-8000-000000000000"
     ran = cli("release", unknown)
     assert ran.code == 1
@@ -333,7 +333,7 @@ def _with_closed_stdout(env: dict[str, str], *argv: str) -> tuple[int, str]:
     return done.returncode, done.stderr
 
 
-def test_a_closed_stdout_ends_quietly(env: dict[str, str], conn: dict[str, str]) -> None:
+def test_a_closed_stdout_ends_quietly(env: dict[str, str], conn: dict[str, Any]) -> None:
     held = LocalSandbox.acquire(
         ["git"], ttl_seconds=600, ledger=False, api_key=conn["api_key"], base_url=conn["base_url"]
     )
@@ -492,7 +492,7 @@ def test_exec_reads_requirements_files_within_bounds_naming_file_and_limit(
     cli("release", sandbox_id)
 
 
-def test_reap_releases_what_the_ledger_holds(cli: Cli, conn: dict[str, str]) -> None:
+def test_reap_releases_what_the_ledger_holds(cli: Cli, conn: dict[str, Any]) -> None:
     leaked = LocalSandbox.acquire(["git"], progress=False, **conn)  # as by a killed script
     workflows._ownership.forget(leaked.id, leaked.settings)
     sandbox_id = leaked.id
@@ -504,7 +504,7 @@ def test_reap_releases_what_the_ledger_holds(cli: Cli, conn: dict[str, str]) -> 
 
 
 def test_the_readme_cli_walkthrough_runs_as_a_script(
-    env: dict[str, str], conn: dict[str, str], tmp_path: Path
+    env: dict[str, str], conn: dict[str, Any], tmp_path: Path
 ) -> None:
     readme = (Path(__file__).parents[3] / "README.md").read_text()
     section = readme.split("\n## The CLI\n", 1)[1]

@@ -14,6 +14,7 @@ import sys
 import textwrap
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ BIN = Path(sys.executable).parent  # where the install put `klavis-sandbox`
 
 
 @pytest.fixture
-def env(conn: dict[str, str]) -> dict[str, str]:
+def env(conn: dict[str, Any]) -> dict[str, str]:
     """A user's shell: the CLI on PATH, pointed at the emulator as this test's tenant (the
     ledger is the test's own: ``KLAVIS_SANDBOX_STATE_DIR`` from the autouse fixture)."""
     assert (BIN / "klavis-sandbox").exists()
@@ -46,12 +47,12 @@ def _bash(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _listed(conn: dict[str, str]) -> list[str]:
+def _listed(conn: dict[str, Any]) -> list[str]:
     return [info.id for info in list_sandboxes(**conn)]
 
 
 def test_reap_spares_what_a_shell_script_acquired_and_lists_it_apart(
-    env: dict[str, str], conn: dict[str, str]
+    env: dict[str, str], conn: dict[str, Any]
 ) -> None:
     done = _bash(
         """
@@ -92,7 +93,7 @@ def test_reap_spares_what_a_shell_script_acquired_and_lists_it_apart(
 
 
 def test_a_detached_sandbox_ends_by_release_by_id_and_no_ttl_is_said(
-    env: dict[str, str], conn: dict[str, str]
+    env: dict[str, str], conn: dict[str, Any]
 ) -> None:
     done = _bash(
         """
@@ -112,7 +113,7 @@ def test_a_detached_sandbox_ends_by_release_by_id_and_no_ttl_is_said(
 
 
 def test_the_library_detaches_a_sandbox_that_outlives_its_script_and_reap_keeps_it(
-    env: dict[str, str], conn: dict[str, str], tmp_path: Path
+    env: dict[str, str], conn: dict[str, Any], tmp_path: Path
 ) -> None:
     script = tmp_path / "job.py"
     script.write_text(
@@ -145,7 +146,7 @@ def test_the_library_detaches_a_sandbox_that_outlives_its_script_and_reap_keeps_
 
 
 def test_a_crashed_scripts_sandboxes_are_still_reaped(
-    env: dict[str, str], conn: dict[str, str], tmp_path: Path
+    env: dict[str, str], conn: dict[str, Any], tmp_path: Path
 ) -> None:
     script = tmp_path / "crash.py"
     script.write_text(
