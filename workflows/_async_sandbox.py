@@ -513,6 +513,17 @@ class AsyncLocalSandbox(SandboxBase):
         await self._driver.run(start)
         return AsyncExecution(self._driver, self.id, run_name, limits=self.limits, progress=show)
 
+    def execution(self, name: str) -> AsyncExecution:
+        """The handle of this sandbox's execution ``name``, started elsewhere (another process,
+        ``klavis-sandbox exec``); no request is sent until it is used.
+
+        >>> sb.execution("run-1a2b3c4d").logs()  # doctest: +SKIP
+        """
+        from ._execution import AsyncExecution, check_execution_name
+
+        run_name = check_execution_name(name)
+        return AsyncExecution(self._driver, self.id, run_name, limits=self.limits, progress=False)
+
     async def initialize_server_data(
         self, server: str, data: Mapping[str, Any] | None = None, *, default: bool = False
     ) -> str:

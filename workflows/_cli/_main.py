@@ -62,9 +62,9 @@ def main(
     except KeyboardInterrupt:
         ui.problem("interrupted")
         return EXIT_INTERRUPTED
-    except Terminated:
-        ui.problem("terminated")
-        return EXIT_TERMINATED
+    except Terminated as exc:  # SIGTERM (143), or SIGHUP during exec's wait (129)
+        ui.problem("terminated" if exc.code == EXIT_TERMINATED else "hung up")
+        return exc.code if isinstance(exc.code, int) else EXIT_TERMINATED
     return code
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from workflows._config import API_KEY_ENV, BASE_URL_ENV
 from workflows._models import BENCHMARKS, MAX_TTL_SECONDS, MIN_TTL_SECONDS, SERVER_NAMES
 
-from ._output import CAPABILITY_NOTE, EXIT_CODES, Output
+from ._output import CAPABILITY_NOTE, EXIT_CODES, EXIT_NO_STATUS, Output
 
 #: What a command is: it reads its arguments, writes through the output, returns its status.
 Command = Callable[[argparse.Namespace, Output], int]
@@ -339,15 +339,27 @@ def parser() -> argparse.ArgumentParser:
     p = _command(
         sub,
         "exec",
-        "_sandboxes.cmd_exec",
+        "_exec.cmd_exec",
         [quiet],
         "run a Python script (or a folder's main.py) in a sandbox, streaming its output",
-        "Run a Python script in a sandbox; its output goes to stdout. SCRIPT is a .py file (sent "
-        "as main.py) or a folder holding main.py (all of it is sent, .gitignore and "
-        ".sandboxignore honoured, .git left out; its requirements.txt is installed). "
-        "Exit status 1 when the script fails: the service reports only completed or failed, "
-        "never the script's own exit status; on the emulator, which logs it, the message "
-        "names it.",
+        "Run a Python script in a sandbox. SCRIPT is a .py file or a folder holding main.py "
+        "(all of it is sent, .gitignore and .sandboxignore honoured, .git left out; its "
+        "requirements.txt is installed).\n\n"
+        "stdout carries the script's stdout only; pip's install lines, the service's notes "
+        "and the script's stderr go to stderr (-q keeps the script's stderr alone). The "
+        "script runs under a small launcher sent as main.py (the script travels as "
+        "_klavis_main.py beside it and gets its name back before it runs) that keeps its "
+        "two streams apart in the execution's one log and records its exit status, which "
+        "the service does not report.\n\n"
+        "exec exits with the script's own status (128 + N when signal N killed it); "
+        f"{EXIT_NO_STATUS} when the execution failed with no status known (pip failed, a time "
+        "limit), with a line saying so; 1 or 2 for exec's own errors, before the script "
+        "runs.\n\n"
+        "It prints the execution's id (SANDBOX_ID/NAME) on stderr when it starts: "
+        "`klavis-sandbox logs ID` reads the output again. SIGTERM, SIGHUP or Ctrl-C stop "
+        "the wait, not the script: it keeps running on the sandbox until it ends or the "
+        "sandbox is released (exec says so). To stop a shell script and every exec it "
+        "started, signal its whole process group (kill -- -PGID).",
     )
     p.add_argument("id", help="the sandbox's id")
     p.add_argument("script", help="the script to run as main.py, or a folder holding main.py")
@@ -378,6 +390,26 @@ def parser() -> argparse.ArgumentParser:
         "(a folder's .gitignore honoured); repeatable",
     )
     p.add_argument("--name", default=None, help="execution name (default: generated)")
+
+    p = _command(
+        sub,
+        "logs",
+        "_exec.cmd_logs",
+        [quiet],
+        "print an execution's output again, by the id exec printed",
+        "Print an execution's output: EXECUTION_ID is SANDBOX_ID/NAME, as exec prints it "
+        "when it starts. For a script exec started, its stdout goes to stdout and the rest "
+        "to stderr, and the exit status is the script's, as exec's; the log of an execution "
+        "started otherwise (sb.execute) goes whole to stdout. It waits for a running "
+        "execution to end unless --no-follow.",
+    )
+    p.add_argument("execution_id", metavar="EXECUTION_ID", help="SANDBOX_ID/NAME")
+    p.add_argument(
+        "--follow",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="wait for a running execution's output until it ends",
+    )
 
     p = _command(
         sub,
