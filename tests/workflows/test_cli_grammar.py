@@ -64,6 +64,8 @@ def test_help_shows_defaults_descriptions_and_exit_statuses() -> None:
         (["--base-url", "http://a", "list", "--base-url", "http://b"], "http://b"),
         (["reap", "--dry-run", "--base-url", "http://a"], "http://a"),
         (["acquire", "git", "--base-url", "http://a"], "http://a"),
+        (["demo", "--base-url", "http://a"], "http://a"),
+        (["logs", "ID/NAME", "--base-url", "http://a"], "http://a"),
     ],
 )
 def test_base_url_before_or_after_the_command_and_the_later_wins(
@@ -74,7 +76,16 @@ def test_base_url_before_or_after_the_command_and_the_later_wins(
 
 @pytest.mark.parametrize(
     ("argv", "quiet"),
-    [(["list"], False), (["-q", "list"], True), (["list", "-q"], True), (["demo"], False)],
+    [
+        (["list"], False),
+        (["-q", "list"], True),
+        (["list", "-q"], True),
+        (["demo"], False),
+        (["-q", "demo"], True),
+        (["demo", "-q"], True),  # refused before: "unrecognized arguments: -q"
+        (["exec", "ID", "main.py", "-q"], True),
+        (["-q", "logs", "ID/NAME"], True),
+    ],
 )
 def test_quiet_before_or_after_the_command(argv: list[str], quiet: bool) -> None:
     assert parser().parse_args(argv).quiet is quiet

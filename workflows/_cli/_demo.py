@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import secrets
 import shlex
@@ -25,13 +26,13 @@ from ._output import EXIT_ERROR, EXIT_OK, Output
 
 
 @contextlib.contextmanager
-def _demo_target(out: TextIO) -> Iterator[dict[str, Any]]:
-    """The real service when a key is set, else an embedded emulator on a free port, else
-    (without the emulator extra here) a ``klavis-emulator`` of another environment found on
-    PATH, started with :class:`~workflows.EmulatorProcess`."""
+def _demo_target(out: TextIO, base_url: str | None) -> Iterator[dict[str, Any]]:
+    """The real service when a key is set (at ``base_url`` when given), else an embedded
+    emulator on a free port, else (without the emulator extra here) a ``klavis-emulator`` of
+    another environment found on PATH, started with :class:`~workflows.EmulatorProcess`."""
     if os.environ.get(API_KEY_ENV):
-        out.write(f"Using {os.environ.get(BASE_URL_ENV) or 'https://api.klavis.ai'}\n")
-        yield {}
+        out.write(f"Using {base_url or os.environ.get(BASE_URL_ENV) or 'https://api.klavis.ai'}\n")
+        yield {"base_url": base_url} if base_url else {}
         return
     with contextlib.ExitStack() as stack:
         data = stack.enter_context(tempfile.TemporaryDirectory(prefix="klavis-demo-"))
@@ -64,14 +65,14 @@ def _demo_target(out: TextIO) -> Iterator[dict[str, Any]]:
 
 
 def cmd_demo(args: argparse.Namespace, ui: Output) -> int:
-    out = ui.out
+    out = io.StringIO() if ui.quiet else ui.out  # -q: nothing unless a step fails
     started = time.perf_counter()
     files = {
         "hello.txt": "Hello from a Klavis local sandbox!\n",
         "notes.md": "# Notes\n- item 1\n- item 2\n",
         "config.json": '{"app": "demo", "version": "1.0"}\n',
     }
-    with _demo_target(out) as conn:
+    with _demo_target(out, args.base_url) as conn:
         with LocalSandbox.acquire(
             ["filesystem", "git", "terminal"], ttl_seconds=600, progress=False, **conn
         ) as sb:
@@ -96,4 +97,10 @@ def cmd_demo(args: argparse.Namespace, ui: Output) -> int:
         left = list_sandboxes(**conn)
         out.write(f"7. sandboxes still listed: {len(left)}\n")
     out.write(f"done in {time.perf_counter() - started:.1f} s\n")
-    return EXIT_OK if report.ok and not left and ok == len(results) else EXIT_ERROR
+    if report.ok and not left and ok == len(results):
+        return EXIT_OK
+    ui.problem(
+        f"demo: a step failed (round trip {'ok' if report.ok else 'differs'}; "
+        f"{ok} of {len(results)} released; {len(left)} still listed)"
+    )
+    return EXIT_ERROR

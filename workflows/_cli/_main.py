@@ -15,9 +15,12 @@ was writing (``dump``'s temporary folder beside the destination) is removed, the
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 from workflows._errors import KlavisError
@@ -46,6 +49,27 @@ def main(
     args = parser().parse_args(argv)
     ui = Output(out or sys.stdout, err or sys.stderr, quiet=getattr(args, "quiet", False))
     unwind_on_sigterm()
+    with _warnings_quieted(ui.quiet):
+        return _run(args, ui)
+
+
+@contextlib.contextmanager
+def _warnings_quieted(quiet: bool) -> Iterator[None]:
+    """With ``-q``, the library's and the emulator's log warnings are silenced too (errors
+    still show), for the command's run only: ``main`` may run inside a longer process."""
+    loggers = [logging.getLogger(name) for name in ("workflows", "klavis_emulator")]
+    levels = [logger.level for logger in loggers]
+    if quiet:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _run(args: argparse.Namespace, ui: Output) -> int:
     try:
         code: int = command_of(args)(args, ui)
     except BrokenPipeError:

@@ -84,6 +84,15 @@ def info_json(info: SandboxInfo) -> dict[str, Any]:
     return data
 
 
+def files_text(count: int) -> str:
+    """``1 file``, ``3 files``.
+
+    >>> files_text(1), files_text(0)
+    ('1 file', '0 files')
+    """
+    return f"{count} file{'' if count == 1 else 's'}"
+
+
 def progress_choice(args: argparse.Namespace) -> bool | None:
     """``--progress``/``--no-progress`` as given; ``-q`` turns bars off unless asked for."""
     chosen: bool | None = getattr(args, "progress", None)

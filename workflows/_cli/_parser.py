@@ -136,12 +136,11 @@ def _command(
     imported only when the command runs: :func:`command_of`); ``summary`` is its line in
     ``--help``.
 
-    Every command but ``demo`` also takes the global options after its name
-    (``klavis-sandbox list --base-url URL``), as gh and kubectl do."""
-    shared = [_globals()] if name != "demo" else []
+    Every command also takes the global options after its name (``klavis-sandbox list
+    --base-url URL``, ``klavis-sandbox demo -q``), as gh and kubectl do."""
     command = sub.add_parser(
         name,
-        parents=[*shared, *parents],
+        parents=[_globals(), *parents],
         help=summary,
         description=_paragraphs(description or f"{summary[:1].upper()}{summary[1:]}."),
         epilog=epilog,
@@ -470,7 +469,16 @@ def parser() -> argparse.ArgumentParser:
     )
 
     p = _command(
-        sub, "demo", "_demo.cmd_demo", [], "walk the lifecycle (embedded emulator without a key)"
+        sub,
+        "demo",
+        "_demo.cmd_demo",
+        [quiet],
+        "walk the lifecycle (embedded emulator without a key)",
+        "Walk a sandbox's lifecycle in a few steps: acquire, seed, one MCP tool call, dump "
+        "and diff, bulk acquire and release. Against the service when a key is set "
+        f"({API_KEY_ENV}; --base-url or ${BASE_URL_ENV} for its URL), else against an "
+        "embedded emulator (the emulator extra), else against a klavis-emulator found on "
+        "PATH (a pipx or uv tool install). -q prints nothing unless a step fails.",
     )
     p.add_argument("--count", type=int, default=4, help="how many sandboxes the bulk step acquires")
     return top

@@ -120,7 +120,7 @@ def test_seed_and_dump_to_a_folder(cli: Cli, tmp_path: Path) -> None:
     (project / "a.txt").write_text("A")
     (project / "skip.log").write_text("no")
     seeded = cli("seed", sandbox_id, str(project), "--ignore", "*.log", "--no-progress")
-    assert seeded == (0, "", f"seeded 1 files into {sandbox_id}\n")
+    assert seeded == (0, "", f"seeded 1 file into {sandbox_id}\n")
     assert json.loads(cli("seed", sandbox_id, str(project), "--json", "-q").out) == {
         "sandbox_id": sandbox_id,
         "files": 2,
