@@ -44,8 +44,7 @@ def _demo_target(out: TextIO, base_url: str | None) -> Iterator[dict[str, Any]]:
                 raise MissingExtraError(
                     "the demo without KLAVIS_API_KEY (set it to use the service)",
                     extra="emulator",
-                    detail=" (or a klavis-emulator on PATH: pipx install "
-                    "'klavis-sandbox[emulator]')",
+                    detail=" (or a klavis-emulator on PATH, which it starts)",
                 ) from None
             process = EmulatorProcess(command, data_dir=os.path.join(data, "emulator"))
             base_url = stack.enter_context(process).base_url
