@@ -420,7 +420,8 @@ def test_the_demo_in_a_harness_venv_uses_an_emulator_of_another_environment(
     assert done.code == 0, done.out + done.err
     tool = Path(sysconfig.get_path("scripts"), "klavis-emulator")
     assert done.out.startswith(f"No KLAVIS_API_KEY set: using {tool} at http://127.0.0.1:")
-    assert "7. sandboxes still listed: 0" in done.out
+    assert "4. MCP tool call: filesystem read_text_file /data/hello.txt" in done.out
+    assert "8. sandboxes still listed: 0" in done.out
 
 
 def test_in_a_harness_venv_the_missing_extra_hint_keeps_its_mcp_pin(

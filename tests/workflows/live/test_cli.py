@@ -550,4 +550,7 @@ def test_demo_runs_on_the_embedded_emulator(tmp_path: Path) -> None:
     assert "embedded emulator" in done.stdout
     assert "round-trip dump: ok: 3 files came back" in done.stdout
     assert "dump diff: 1 added, 0 removed, 1 modified" in done.stdout
+    # one MCP tool call, answered by the real filesystem server
+    tool_call = "4. MCP tool call: filesystem read_text_file /data/hello.txt -> "
+    assert f"{tool_call}'Hello from a Klavis local sandbox!'" in done.stdout
     assert "sandboxes still listed: 0" in done.stdout
