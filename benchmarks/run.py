@@ -26,7 +26,7 @@ file, since a busy or slow disk moves the seed and dump figures more than any co
 | | emulator_acquire_s, emulator_reset_s, emulator_reset_vs_acquire |
 | shapes | <shape>_seed_speedup, _seed_vs_limit, _dump_speedup, _dump_vs_limit (3 shapes) |
 | | emulator_dump_mb_s, emulator_dump_vs_limit, emulator_initialize_vs_limit |
-| footprint | demo_fresh_s, setup_full_s, setup_disk_mb |
+| footprint | demo_fresh_s, first_tool_call_s, setup_full_s, setup_disk_mb |
 """
 
 from __future__ import annotations
