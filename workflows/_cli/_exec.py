@@ -30,7 +30,7 @@ from workflows._ownership import Terminated
 from workflows._sandbox import LocalSandbox
 from workflows._seed import SourceFile
 
-from ._output import EXIT_HANGUP, EXIT_NO_STATUS, EXIT_OK, Output, UsageError
+from ._output import EXIT_ERROR, EXIT_HANGUP, EXIT_NO_STATUS, EXIT_OK, Output, UsageError
 
 _HELD_CHARS = 256 * 1024
 
@@ -110,9 +110,12 @@ def _exec_status(run: Execution, status: str, ui: Output) -> int:
         return 128 - code
     if code:
         ui.note(f"execution {run.id}: the script exited with status {code}")
-    else:
-        ui.note(f"execution {run.id} {status}")
-    return code
+        return code
+    if status != "completed":  # the script ended well, the execution did not: say so
+        ui.problem(f"execution {run.id} {status} although the script exited with status 0")
+        return EXIT_ERROR
+    ui.note(f"execution {run.id} {status}")
+    return EXIT_OK
 
 
 def _write(ui: Output, pieces: list[tuple[str, str]], *, framed_only: bool) -> None:
