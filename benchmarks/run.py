@@ -29,7 +29,7 @@ file, since a busy or slow disk moves the seed and dump figures more than any co
 | shapes | shapes_seed_speedup, shapes_seed_vs_limit, shapes_dump_speedup, |
 | | shapes_dump_to_speedup, shapes_dump_vs_limit, emulator_dump_mb_s, |
 | | emulator_dump_vs_limit, emulator_initialize_vs_limit (each its worst shape's, 4 shapes) |
-| footprint | demo_fresh_s, setup_full_s, setup_disk_mb |
+| footprint | demo_fresh_s, first_tool_call_s, setup_full_s, setup_disk_mb |
 """
 
 from __future__ import annotations

@@ -88,10 +88,30 @@ class MissingExtraError(ConfigurationError):
     """
 
     def __init__(self, feature: str, *, extra: str, detail: str = "") -> None:
-        super().__init__(
-            f"{feature} needs the {extra} extra{detail}: pip install 'klavis-sandbox[{extra}]'"
-        )
+        install = f"pip install 'klavis-sandbox[{extra}]'"
+        if extra == "emulator" and (pinned := _pinned_mcp()) is not None:
+            install = (
+                f"not with {install} here, which would replace this environment's mcp "
+                f"{pinned} with mcp 2.x; install the emulator as a tool of its own, uv tool "
+                "install 'klavis-sandbox[emulator]' (or pipx install "
+                "'klavis-sandbox[emulator]'), and start it from here with "
+                "workflows.EmulatorProcess()"
+            )
+        super().__init__(f"{feature} needs the {extra} extra{detail}: {install}")
         self.extra = extra
+
+
+def _pinned_mcp() -> str | None:
+    """The ``mcp`` installed here when it is 1.x (a harness's pin, which the emulator extra's
+    ``mcp>=2.3`` would replace); else None. The emulator's own hint
+    (``klavis_emulator._extra.pinned_mcp``) asks the same: the two packages share no code."""
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("mcp")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return version if version.split(".", 1)[0] in ("0", "1") else None
 
 
 class EmulatorStartError(ConfigurationError):
