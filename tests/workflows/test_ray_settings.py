@@ -53,7 +53,9 @@ def test_a_bad_warm_spec_is_refused(args: tuple[Any, ...], match: str) -> None:
 
 
 def test_a_warm_template_must_be_files_and_idle_timeout_positive() -> None:
-    with pytest.raises(InvalidInputError, match="template must be a mapping"):
+    with pytest.raises(
+        InvalidInputError, match="template must be a mapping of files or a SeedTemplate"
+    ):
         Warm(["git"], 1, template="a.txt")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="idle_timeout"):
         Warm(["git"], 1, idle_timeout=0)

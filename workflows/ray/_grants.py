@@ -257,7 +257,7 @@ class Grants:
             book.counts["acquired"] += 1
             self._record(sandbox, None)
             if spec.template is not None:
-                await sandbox.seed(dict(spec.template))
+                await sandbox.seed(spec.template)
         except Exception as exc:  # noqa: BLE001 - logged; tried again after a pause
             log.warning("broker: could not make a warm sandbox of %s: %s", spec.server_names, exc)
             self._warm_retry_at = time.monotonic() + _WARM_BACKOFF
@@ -295,7 +295,7 @@ class Grants:
             try:
                 await sandbox.reset()
                 if spec.template is not None:
-                    await sandbox.seed(dict(spec.template))
+                    await sandbox.seed(spec.template)
             except Exception as exc:  # noqa: BLE001 - not known to be clean: released
                 log.warning("broker: reset of warm sandbox %s failed: %s", sandbox.id, exc)
             else:

@@ -14,6 +14,7 @@ from typing import Any, Literal, TypedDict
 from .._errors import InvalidInputError
 from .._handle import SandboxHandle
 from .._models import ServerNames, check_acquire
+from .._template import SeedTemplate
 
 __all__ = [
     "DEFAULT_LEASE_TIMEOUT",
@@ -50,7 +51,8 @@ class Warm:
 
     The broker keeps ``count`` of them idle, inside its cap and under its acquire rate,
     acquired with ``benchmark``, ``ttl_seconds`` and ``test_account_email``, seeded with
-    ``template`` when given (a mapping of files, as ``sb.seed`` takes). A lease of the same
+    ``template`` when given (a mapping of files, or a :class:`~workflows.SeedTemplate`: packed
+    once, for every warm sandbox and every reset; as ``sb.seed`` takes). A lease of the same
     server set, benchmark, test account and base URL takes an idle one (a hand-over of a few
     milliseconds: no acquire); the TTL is the warm sandbox's. When such a lease ends, its
     sandbox is reset (and seeded again) and kept rather than released, while fewer than
@@ -63,7 +65,7 @@ class Warm:
     server_names: ServerNames
     count: int
     idle_timeout: float = 300.0
-    template: Mapping[str, str | bytes] | None = None
+    template: Mapping[str, str | bytes] | SeedTemplate | None = None
     benchmark: str | None = None
     ttl_seconds: int | None = 7200
     test_account_email: str | None = None
@@ -85,9 +87,10 @@ class Warm:
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 0:
             raise InvalidInputError(f"Warm's count must be an int >= 0, got {self.count!r}")
         _positive("Warm's idle_timeout", self.idle_timeout)
-        if self.template is not None and not isinstance(self.template, Mapping):
+        if self.template is not None and not isinstance(self.template, (Mapping, SeedTemplate)):
             raise InvalidInputError(
-                f"Warm's template must be a mapping of files (as sb.seed takes), got "
+                f"Warm's template must be a mapping of files or a SeedTemplate (as sb.seed "
+                f"takes), got "
                 f"{type(self.template).__name__}"
             )
 

@@ -14,7 +14,7 @@ import ray
 
 from tests.helpers import RayCluster, listed_sandboxes, wait_until
 from tests.workflows.live.broker_actors import Episodes
-from workflows import ConfigurationError, InvalidInputError, LocalSandbox
+from workflows import ConfigurationError, InvalidInputError, LocalSandbox, SeedTemplate
 from workflows.ray import RaySandboxPool, SandboxBroker, Warm
 
 pytestmark = pytest.mark.slow
@@ -62,10 +62,13 @@ def _idle_warm(broker: SandboxBroker, count: int) -> None:
     wait_until(lambda: broker.stats().warm_idle == count, f"{count} warm sandboxes idle")
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["mapping", "SeedTemplate"])
 def test_a_warm_sandbox_is_handed_over_seeded_then_reset_and_kept(
-    ray_cluster: RayCluster, ray_conn: dict[str, Any], broker_name: str
+    ray_cluster: RayCluster, ray_conn: dict[str, Any], broker_name: str, packed: bool
 ) -> None:
-    warm = Warm(["filesystem"], 2, template={"template.txt": "from the template"})
+    files = {"template.txt": "from the template"}
+    # a SeedTemplate is packed once, here: every warm sandbox and every reset seeds its bytes
+    warm = Warm(["filesystem"], 2, template=SeedTemplate.from_mapping(files) if packed else files)
     broker = SandboxBroker.connect(broker_name, max_sandboxes=3, warm=warm)
     _idle_warm(broker, 2)
     ready = set(listed_sandboxes(ray_cluster.base_url, ray_cluster.token))
@@ -80,9 +83,9 @@ def test_a_warm_sandbox_is_handed_over_seeded_then_reset_and_kept(
     _idle_warm(broker, 2)
     assert set(listed_sandboxes(ray_cluster.base_url, ray_cluster.token)) == ready
     with broker.sandbox(["filesystem"], **ray_conn) as sb:
-        files = sb.dump()
-        assert files.text("template.txt") == "from the template"
-        assert "episode.txt" not in files  # reset: nothing of the last episode
+        dumped = sb.dump()
+        assert dumped.text("template.txt") == "from the template"
+        assert "episode.txt" not in dumped  # reset: nothing of the last episode
     # a lease of another kind takes the free slot, not a warm one
     with broker.sandbox(["filesystem", "git"], **ray_conn) as other:
         assert other.id not in ready
