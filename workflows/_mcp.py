@@ -52,6 +52,7 @@ from ._errors import (
     InvalidInputError,
     KlavisError,
     McpError,
+    ToolResult,
     error_from_status,
     for_spans,
 )
@@ -85,36 +86,6 @@ class ToolInfo:
     description: str | None = None
     input_schema: Mapping[str, Any] = field(default_factory=dict, repr=False)
     output_schema: Mapping[str, Any] | None = field(default=None, repr=False)
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    """What a tool call returned.
-
-    Attributes:
-        tool: the tool called.
-        text: the text of every text content block, joined with newlines.
-        is_error: whether the tool reported a failure (then ``text`` says why).
-        structured: the structured content, when the tool returns one (else None).
-        content: the raw content blocks (``mcp`` types: text, image, resource...).
-    """
-
-    tool: str
-    text: str
-    is_error: bool = False
-    structured: Any = None
-    content: tuple[Any, ...] = field(default=(), repr=False)
-
-    def __str__(self) -> str:
-        return self.text
-
-    def raise_for_error(self) -> ToolResult:
-        """Raise :class:`McpError` if the tool failed; return the result otherwise."""
-        if self.is_error:
-            summary = self.text.strip()[:500] or "no explanation"
-            error = McpError(f"tool {self.tool!r} failed: {summary}", tool=self.tool, result=self)
-            raise for_spans(error, f"tool {self.tool!r} failed")
-        return self
 
 
 def _redacted(url: str) -> tuple[str, str | None]:
