@@ -23,6 +23,10 @@ A refusal is :class:`UnsafeStateFile`, naming the path and why; each user turns 
 answer (the host limits into a ``ConfigurationError``: limits not kept would be exceeded
 silently; the ledger into a warning: it must never break the work it records). POSIX only
 (``dir_fd``, ``O_NOFOLLOW``), as the distribution is.
+
+Also where the state folder is (:func:`state_folder`) and whether a process that left a file
+still runs (:func:`process_running`): the ledger, the host limits, dump staging and the template
+cache ask, and this module sits below them all.
 """
 
 from __future__ import annotations
