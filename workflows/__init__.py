@@ -83,14 +83,6 @@ if typing.TYPE_CHECKING:
     from ._host_limits import HOST_MAX_ACQUIRES_PER_SECOND_ENV, HOST_MAX_SANDBOXES_ENV, HostLimits
     from ._mcp import McpSession, ToolInfo, ToolResult
     from ._ownership import AcquireAttempt, Ledger, LedgerEntry, default_ledger
-    from ._ownership._reap import (
-        ReapOptions,
-        ReapResults,
-        ServiceEntries,
-        async_reap,
-        held_sandboxes,
-        reap,
-    )
     from ._pool import (
         AsyncSandboxPool,
         FailureKind,
@@ -99,6 +91,14 @@ if typing.TYPE_CHECKING:
         SandboxPool,
         TaskResult,
         failure_kind,
+    )
+    from ._reap import (
+        ReapOptions,
+        ReapResults,
+        ServiceEntries,
+        async_reap,
+        held_sandboxes,
+        reap,
     )
     from ._recipes import (
         AcquireResult,
@@ -132,7 +132,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(["AcquireAttempt", "Ledger", "LedgerEntry", "default_ledger"], "_ownership"),
     **dict.fromkeys(
         ["ReapOptions", "ReapResults", "ServiceEntries", "async_reap", "held_sandboxes", "reap"],
-        "_ownership._reap",
+        "_reap",
     ),
     **dict.fromkeys(
         [

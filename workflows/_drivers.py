@@ -26,10 +26,10 @@ from klavis_sandbox_client.types import Response
 
 from ._config import Settings
 from ._errors import ApiConnectionError, retry_backoff
-from ._flows import Act, Blocking, Call, Download, Flow, Sleep, Step, Upload
 from ._ownership import AcquireDidNotHappen
 from ._progress import Progress
 from ._retry_log import routed
+from ._steps import Act, Blocking, Call, Download, Flow, Sleep, Step, Upload
 from ._transfer import (
     IDENTITY,
     DownloadGuard,

@@ -43,10 +43,8 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
-
-if TYPE_CHECKING:
-    from ._mcp import ToolResult
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 
 class KlavisError(Exception):
@@ -356,6 +354,39 @@ class McpError(KlavisError):
         self.tool = tool
         self.result = result
         self.connection_lost = connection_lost
+
+
+# Here, beside the McpError that holds a failed one, not in workflows._mcp: each names the other,
+# and the MCP client (which re-exports this class, as does `workflows`) builds on this module, so
+# a ToolResult there made the import cycle pyproject.toml's import contracts now keep out.
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool call returned.
+
+    Attributes:
+        tool: the tool called.
+        text: the text of every text content block, joined with newlines.
+        is_error: whether the tool reported a failure (then ``text`` says why).
+        structured: the structured content, when the tool returns one (else None).
+        content: the raw content blocks (``mcp`` types: text, image, resource...).
+    """
+
+    tool: str
+    text: str
+    is_error: bool = False
+    structured: Any = None
+    content: tuple[Any, ...] = field(default=(), repr=False)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def raise_for_error(self) -> ToolResult:
+        """Raise :class:`McpError` if the tool failed; return the result otherwise."""
+        if self.is_error:
+            summary = self.text.strip()[:500] or "no explanation"
+            error = McpError(f"tool {self.tool!r} failed: {summary}", tool=self.tool, result=self)
+            raise for_spans(error, f"tool {self.tool!r} failed")
+        return self
 
 
 class ExecutionTimeoutError(KlavisError, TimeoutError):

@@ -39,8 +39,8 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from ._dump._paths import normalize_seed_key
 from ._errors import InvalidInputError, InvalidSeedPathError
+from ._paths import normalize_seed_key
 from ._seed import DEFAULT_MAX_FILE_SIZE, OnDisk, SourceFile, plan_directory, plan_mapping
 from ._seed._entries import EXEC_MODE, FILE_MODE
 

@@ -22,16 +22,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
-from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import IO, TypeVar
 
 from . import _ownership, _tracing
 from ._config import Settings
 from ._dump._archive import ArchiveLimits, read_snapshot
 from ._dump._extract import Destination, prepare_destination
-from ._dump._paths import check_destination
 from ._errors import (
     AcquireAmbiguousError,
     ApiConnectionError,
@@ -54,12 +53,11 @@ from ._models import (
 )
 from ._ownership import Ledger, LedgerEntry, _reconcile
 from ._pack import pack_to_tempfile
-from ._progress import Progress, progress_bar
+from ._paths import check_destination
+from ._progress import progress_bar
 from ._seed import SourceFile
 from ._snapshot import Snapshot
-
-if TYPE_CHECKING:
-    from klavis_sandbox_client.types import Response
+from ._steps import Act, Blocking, Call, Download, Flow, Operation, Sleep, Step, Upload
 
 __all__ = [
     "Act",
@@ -91,94 +89,6 @@ __all__ = [
 
 log = logging.getLogger("workflows")
 T = TypeVar("T")
-
-
-class Operation(Protocol):
-    """A generated endpoint module (``klavis_sandbox_client.api.local_sandbox.<name>``): what
-    every one of them has, so a :class:`Call` can carry the module itself."""
-
-    @property
-    def __name__(self) -> str: ...
-
-    @property
-    def sync_detailed(self) -> Callable[..., Response[Any]]: ...
-
-    @property
-    def asyncio_detailed(self) -> Callable[..., Awaitable[Response[Any]]]: ...
-
-
-@dataclass(frozen=True)
-class Call:
-    """Call the generated operation ``op`` (its ``sync_detailed`` or ``asyncio_detailed``) with
-    ``kwargs``; retried after an ambiguous failure only when ``retry``."""
-
-    op: Operation
-    retry: bool
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        """The operation's name, e.g. ``release_local_sandbox`` (its operationId)."""
-        return self.op.__name__.rpartition(".")[2]
-
-
-@dataclass(frozen=True)
-class Upload:
-    """PUT ``size`` bytes of ``fileobj`` to a signed URL."""
-
-    url: str
-    fileobj: IO[bytes]
-    size: int
-    progress: Progress
-
-
-@dataclass(frozen=True)
-class Download:
-    """GET a signed URL (a tar.gz) into ``sink``; returns the bytes written.
-
-    The driver refuses a body that does not start like gzip and stops at ``max_bytes`` (None:
-    no cap). With ``timeout`` (seconds) the whole transfer, retries included, ends after it;
-    with None there is no deadline for the whole transfer, but a download that receives fewer
-    than 64 KiB within any window of the settings' timeout (60 s by default) is ended as too
-    slow, and each read waits at most the settings' timeout. Both end with
-    :class:`~workflows.TransferTimeoutError` (see ``workflows._transfer.DownloadGuard``).
-    """
-
-    url: str
-    sink: IO[bytes]
-    progress: Progress
-    max_bytes: int | None = None
-    timeout: float | None = None
-
-
-@dataclass(frozen=True)
-class Blocking:
-    """Run ``fn(*args, **kwargs)``: CPU or disk work the async driver moves to a thread."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Act:
-    """Do ``fn(*args)``, an action of the face that runs the flow (a pool's take, attempt,
-    reset, retire): the sync driver calls it, the async driver awaits the coroutine it
-    returns. Its result is the step's; its exception is thrown into the flow."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...] = ()
-
-
-@dataclass(frozen=True)
-class Sleep:
-    """Wait ``seconds`` (``time.sleep``, or ``asyncio.sleep`` in the async driver)."""
-
-    seconds: float
-
-
-Step = Call | Upload | Download | Blocking | Act | Sleep
-Flow = Generator[Step, Any, T]
 
 
 # --- signed transfers ---------------------------------------------------------------------------
@@ -465,7 +375,7 @@ def dump_to_target(path: object) -> ArchiveTarget:
     """Where ``dump_to(path)`` writes: a ``.tar.gz``/``.tgz`` file kept as is, or a folder.
 
     Only the path itself is checked here (see
-    :func:`~workflows._dump._paths.check_destination`); the disk is checked by
+    :func:`~workflows._paths.check_destination`); the disk is checked by
     :func:`dump_to_flow`'s first step, before anything is asked of the API.
 
     >>> dump_to_target("out/ws.tar.gz").keep_archive, dump_to_target("out/ws").keep_archive

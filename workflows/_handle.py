@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ._acquire import AttachOptions, Unpack, check_keywords
 from ._config import API_KEY_ENV, Settings, resolve_settings
 from ._errors import ConfigurationError
-from ._models import SandboxInfo
+from ._models import SandboxInfo, ServerInfo
 
 if TYPE_CHECKING:
-    from ._dump._archive import ArchiveLimits
-    from ._sandbox_base import SandboxBase
+    from ._dump._limits import ArchiveLimits
 
 __all__ = ["SandboxHandle", "handle_of", "restore", "settings_for"]
 
@@ -62,7 +61,21 @@ class SandboxHandle:
         return self.info.id
 
 
-def handle_of(sandbox: SandboxBase) -> SandboxHandle:
+class _Handed(Protocol):
+    """What :func:`handle_of` reads of a sandbox (a ``workflows._sandbox_base.SandboxBase``,
+    which imports this module: named by a protocol, not imported back)."""
+
+    @property
+    def servers(self) -> tuple[ServerInfo, ...]: ...
+
+    @property
+    def info(self) -> SandboxInfo: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+
+def handle_of(sandbox: _Handed) -> SandboxHandle:
     """The handle of ``sandbox``: its info without servers' ``auth_data`` and ``metadata``."""
     servers = tuple(
         dataclasses.replace(server, auth_data=None, metadata=None) for server in sandbox.servers

@@ -80,11 +80,11 @@ from typing import TYPE_CHECKING
 from . import _host_limits_turns as turns_book
 from ._errors import ConfigurationError, InvalidInputError
 from ._host_limits_files import LimitsFolder, cannot_keep_limits
-from ._ownership import state_folder
+from ._state_files import state_folder
+from ._steps import Flow, Sleep
 
 if TYPE_CHECKING:
     from ._config import Settings
-    from ._flows import Flow
 
 __all__ = [
     "HOST_MAX_ACQUIRES_PER_SECOND_ENV",
@@ -370,8 +370,6 @@ def acquire_turn(limits: HostLimits | None, settings: Settings) -> Flow[None]:
     turn of its own. The turn is logged at DEBUG; a wait of more than a few turns at WARNING,
     with the reason; a wait that is interrupted (the flow closed by Ctrl-C, a cancel, a
     pool's close) gives its turn back."""
-    from ._flows import Sleep  # the flows import this module
-
     if limits is None or limits.max_acquires_per_second is None:
         return
     spacing = 1.0 / limits.max_acquires_per_second

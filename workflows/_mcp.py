@@ -52,6 +52,7 @@ from ._errors import (
     InvalidInputError,
     KlavisError,
     McpError,
+    ToolResult,
     error_from_status,
     for_spans,
 )
@@ -113,36 +114,6 @@ def _arguments(schema: Mapping[str, Any]) -> str:
         kind = "|".join(map(str, kind)) if isinstance(kind, list) else str(kind)
         parts.append(f"{name}{'' if name in required else '?'}: {kind}")
     return _shortened(", ".join(parts), 100)
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    """What a tool call returned.
-
-    Attributes:
-        tool: the tool called.
-        text: the text of every text content block, joined with newlines.
-        is_error: whether the tool reported a failure (then ``text`` says why).
-        structured: the structured content, when the tool returns one (else None).
-        content: the raw content blocks (``mcp`` types: text, image, resource...).
-    """
-
-    tool: str
-    text: str
-    is_error: bool = False
-    structured: Any = None
-    content: tuple[Any, ...] = field(default=(), repr=False)
-
-    def __str__(self) -> str:
-        return self.text
-
-    def raise_for_error(self) -> ToolResult:
-        """Raise :class:`McpError` if the tool failed; return the result otherwise."""
-        if self.is_error:
-            summary = self.text.strip()[:500] or "no explanation"
-            error = McpError(f"tool {self.tool!r} failed: {summary}", tool=self.tool, result=self)
-            raise for_spans(error, f"tool {self.tool!r} failed")
-        return self
 
 
 def _redacted(url: str) -> tuple[str, str | None]:

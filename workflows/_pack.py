@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from typing import IO, BinaryIO, cast
 
 from klavis_archive import FastTarInfo, TarPacker
-from workflows._dump._archive import ARCHIVE_MTIME, ProgressCallback
 from workflows._errors import InvalidInputError
 from workflows._seed import ExactReader, PlannedFiles, SourceFile
+from workflows._tar_common import ARCHIVE_MTIME, ProgressCallback
 
 __all__ = ["pack_to_tempfile", "write_archive"]
 

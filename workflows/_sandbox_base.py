@@ -22,12 +22,12 @@ if TYPE_CHECKING:
 
     from ._config import Settings
     from ._execution_input import ExecutionFiles, Requirements
-    from ._flows import Flow
     from ._handle import SandboxHandle
     from ._models import SandboxInfo, ServerInfo
     from ._ownership import Ledger
     from ._seed import SourceFile
     from ._snapshot import Snapshot
+    from ._steps import Flow
     from ._template import SeedTemplate
 
 __all__ = ["SandboxBase"]

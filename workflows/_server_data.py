@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import InvalidInputError
-from ._flows import Call, Flow, Operation
 from ._models import body_dict
+from ._steps import Call, Flow, Operation
 
 __all__ = [
     "DATA_SERVERS",

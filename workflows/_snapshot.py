@@ -14,12 +14,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, NamedTuple, Protocol
 
-from workflows._dump._paths import link_target_in_tree
 from workflows._errors import InvalidInputError
 from workflows._git_index import UnreadableIndex, index_digest, is_git_index
+from workflows._paths import link_target_in_tree
 from workflows._seed import (
     DEFAULT_MAX_FILE_SIZE,
     ExactReader,
+    LinkedFiles,
     PlannedFiles,
     SeedContent,
     plan_directory,
@@ -94,7 +95,7 @@ class _Entry(NamedTuple):
     mode: int
 
 
-class Snapshot(Mapping[str, bytes]):
+class Snapshot(Mapping[str, bytes], LinkedFiles):
     """A read-only mapping of workspace paths (POSIX, relative, no ``./``) to file contents.
 
     Build one from a mapping (``Snapshot({"a.txt": "hi"})``, contents kept in memory; str

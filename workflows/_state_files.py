@@ -23,6 +23,10 @@ A refusal is :class:`UnsafeStateFile`, naming the path and why; each user turns 
 answer (the host limits into a ``ConfigurationError``: limits not kept would be exceeded
 silently; the ledger into a warning: it must never break the work it records). POSIX only
 (``dir_fd``, ``O_NOFOLLOW``), as the distribution is.
+
+Also where the state folder is (:func:`state_folder`) and whether a process that left a file
+still runs (:func:`process_running`): the ledger, the host limits, dump staging and the template
+cache ask, and this module sits below them all.
 """
 
 from __future__ import annotations
@@ -35,11 +39,16 @@ from pathlib import Path
 
 __all__ = [
     "FILE_FLAGS",
+    "STATE_DIR_ENV",
     "UnsafeStateFile",
     "open_private_file",
     "open_private_folder",
     "open_state_folder",
+    "process_running",
+    "state_folder",
 ]
+
+STATE_DIR_ENV = "KLAVIS_SANDBOX_STATE_DIR"
 
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -130,3 +139,27 @@ def open_private_file(folder: int, name: str, where: Path, access: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def state_folder() -> Path:
+    """``$KLAVIS_SANDBOX_STATE_DIR``, or the per-user state folder: the ledger's, and the host
+    limits' (:mod:`workflows._host_limits`)."""
+    folder = os.environ.get(STATE_DIR_ENV)
+    if not folder:
+        import platformdirs
+
+        folder = platformdirs.user_state_dir("klavis-sandbox", appauthor=False)
+    return Path(folder)
+
+
+def process_running(pid: int) -> bool:
+    """Whether another process with this pid runs on this machine (False for this one's)."""
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it runs, as another user
+        return True
+    return True

@@ -74,7 +74,8 @@ from ._errors import (
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-    from ._flows import Flow
+    from ._steps import Flow
+
 
 __all__ = [
     "TRACING_ENV",
@@ -367,7 +368,7 @@ def _spanning(
     written out to see each step and its result)."""
     from opentelemetry import context, trace
 
-    from ._flows import Act, Download, Upload
+    from ._steps import Act, Download, Upload  # `import workflows` imports this module, not them
 
     span = tracer.start_span(name, attributes=attributes)
     token = context.attach(trace.set_span_in_context(span))

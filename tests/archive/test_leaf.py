@@ -49,7 +49,7 @@ def test_importing_the_core_loads_neither_package() -> None:
 def test_both_packages_use_the_one_core() -> None:
     import klavis_emulator._archive as emulator
     import workflows._dump._archive as library
-    import workflows._dump._paths as paths
+    import workflows._paths as paths
 
     assert emulator.ArchiveRejected is klavis_archive.ArchiveRejected
     assert emulator.WORKSPACE_MOUNT == paths.SANDBOX_WORKSPACE == klavis_archive.WORKSPACE_MOUNT

@@ -21,17 +21,17 @@ from hypothesis import strategies as st
 from klavis_archive import PlannedTree
 from tests import crafted
 from workflows._dump._archive import (
-    ARCHIVE_MTIME,
     CHUNK_SIZE,
     ArchiveLimits,
     iter_archive_files,
     read_snapshot,
 )
 from workflows._dump._extract import extract_archive, prepare_destination
-from workflows._dump._paths import normalize_member_name
 from workflows._errors import InvalidInputError, SourceChangedError, UnsafeArchiveError
 from workflows._pack import pack_to_tempfile, write_archive
+from workflows._paths import normalize_member_name
 from workflows._seed import ExactReader, SourceFile, plan_directory, plan_mapping
+from workflows._tar_common import ARCHIVE_MTIME
 
 # --- helpers -----------------------------------------------------------------------------------
 

@@ -56,7 +56,7 @@ HEAVY = [
     "workflows._flows",
     "workflows._host_limits",
     "workflows._mcp",
-    "workflows._ownership._reap",
+    "workflows._reap",
     "workflows._pool",
     "workflows._recipes",
     "workflows._snapshot",

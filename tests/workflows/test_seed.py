@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workflows._dump._paths import normalize_seed_key
 from workflows._errors import FileTooLargeError, InvalidInputError, InvalidSeedPathError
+from workflows._paths import normalize_seed_key
 from workflows._seed import DEFAULT_MAX_FILE_SIZE, SourceFile, plan_directory, plan_mapping
 
 

@@ -20,8 +20,8 @@ from opentelemetry.trace import StatusCode
 
 import workflows
 from workflows import InvalidInputError, _mcp_compat, _tracing
-from workflows._flows import Flow, Sleep
 from workflows._ownership import AcquireDidNotHappen
+from workflows._steps import Flow, Sleep
 
 SIGNED = "https://bucket.s3.example/ws.tar.gz?X-Amz-Signature=abc123&X-Amz-Credential=k"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from workflows._config import resolve_settings
 from workflows._ownership import LedgerEntry, default_ledger
-from workflows._ownership._reap import ServiceEntries, reap
+from workflows._reap import ServiceEntries, reap
 from workflows._recipes import ReleaseResult, bulk_release
 
 from ._output import EXIT_ERROR, EXIT_OK, Output, UsageError

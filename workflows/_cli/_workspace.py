@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from klavis_archive import igzip_file
-from workflows._dump._paths import check_destination, shown_path
 from workflows._dump._staging import make_staging
 from workflows._errors import InvalidInputError, KlavisError, LocalWriteError
+from workflows._paths import check_destination, shown_path
 from workflows._sandbox import LocalSandbox
 from workflows._template import SeedTemplate
 

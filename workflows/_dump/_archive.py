@@ -8,7 +8,7 @@ symlink, devices and fifos, sparse members, and archives over the :class:`Archiv
 (members, bytes, and the ratio of bytes written to compressed bytes read).
 
 A dump is the sandbox's workspace, mounted there at ``/data``: read with ``workspace_links=True``,
-a link to ``/data/...`` is workspace content (see :mod:`workflows._dump._paths`), and a link leading
+a link to ``/data/...`` is workspace content (see :mod:`workflows._paths`), and a link leading
 outside the workspace is left out with a warning instead of failing the whole dump.
 
 Writing archives is :mod:`workflows._pack`; extracting one to disk (on top of
@@ -49,12 +49,11 @@ from klavis_archive import (
     open_tar,
 )
 from workflows._dump._limits import ArchiveLimits
-from workflows._dump._paths import normalize_member_name
 from workflows._errors import UnsafeArchiveError
+from workflows._paths import normalize_member_name
 from workflows._snapshot import Snapshot, _SnapshotWriter
 
 __all__ = [
-    "ARCHIVE_MTIME",
     "CHUNK_SIZE",
     "ArchiveLimits",
     "iter_archive_files",
@@ -63,17 +62,10 @@ __all__ = [
 
 log = logging.getLogger("workflows")
 
-#: The modification time written for every member: 2000-01-01T00:00:00Z. Fixed so that packing
-#: the same content twice gives the same bytes; not 0 (1970), which some tools refuse (zip
-#: cannot store dates before 1980) or warn about.
-ARCHIVE_MTIME = 946_684_800
-
 _MIB = 1024 * 1024
 # The expansion ratio is only judged once this many bytes were written: tiny archives (a few
 # headers, empty files) have ratios that mean nothing, and 8 MiB is harmless on any disk.
 _EXPANSION_FLOOR = 8 * _MIB
-
-ProgressCallback = Callable[[int], None]
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -234,7 +226,7 @@ def iter_archive_files(
 
     ``workspace_links=True`` reads a workspace dump: a link to ``/data`` or below is inside (it
     resolves as the archive's root plus the rest; see
-    :func:`~workflows._dump._paths.link_target_in_tree`). ``on_skipped_link(name, target)``, when
+    :func:`~workflows._paths.link_target_in_tree`). ``on_skipped_link(name, target)``, when
     given, receives every link that leads outside (after the last member, in name order)
     instead of an error, and such links are not yielded.
 

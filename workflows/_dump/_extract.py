@@ -27,17 +27,16 @@ from dataclasses import dataclass
 from typing import IO, BinaryIO
 
 from workflows._dump._archive import (
-    ARCHIVE_MTIME,
     CHUNK_SIZE,
     ArchiveLimits,
-    ProgressCallback,
     file_mode,
     iter_archive_files,
     warn_skipped,
 )
-from workflows._dump._paths import link_target_in_tree, shown_path
 from workflows._dump._staging import Staging, make_staging
 from workflows._errors import InvalidInputError, KlavisError, write_error
+from workflows._paths import link_target_in_tree, shown_path
+from workflows._tar_common import ARCHIVE_MTIME, ProgressCallback
 
 __all__ = [
     "Destination",

@@ -31,7 +31,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 
-from .._ownership import process_running
+from .._state_files import process_running
 
 __all__ = ["STAGING_PREFIX", "Staging", "make_staging", "remove_stale"]
 

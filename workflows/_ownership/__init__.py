@@ -4,23 +4,18 @@
   SIGTERM), the claims that keep two acquires from sharing one sandbox, the attempts in flight;
 * :mod:`._ledger`: the per-user JSONL file every process records its acquires and releases in;
 * :mod:`._reconcile`: deciding, without I/O, what an ambiguous acquire left behind;
-* :mod:`._reap`: releasing what the ledger says is still held (``reap``, ``held_sandboxes``).
+* :mod:`._reach`: whether a service answers a probe made without the key.
 
-The flows import this package, so it does not import :mod:`._reap`, which runs flows (a
-listing, a bulk release): the public surface imports reap from its module. The modules have no
+The cure, releasing what the ledger says is still held (``reap``, ``held_sandboxes``), runs
+flows and the recipes' bulk release, which build on this package: it is
+:mod:`workflows._reap`, a layer above. The modules have no
 ``__all__`` of their own: the list below is what the rest of the library uses.
 """
 
 from __future__ import annotations
 
-from ._ledger import (
-    AcquireAttempt,
-    Ledger,
-    LedgerEntry,
-    default_ledger,
-    process_running,
-    state_folder,
-)
+from .._state_files import process_running, state_folder
+from ._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger
 from ._reconcile import AcquireDidNotHappen, adoptable, is_ambiguous, orphans
 from ._registry import (
     Terminated,

@@ -26,7 +26,7 @@ An attempt is settled by an ``acquired`` event carrying its ``attempt`` id, or b
 ``attempt-settled`` event when it is known to have created nothing. One that stays open ended
 ambiguously (a timeout or a 5xx, then a failed listing; or the process died mid-request): the
 sandbox it may have created never reached the ledger by id, so ``reap`` finds it by listing
-(see :func:`workflows._ownership._reap.reap`).
+(see :func:`workflows._reap.reap`).
 
 When such an acquire has returned or raised (``AcquireAmbiguousError``, Ctrl-C, a cancelled
 task) while its process lives on (a notebook kernel, a harness still working), it says so::
@@ -67,9 +67,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO
 
-from .._state_files import UnsafeStateFile, open_private_file, open_state_folder
+from .._state_files import (
+    UnsafeStateFile,
+    open_private_file,
+    open_state_folder,
+    state_folder,
+)
 
-STATE_DIR_ENV = "KLAVIS_SANDBOX_STATE_DIR"
 _log = logging.getLogger("workflows")
 _lock = threading.Lock()
 
@@ -368,34 +372,10 @@ def _pid(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def process_running(pid: int) -> bool:
-    """Whether another process with this pid runs on this machine (False for this one's)."""
-    if pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: it runs, as another user
-        return True
-    return True
-
-
 def _now(later: float = 0.0) -> str:
     """Now (or ``later`` seconds from now), UTC, ISO 8601, to the second."""
     moment = datetime.now(timezone.utc) + timedelta(seconds=later)
     return moment.isoformat(timespec="seconds")
-
-
-def state_folder() -> Path:
-    """``$KLAVIS_SANDBOX_STATE_DIR``, or the per-user state folder: the ledger's, and the host
-    limits' (:mod:`workflows._host_limits`)."""
-    folder = os.environ.get(STATE_DIR_ENV)
-    if not folder:
-        import platformdirs
-
-        folder = platformdirs.user_state_dir("klavis-sandbox", appauthor=False)
-    return Path(folder)
 
 
 def default_ledger() -> Ledger:

@@ -20,12 +20,13 @@ from workflows._config import DEFAULT_MAX_FILE_SIZE
 
 from ._entries import OnDisk, SourceFile
 from ._from_folder import plan_directory
-from ._from_mapping import SeedContent, plan_mapping
+from ._from_mapping import LinkedFiles, SeedContent, plan_mapping
 from ._opening import ExactReader, PlannedFiles
 
 __all__ = [
     "DEFAULT_MAX_FILE_SIZE",
     "ExactReader",
+    "LinkedFiles",
     "OnDisk",
     "PlannedFiles",
     "SeedContent",

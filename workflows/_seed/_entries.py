@@ -63,7 +63,7 @@ class SourceFile:
     ``0o644`` or ``0o755`` for files (from the owner's exec bit), ``0o755`` for folders and
     ``0o777`` for links. ``mtime`` is the modification time to pack (seconds since the epoch,
     from disk with ``preserve_mtime=True``); None packs the fixed
-    :data:`~workflows._dump._archive.ARCHIVE_MTIME`.
+    :data:`~workflows._tar_common.ARCHIVE_MTIME`.
     """
 
     name: str

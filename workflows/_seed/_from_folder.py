@@ -12,8 +12,8 @@ import stat
 from collections.abc import Sequence
 
 from workflows._config import DEFAULT_MAX_FILE_SIZE
-from workflows._dump._paths import check_name_length, shown_path
 from workflows._errors import FileTooLargeError, InvalidInputError
+from workflows._paths import check_name_length, shown_path
 
 from ._entries import DIR_MODE, EXEC_MODE, FILE_MODE, LINK_MODE, OnDisk, SourceFile
 from ._gitignore import IgnoreRules, is_ignored, parse_patterns, read_rules

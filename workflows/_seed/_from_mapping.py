@@ -6,9 +6,11 @@ request is sent.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping
 
-from workflows._dump._paths import (
+from workflows._errors import InvalidInputError, InvalidSeedPathError
+from workflows._paths import (
     PATH_MAX,
     SANDBOX_WORKSPACE,
     link_escapes,
@@ -16,9 +18,20 @@ from workflows._dump._paths import (
     normalize_seed_key,
     shown_path,
 )
-from workflows._errors import InvalidInputError, InvalidSeedPathError
 
 from ._entries import FILE_MODE, LINK_MODE, SourceFile
+
+
+class LinkedFiles(abc.ABC):
+    """A mapping of files that carries its own symbolic links (a :class:`~workflows.Snapshot`,
+    which subclasses this): :func:`plan_mapping` seeds them with its files. Declared here, so
+    that seeding needs no import of the snapshot (which is built with :func:`plan_mapping`)."""
+
+    @property
+    @abc.abstractmethod
+    def links(self) -> Mapping[str, str]:
+        """The links, ``{name: target}``."""
+
 
 #: What a seed mapping's values may be: text (written as UTF-8) or bytes-like.
 SeedContent = str | bytes | bytearray | memoryview
@@ -36,7 +49,7 @@ def _as_bytes(key: str, value: object) -> bytes:
 
 
 def _claim_name(key: str, taken: dict[str, str], clash: str) -> str:
-    """The entry name of ``key`` (:func:`~workflows._dump._paths.normalize_seed_key`), recorded in
+    """The entry name of ``key`` (:func:`~workflows._paths.normalize_seed_key`), recorded in
     ``taken`` (name -> key); a key naming an entry that another key names already raises
     :class:`InvalidSeedPathError` (``clash`` says how, between the two keys and the name)."""
     name = normalize_seed_key(key)
@@ -53,7 +66,7 @@ def plan_mapping(
 ) -> list[SourceFile]:
     """Plan the archive for a ``{path: content}`` mapping, sorted by name.
 
-    Keys are checked and normalised with :func:`~workflows._dump._paths.normalize_seed_key`; values
+    Keys are checked and normalised with :func:`~workflows._paths.normalize_seed_key`; values
     must be ``str`` (encoded as UTF-8) or bytes-like. Raises :class:`InvalidSeedPathError` for a
     bad key, two keys that normalise to the same path, or a key that is also the folder of another
     (``"a"`` and ``"a/b"``), and :class:`InvalidInputError` for a value of another type. Every
@@ -70,11 +83,8 @@ def plan_mapping(
         raise InvalidInputError(
             f"files must be a mapping of path to content, not a {type(files).__name__}"
         )
-    if links is None:
-        from workflows._snapshot import Snapshot  # a Snapshot is built with this very function
-
-        if isinstance(files, Snapshot):
-            links = files.links
+    if links is None and isinstance(files, LinkedFiles):
+        links = files.links
     by_name: dict[str, str] = {}
     planned: list[SourceFile] = []
     for key, value in files.items():
@@ -105,7 +115,7 @@ def plan_links(links: Mapping[str, str], taken: dict[str, str]) -> list[SourceFi
     and receives the links'.
 
     Names are checked like seed keys. A target must be a non-empty ``str`` without NUL, at most
-    :data:`~workflows._dump._paths.PATH_MAX` bytes, and stay inside the workspace: relative and
+    :data:`~workflows._paths.PATH_MAX` bytes, and stay inside the workspace: relative and
     resolving inside the tree (following the other links), or absolute inside the sandbox's
     workspace (``/data`` or below, as ``ln -s /data/a.txt link`` makes). Anything else raises
     :class:`InvalidSeedPathError` naming the link. Targets are kept as given.

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, BinaryIO, Final, cast
 
 from workflows._errors import ConfigurationError, LocalWriteError, SeedTemplateError
-from workflows._ownership import process_running
+from workflows._state_files import process_running
 
 __all__ = [
     "CACHE_BYTES_ENV",

@@ -19,9 +19,13 @@ by base URL:
   service under two names (``localhost`` and ``127.0.0.1``);
 * the rest is reported apart, in :attr:`ReapResults.unreleased`, one
   :class:`ServiceEntries` per base URL, with whether that service answers a probe made without
-  the key (:mod:`._reach`). ``forget_unreachable`` drops, from the ledger, the entries of the
-  services whose probe proves them gone (connection refused, no such host), never those of a
-  service that answered, whatever it answered.
+  the key (:mod:`workflows._ownership._reach`). ``forget_unreachable`` drops, from the ledger,
+  the entries of the services whose probe proves them gone (connection refused, no such host),
+  never those of a service that answered, whatever it answered.
+
+Not in :mod:`workflows._ownership`: the flows and the host limits build on that package, and
+reaping runs flows and the recipes' bulk release, so it sits above them (``pyproject.toml``'s
+import contracts: the recipes' layer).
 """
 
 from __future__ import annotations
@@ -38,11 +42,11 @@ from workflows._drivers import AsyncDriver, sync_driver_for
 from workflows._errors import ApiConnectionError
 from workflows._flows import list_flow
 from workflows._models import SandboxInfo
+from workflows._ownership import _reconcile, _registry
+from workflows._ownership._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger
+from workflows._ownership._reach import Reach, probe, probe_all
 from workflows._recipes import ReleaseResult, async_bulk_release, bulk_release
-
-from . import _reconcile, _registry
-from ._ledger import AcquireAttempt, Ledger, LedgerEntry, default_ledger, process_running
-from ._reach import Reach, probe, probe_all
+from workflows._state_files import process_running
 
 log = logging.getLogger("workflows")
 
