@@ -5,7 +5,8 @@
 :func:`~.launch.launch_spec` in the emulator's confinement, a log file for its stderr under
 ``<data_dir>/mcp-logs``, and, unconfined, a private temporary folder of its own under
 ``<data_dir>/mcp-tmp`` (confined, ``/tmp`` is a private tmpfs already). Each start gets new
-ones: a reset's fresh process does not find the old one's temporary files.
+ones: a reset's fresh process does not find the old one's temporary files. A confined Python
+server with a fork recipe is started from its fork server (:mod:`.forks`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from .._exec import Confinement
 from .backend import ServerProcess
 from .catalog import CATALOG
+from .forks import ForkServers
 from .launch import LaunchSpec, launch_spec
 from .setup import McpToolPaths
 
@@ -29,7 +31,8 @@ class ProcessMaker:
     """Makes the server processes of one emulator (see the module docs).
 
     ``tools`` and ``confinement`` are asked at each start (the host decides confinement
-    once, when it starts serving; tests patch where the tools are).
+    once, when it starts serving; tests patch where the tools are). ``fork``: start the
+    Python servers that can be from fork servers when confined (see :mod:`.forks`).
     """
 
     def __init__(
@@ -38,12 +41,15 @@ class ProcessMaker:
         tools: Callable[[], McpToolPaths],
         confinement: Callable[[], Confinement],
         command_timeout: int,
+        *,
+        fork: bool = True,
     ) -> None:
         self._logs = data_dir / "mcp-logs"
         self._tmp = data_dir / "mcp-tmp"
         self._tools = tools
         self._confinement = confinement
         self._command_timeout = command_timeout
+        self.forks = ForkServers(self._logs, fork)
 
     def __repr__(self) -> str:
         return f"ProcessMaker(logs={str(self._logs)!r})"
@@ -61,9 +67,10 @@ class ProcessMaker:
         tmp_dir: Path | None = None,
         mail: Mapping[str, Any] | None = None,
     ) -> LaunchSpec:
-        """The command line of ``server`` on the workspace ``folder``."""
+        """The command line of ``server`` on the workspace ``folder`` (its fork server's
+        client, where it has one)."""
         confinement = self._confinement()
-        return launch_spec(
+        spec = launch_spec(
             server,
             folder,
             self._tools(),
@@ -72,6 +79,11 @@ class ProcessMaker:
             tmp_dir=tmp_dir,
             mail=mail,
         )
+        return self.forks.wrap(server, spec)
+
+    def close(self) -> None:
+        """Stop the fork servers (when the host stops)."""
+        self.forks.close()
 
     def new(
         self, server: str, owner: str, folder: Path, mail: Mapping[str, Any] | None = None
