@@ -301,6 +301,13 @@ class McpHost:
             if server in HOSTED_SERVERS
             and (tools.missing(server) is None or self.installer.installable(server, tools))
         ]
+        if not processes:  # the first start of a forked kind then costs a fork only
+            try:
+                installed = [server for server in wanted if tools.missing(server) is None]
+                workspace = self.state.workspace_path(sandbox_id)
+                self.processes.prepare_forks(installed, workspace)
+            except Exception:  # its starts fall back to processes of their own
+                logger.exception("the fork servers of sandbox %s's servers failed", sandbox_id)
 
         async def start(server: str) -> None:
             key = (sandbox_id, server, "")

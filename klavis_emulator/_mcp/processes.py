@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,18 @@ class ProcessMaker:
             mail=mail,
         )
         return self.forks.wrap(server, spec)
+
+    def prepare_forks(self, servers: Iterable[str], folder: Path) -> None:
+        """Start, in the background, the fork servers of those of ``servers`` that have one
+        and are not running yet (at acquire: a sandbox's first start of such a server then
+        costs a fork, not the fork server's imports). Call it on the host's loop thread, as
+        every start: a fork server dies with the thread that started it
+        (``PR_SET_PDEATHSIG``), and the loop's thread lives as long as the host."""
+        if not self.forks.enabled or not self._confinement().enabled:
+            return
+        for server in servers:
+            if CATALOG[server].fork is not None:
+                self.spec(server, folder)
 
     def close(self) -> None:
         """Stop the fork servers (when the host stops)."""

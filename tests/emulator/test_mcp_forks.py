@@ -27,6 +27,7 @@ from klavis_emulator._mcp.host import McpHost
 from klavis_emulator._mcp.setup import find_tools
 from tests.emulator.test_reset_servers import DAEMON, Box, box
 from tests.helpers import require_confinement, wait_until
+from workflows import _mcp as client
 
 FORKED = ("git", "terminal")
 NAMESPACES = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup")
@@ -221,3 +222,16 @@ def test_unconfined_nothing_is_forked(unconfined: EmulatorServer) -> None:
         assert host(unconfined).processes.forks.pids() == {}
         kinds = [p.cmdline() for p in sandbox_processes(sb.workspace)]
         assert not any("fork server" in " ".join(command) for command in kinds)
+
+
+def test_acquire_starts_the_fork_server_and_the_first_call_forks(
+    confined: EmulatorServer,
+) -> None:
+    # arxiv: no other test of this module uses it, so its fork server is this test's
+    with box(confined, ["arxiv"]) as sb:
+        host(confined).wait_warm(sb.id, timeout=300)
+        fork_server = host(confined).processes.forks.pids()["arxiv"]
+        assert psutil.Process(fork_server).children() == []  # no server process yet
+        tools = client.list_tools(sb.urls["arxiv"], timeout=300)
+        assert any(tool.name == "list_papers" for tool in tools)
+        assert {kind for kind in _servers_of(confined, sb)} == {"arxiv"}
