@@ -25,11 +25,12 @@ What each way weighed costs (for the issue's MCP-Atlas shape; figures in
 
 * **Forking from a fork server, the sandbox made by bubblewrap** (this module): the
   children share the imported stack copy-on-write. Each server process costs what it writes
-  after the fork: measured 7 to 10 MiB private for git, terminal and arxiv, plus the fork
-  servers themselves once per emulator (about 80 MiB for the three). A start costs a fork
-  and the server's own serving code; about 30 ms of the client's Python and one more process
-  per server (the holder). Hand-written: joining namespaces and dropping privileges (what
-  ``nsenter`` and ``setpriv`` do), about 60 lines, checked against ``/proc/self/status``.
+  after the fork: measured 7.4 to 8.3 MiB private (USS) for git, terminal and arxiv, plus
+  the fork servers themselves once per emulator (26 MiB private for the three, 61 MiB PSS
+  beside three sandboxes). A start costs a fork and the server's own serving code; about
+  30 ms of the client's Python and one more process per server (the holder). Hand-written:
+  joining namespaces and dropping privileges (what ``nsenter`` and ``setpriv`` do), 60 lines,
+  checked against ``/proc/self/status``.
 * **A fork server whose child confines itself** (``unshare``, then every mount bubblewrap
   makes: tmpfs, ``/proc``, ``/dev``, read-only system and installs, masks, overlays,
   ``pivot_root``): the same memory, but bubblewrap's and the init's work written again by
@@ -38,6 +39,9 @@ What each way weighed costs (for the issue's MCP-Atlas shape; figures in
   outside the sandbox's namespaces unless it joins them, which is what this module does.
 * **Node servers** (four of the seven): Node has no fork; their heaps are trimmed instead
   (``--max-semi-space-size``, see :data:`~.launchers.NODE_FLAGS`).
+* **The fork servers' lifetime**: each dies with the thread that started it
+  (``PR_SET_PDEATHSIG`` is per thread), so they are started on the host's loop thread only
+  (every start is made there); a worker thread's would end them when it idles out.
 * **Not forking unconfined**: an unconfined server's command line names its sandbox's host
   folder, so nothing of it could be prepared for every sandbox; and an unconfined sandbox
   has no namespaces to join. Unconfined servers start as their own processes, as before.
@@ -155,7 +159,8 @@ class ForkServers:
     def pids(self) -> dict[str, int]:
         """The process id of each running fork server, by server (tests, benchmarks)."""
         with self._lock:
-            return {name: fork.process.pid for name, fork in self._running.items()}
+            running = self._running.items()
+            return {name: fork.process.pid for name, fork in running if fork.process.poll() is None}
 
     def wrap(self, server: str, spec: LaunchSpec) -> LaunchSpec:
         """``spec`` (a confined server's command line), started from the server's fork

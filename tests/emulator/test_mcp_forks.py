@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -235,3 +237,20 @@ def test_acquire_starts_the_fork_server_and_the_first_call_forks(
         tools = client.list_tools(sb.urls["arxiv"], timeout=300)
         assert any(tool.name == "list_papers" for tool in tools)
         assert {kind for kind in _servers_of(confined, sb)} == {"arxiv"}
+
+
+def test_a_dead_fork_server_leaves_its_servers_to_processes_of_their_own(tmp_path: Path) -> None:
+    # the server's command (the fork client) finds no fork server: it runs the server itself
+    require_confinement()
+    _skip_without_servers()
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    with _emulator(tmp_path, confined=True) as server, box(server, ["git"]) as sb:
+        host(server).wait_warm(sb.id, timeout=300)
+        fork_server = psutil.Process(host(server).processes.forks.pids()["git"])
+        fork_server.kill()
+        fork_server.wait(timeout=60)
+        subprocess.run(["git", "init", "-q", str(sb.workspace)], check=True, timeout=60)
+        assert "branch" in sb.call("git", "git_status", {"repo_path": sb.seen}).lower()
+        assert host(server).processes.forks.pids() == {}
+        assert _servers_of(server, sb) == {}  # its own process, not a fork
