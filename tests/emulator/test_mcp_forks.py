@@ -56,6 +56,18 @@ LOOK_FOR = (
 )
 
 
+# what a tenant's python3 prints: whether it can connect to any of ``paths``
+KNOCK = (
+    "import socket\n"
+    "reached = []\n"
+    "for path in {paths!r}:\n"
+    "    with socket.socket(socket.AF_UNIX) as s:\n"
+    "        try: s.connect(path); reached.append(path)\n"
+    "        except OSError: pass\n"
+    "print(reached or 'unreachable')\n"
+)
+
+
 def _skip_without_servers() -> None:
     tools = find_tools()
     missing = [f"{s}: {why}" for s in FORKED if (why := tools.missing_outside(s))]
@@ -190,6 +202,16 @@ def test_a_tenant_sees_neither_the_others_processes_nor_its_workspace(
         assert "b-only.txt" not in listing
         assert "ps.py" in listing
         assert "nowhere" in a.call("terminal", "run_command", {"command": "python3 look.py"})
+        # the fork servers' sockets (in the host's /tmp) are out of a tenant's reach
+        sockets = {
+            connection.laddr
+            for pid in host(confined).processes.forks.pids().values()
+            for connection in psutil.Process(pid).net_connections(kind="unix")
+            if connection.laddr
+        }
+        assert sockets
+        (a.workspace / "knock.py").write_text(KNOCK.format(paths=sorted(sockets)))
+        assert "unreachable" in a.call("terminal", "run_command", {"command": "python3 knock.py"})
         # git in a sees a's repository only: b has none
         assert "branch" in a.call("git", "git_status", {"repo_path": a.seen}).lower()
         assert "b-only.txt" not in a.call("git", "git_status", {"repo_path": a.seen})
