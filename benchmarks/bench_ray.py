@@ -14,7 +14,11 @@ Figures:
   dispatch and ~10 ms of reset per task.
 * ``ray_dead_worker_leaked``: sandboxes the emulator still lists after a run in which a pool
   task's worker was SIGKILLed mid-task (its task retried) and an actor holding a broker lease
-  was ``ray.kill``-ed (its lease released after ``lease_timeout``). Goal 0.
+  was ``ray.kill``-ed (its lease released when Ray reports the death). Goal 0.
+* the broker's figures (``broker_4096_waiting_failed``, ``broker_leases_per_s``,
+  ``broker_grant_p99_ms``, ``warm_handover_ms``, ``holder_death_recovery_s``): see
+  :mod:`benchmarks._ray_broker`, measured on the same cluster against an emulator of their own
+  with no acquire delay.
 * ``template_seed_speedup``: 16 seeds of a 2,000-file tree from one ``SeedTemplate`` against
   16 plain seeds, measured first and without Ray (``benchmarks/_template_seed.py``). Goal >= 1.4.
 * ``emulator_acquire_s``, ``emulator_reset_s``, ``emulator_reset_vs_acquire``: what the reset
@@ -179,12 +183,17 @@ def run(ctx: BenchContext) -> list[Figure]:
     """Measure the Ray pool's figures (and first, without Ray, the emulator's reset)."""
     import ray
 
+    from benchmarks._ray_broker import broker_figures
+
     template = template_seed_figure(ctx.emulator_root, ctx.scratch, ctx.repeats)  # no Ray
     resets = _reset.run(ctx)
     token = new_token()
-    with EmulatorProcess(
-        ctx.emulator_root, acquire_delay=ACQUIRE_DELAY, mcp_at_acquire=False
-    ) as emulator:
+    with (
+        EmulatorProcess(
+            ctx.emulator_root, acquire_delay=ACQUIRE_DELAY, mcp_at_acquire=False
+        ) as emulator,
+        EmulatorProcess(ctx.emulator_root, mcp_at_acquire=False) as fast,
+    ):
         url = emulator.base_url
         cluster = _start_ray(url, token, ctx.folder("ray-state"))
         try:
@@ -194,6 +203,7 @@ def run(ctx: BenchContext) -> list[Figure]:
             one = [_scaling_run(url, token, 1) for _ in range(ctx.repeats)]
             two = [_scaling_run(url, token, 2) for _ in range(ctx.repeats)]
             dead = _dead_worker_run(ctx, url, token)
+            broker = broker_figures(fast.base_url, token)
         finally:
             ray.shutdown()
             cluster.shutdown()
@@ -224,6 +234,7 @@ def run(ctx: BenchContext) -> list[Figure]:
             {**common, "size": 2, "ideal_s": TASKS * WORK_S / 2, "pool_s": round(two_s, 2)},
         ),
         Figure("ray_dead_worker_leaked", dead["leaked"], "sandboxes", "==", 0, dead),
+        *broker,
         template,
         *resets,
     ]

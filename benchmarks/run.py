@@ -22,12 +22,14 @@ file, since a busy or slow disk moves the seed and dump figures more than any co
 | mcp | mcp_first_call_s, mcp_session_speedup |
 | pool | pool_throughput_vs_fresh_acquire, pool_overhead_vs_ideal |
 | ray | ray_pool_scaling, ray_pool_overhead_vs_ideal, ray_dead_worker_leaked, |
+| | broker_4096_waiting_failed, broker_leases_per_s, broker_grant_p99_ms, warm_handover_ms, |
+| | holder_death_recovery_s |
 | | template_seed_speedup (without Ray: benchmarks/_template_seed.py) |
 | | emulator_acquire_s, emulator_reset_s, emulator_reset_vs_acquire |
 | shapes | shapes_seed_speedup, shapes_seed_vs_limit, shapes_dump_speedup, |
 | | shapes_dump_to_speedup, shapes_dump_vs_limit, emulator_dump_mb_s, |
 | | emulator_dump_vs_limit, emulator_initialize_vs_limit (each its worst shape's, 4 shapes) |
-| footprint | demo_fresh_s, setup_full_s, setup_disk_mb |
+| footprint | demo_fresh_s, first_tool_call_s, setup_full_s, setup_disk_mb |
 | sandboxes | emulator_sandbox_pss_mib, emulator_20_sandboxes_warm_s (MCP-Atlas shape) |
 """
 

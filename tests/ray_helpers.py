@@ -144,9 +144,12 @@ def _add_node(cluster: Cluster, options: Mapping[str, Any]) -> None:
                 raise
 
 
-def start_cluster(cpus: tuple[int, ...] = (2,)) -> Cluster:
-    """A local cluster of ``len(cpus)`` nodes, the first the head, with ``cpus[i]`` CPUs each,
-    started one node after the other (:data:`NODE_OPTIONS`, :data:`START_ATTEMPTS` each).
+def start_cluster(
+    cpus: tuple[int, ...] = (2,), resources: tuple[dict[str, float], ...] = ()
+) -> Cluster:
+    """A local cluster of ``len(cpus)`` nodes, the first the head, with ``cpus[i]`` CPUs each
+    (and ``resources[i]``, custom resources, where given), started one node after the other
+    (:data:`NODE_OPTIONS`, :data:`START_ATTEMPTS` each).
 
     The driver is not connected: ``ray.init(address=cluster.address)``. Nodes inherit this
     process's environment as it is while they start. A start that fails leaves no process.
@@ -158,8 +161,9 @@ def start_cluster(cpus: tuple[int, ...] = (2,)) -> Cluster:
 
     cluster = Cluster()
     try:
-        for count in cpus:
-            _add_node(cluster, {**NODE_OPTIONS, "num_cpus": count})
+        for index, count in enumerate(cpus):
+            extra = {"resources": resources[index]} if index < len(resources) else {}
+            _add_node(cluster, {**NODE_OPTIONS, "num_cpus": count, **extra})
     except BaseException:
         cluster.shutdown()  # type: ignore[no-untyped-call]
         raise

@@ -32,6 +32,7 @@ from ._errors import (
     ApiTimeoutError,
     AuthenticationError,
     BadRequestError,
+    BrokerUnavailableError,
     ConfigurationError,
     ConflictError,
     EmulatorStartError,
@@ -40,6 +41,7 @@ from ._errors import (
     InvalidInputError,
     InvalidSeedPathError,
     KlavisError,
+    LeaseExpiredError,
     LocalWriteError,
     McpError,
     MissingExtraError,
@@ -96,6 +98,7 @@ if typing.TYPE_CHECKING:
         RetryOn,
         SandboxPool,
         TaskResult,
+        failure_kind,
     )
     from ._recipes import (
         AcquireResult,
@@ -132,7 +135,15 @@ _LAZY: dict[str, str] = {
         "_ownership._reap",
     ),
     **dict.fromkeys(
-        ["AsyncSandboxPool", "FailureKind", "PoolResults", "RetryOn", "SandboxPool", "TaskResult"],
+        [
+            "AsyncSandboxPool",
+            "FailureKind",
+            "PoolResults",
+            "RetryOn",
+            "SandboxPool",
+            "TaskResult",
+            "failure_kind",
+        ],
         "_pool",
     ),
     **dict.fromkeys(
@@ -222,6 +233,7 @@ __all__ = [
     # the pool: many tasks over a few sandboxes
     "AsyncSandboxPool",
     "FailureKind",
+    "failure_kind",
     "PoolResults",
     "RetryOn",
     "SandboxPool",
@@ -248,6 +260,7 @@ __all__ = [
     "ApiTimeoutError",
     "AuthenticationError",
     "BadRequestError",
+    "BrokerUnavailableError",
     "ConfigurationError",
     "ConflictError",
     "EmulatorStartError",
@@ -256,6 +269,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidSeedPathError",
     "KlavisError",
+    "LeaseExpiredError",
     "LocalWriteError",
     "McpError",
     "MissingExtraError",

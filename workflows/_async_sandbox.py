@@ -30,7 +30,7 @@ from ._acquire import (
 from ._config import DEFAULT_MAX_FILE_SIZE, DEFAULT_MCP_TIMEOUT
 from ._handle import SandboxHandle, settings_for
 from ._models import SandboxInfo, ServerNames, check_sandbox_id
-from ._ownership import disown, own
+from ._ownership import disown, own, own_detached
 from ._sandbox_base import SandboxBase
 from ._tracing import mcp_start, traced_call
 
@@ -129,6 +129,7 @@ class AsyncLocalSandbox(SandboxBase):
         cls,
         server_names: ServerNames,
         *,
+        detach: bool = False,
         _driver: AsyncDriver | None = None,
         **options: Unpack[AcquireOptions],
     ) -> PendingSandbox:
@@ -143,8 +144,13 @@ class AsyncLocalSandbox(SandboxBase):
         (``_driver``, private, lets a batch share one connection pool; the sandbox then does
         not close it.)
 
+        ``detach=True`` acquires it to outlive this process, as ``klavis-sandbox acquire``
+        does: it is not owned (leaving ``async with``, exit and SIGTERM leave it alone), and
+        ``reap`` spares it; its TTL or :meth:`release` (here, or by id elsewhere) ends it.
+
         >>> async with AsyncLocalSandbox.acquire(["git"], ttl_seconds=600) as sb:  # doctest: +SKIP
         ...     print(sb.id, sb.mcp_url("git"))
+        >>> kept = await AsyncLocalSandbox.acquire(["git"], detach=True)  # doctest: +SKIP
         """
         given = None if _driver is None else _driver.settings
         wanted = resolve_acquire("acquire", server_names, options, settings=given)
@@ -168,13 +174,17 @@ class AsyncLocalSandbox(SandboxBase):
                 if _driver is None:
                     await driver.aclose()
                 raise
-            own(info.id, settings, book, attempt=attempt)
+            if detach:
+                ttl = request.ttl_seconds
+                own_detached(info.id, settings, book, ttl_seconds=ttl, attempt=attempt)
+            else:
+                own(info.id, settings, book, attempt=attempt)
             log.info("acquired sandbox %s", info.id)
             return cls(
                 info,
                 _driver=driver,
                 _owns_driver=_driver is None,
-                owned=True,
+                owned=not detach,
                 ledger=book,
                 progress=progress,
                 limits=limits,
@@ -502,6 +512,17 @@ class AsyncLocalSandbox(SandboxBase):
         )
         await self._driver.run(start)
         return AsyncExecution(self._driver, self.id, run_name, limits=self.limits, progress=show)
+
+    def execution(self, name: str) -> AsyncExecution:
+        """The handle of this sandbox's execution ``name``, started elsewhere (another process,
+        ``klavis-sandbox exec``); no request is sent until it is used.
+
+        >>> sb.execution("run-1a2b3c4d").logs()  # doctest: +SKIP
+        """
+        from ._execution import AsyncExecution, check_execution_name
+
+        run_name = check_execution_name(name)
+        return AsyncExecution(self._driver, self.id, run_name, limits=self.limits, progress=False)
 
     async def initialize_server_data(
         self, server: str, data: Mapping[str, Any] | None = None, *, default: bool = False

@@ -29,7 +29,9 @@ Every error the library raises on purpose derives from :class:`KlavisError`::
     ├── McpError                    an MCP server answered an error, or a tool failed
     ├── ExecutionTimeoutError (TimeoutError)   ``Execution.wait(timeout=...)`` ran out
     ├── TaskTimeoutError (TimeoutError)        a pool's task ran past ``map(timeout=...)``
-    └── WorkerDiedError             the process running a pool's task died (a Ray worker, a node)
+    ├── WorkerDiedError             the process running a pool's task died (a Ray worker, a node)
+    ├── LeaseExpiredError           the Ray broker ended a lease its holder still used (says why)
+    └── BrokerUnavailableError      the Ray broker died and no other came back in time
 
 Messages never contain the API key or a signed URL's query string. A message that quotes a
 tool's output or an MCP server's answer carries, for OpenTelemetry spans, one without the quote
@@ -86,10 +88,30 @@ class MissingExtraError(ConfigurationError):
     """
 
     def __init__(self, feature: str, *, extra: str, detail: str = "") -> None:
-        super().__init__(
-            f"{feature} needs the {extra} extra{detail}: pip install 'klavis-sandbox[{extra}]'"
-        )
+        install = f"pip install 'klavis-sandbox[{extra}]'"
+        if extra == "emulator" and (pinned := _pinned_mcp()) is not None:
+            install = (
+                f"not with {install} here, which would replace this environment's mcp "
+                f"{pinned} with mcp 2.x; install the emulator as a tool of its own, uv tool "
+                "install 'klavis-sandbox[emulator]' (or pipx install "
+                "'klavis-sandbox[emulator]'), and start it from here with "
+                "workflows.EmulatorProcess()"
+            )
+        super().__init__(f"{feature} needs the {extra} extra{detail}: {install}")
         self.extra = extra
+
+
+def _pinned_mcp() -> str | None:
+    """The ``mcp`` installed here when it is 1.x (a harness's pin, which the emulator extra's
+    ``mcp>=2.3`` would replace); else None. The emulator's own hint
+    (``klavis_emulator._extra.pinned_mcp``) asks the same: the two packages share no code."""
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("mcp")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return version if version.split(".", 1)[0] in ("0", "1") else None
 
 
 class EmulatorStartError(ConfigurationError):
@@ -482,3 +504,29 @@ def write_error(message: str, path: str, exc: OSError, *, then: str = "") -> Kla
         err = InvalidInputError(text)
     err.__cause__ = exc
     return err
+
+
+class LeaseExpiredError(KlavisError):
+    """A sandbox leased from the cluster's broker (:mod:`workflows.ray`) is no longer this
+    holder's: the broker ended the lease while the holder still used it or waited for it. The
+    message says when and why (no heartbeat for ``lease_timeout`` seconds, its holder
+    reported dead, ``reap(everything=True)``, the broker restarted and the holder did not come
+    back); ``reason`` holds the broker's words, ``lease_id`` and ``sandbox_id`` which lease.
+    An infrastructure failure (:func:`~workflows.failure_kind`): the episode did nothing wrong.
+    """
+
+    def __init__(
+        self, message: str, *, lease_id: str, sandbox_id: str | None = None, reason: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.lease_id = lease_id
+        self.sandbox_id = sandbox_id
+        self.reason = reason
+
+
+class BrokerUnavailableError(KlavisError):
+    """The cluster's sandbox broker (:mod:`workflows.ray`) died, and no broker of its name
+    answered again within the wait the message names (Ray restarts it; ``connect()`` starts a
+    new one, which adopts what the dead one leased). An infrastructure failure
+    (:func:`~workflows.failure_kind`). A sandbox already held stays usable: only leasing,
+    renewing and releasing go through the broker."""

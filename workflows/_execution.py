@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._dump._archive import ArchiveLimits, read_snapshot
 from ._errors import ApiError, ExecutionTimeoutError, InvalidInputError, NotFoundError
+from ._exec_streams import LogSplitter, Piece
 from ._flows import Blocking, Call, Flow, Sleep, download_signed, upload_signed
 from ._models import body_dict
 from ._ownership import is_ambiguous
@@ -275,6 +276,12 @@ def artifacts_flow(
         return snapshot
 
 
+def _known(value: int) -> Flow[int | None]:
+    """A flow that answers ``value`` without a request."""
+    return value
+    yield  # a generator: the drivers run flows
+
+
 def next_delay(idle_polls: int) -> float:
     """Seconds to wait before the next poll after ``idle_polls`` polls without news."""
     return float(min(_POLL_MAX, _POLL_MIN * (1.5**idle_polls)))
@@ -292,9 +299,23 @@ class _ExecutionBase:
     limits: ArchiveLimits
     progress: bool | None
     _scan: ExitScan = field(default_factory=ExitScan, init=False)
+    _launcher_code: int | None = field(default=None, init=False)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, sandbox_id={self.sandbox_id!r})"
+
+    @property
+    def id(self) -> str:
+        """``SANDBOX_ID/NAME``: how ``klavis-sandbox logs ID`` names this execution."""
+        return f"{self.sandbox_id}/{self.name}"
+
+    def _pieces(self, split: LogSplitter, text: str | None) -> list[Piece]:
+        """The next pieces of the log (``text``), or what was held back once it ended (None);
+        the exit status ``klavis-sandbox exec``'s launcher logged is kept once read."""
+        pieces = split.end() if text is None else split.feed(text)
+        if split.exit_code is not None:
+            self._launcher_code = split.exit_code
+        return pieces
 
     def _artifacts(self) -> Flow[Snapshot]:
         return artifacts_flow(self.sandbox_id, self.name, self.limits, self.progress)
@@ -303,6 +324,8 @@ class _ExecutionBase:
         return LogFollower(self.sandbox_id, self.name, follow=follow, scan=self._scan)
 
     def _exit_code(self) -> Flow[int | None]:
+        if self._launcher_code is not None:  # the launcher's record: the service's too
+            return _known(self._launcher_code)
         return exit_code_flow(self.sandbox_id, self.name, self._scan)
 
 
@@ -332,11 +355,31 @@ class Execution(_ExecutionBase):
     def logs(self, *, follow: bool = True) -> Iterator[str]:
         """Yield the output as text as it arrives, until the execution has finished.
 
-        With ``follow=False``, yield what is there now and stop.
+        With ``follow=False``, yield what is there now and stop. The log of a script started
+        by ``klavis-sandbox exec`` reads as any other: its stdout and stderr in order, the
+        records its launcher wrapped them in removed (:meth:`output` tells them apart).
         """
-        follower = self._follower(follow)
-        while (text := self._driver.run(follower.next_text())) is not None:
+        for _, text in self.output(follow=follow):
             yield text
+
+    def output(self, *, follow: bool = True) -> Iterator[tuple[str, str]]:
+        """Yield ``(stream, text)`` pieces of the output as they arrive: ``"stdout"`` and
+        ``"stderr"`` for the script's own streams when ``klavis-sandbox exec`` started it
+        (its launcher keeps them apart), ``"log"`` for everything else: pip's install lines,
+        the service's notes, and the whole output of an execution started by ``execute``.
+
+        >>> run = sb.execution("run-1a2b3c4d")  # started elsewhere  # doctest: +SKIP
+        >>> for stream, text in run.output():  # doctest: +SKIP
+        ...     print(stream, repr(text))
+        log 'Collecting httpx\\n'
+        stdout 'value 42\\n'
+        """
+        follower, split = self._follower(follow), LogSplitter()
+        while True:
+            text = self._driver.run(follower.next_text())
+            yield from self._pieces(split, text)
+            if text is None:
+                return
 
     def wait(self, timeout: float | None = None) -> str:
         """Block until the execution finishes; returns ``completed`` or ``failed``.
@@ -351,7 +394,9 @@ class Execution(_ExecutionBase):
     def exit_code(self) -> int | None:
         """main.py's exit status, known only on the emulator; None otherwise.
 
-        The real service reports no exit status, so there this is always None. The emulator
+        The real service reports no exit status, so there this is None, unless
+        ``klavis-sandbox exec`` started the script and :meth:`logs` read its launcher's
+        last record. The emulator
         ends the log with ``[emulator] main.py exited with status N.`` (or ``... was killed
         by signal N.``, given as ``-N``, as :mod:`subprocess` does), and this reads that last
         line. None too while the execution runs, and when main.py never ended (pip failed,
@@ -398,11 +443,32 @@ class AsyncExecution(_ExecutionBase):
     async def logs(self, *, follow: bool = True) -> AsyncIterator[str]:
         """Yield the output as text as it arrives, until the execution has finished.
 
-        With ``follow=False``, yield what is there now and stop.
+        With ``follow=False``, yield what is there now and stop. The log of a script started
+        by ``klavis-sandbox exec`` reads as any other: its stdout and stderr in order, the
+        records its launcher wrapped them in removed (:meth:`output` tells them apart).
         """
-        follower = self._follower(follow)
-        while (text := await self._driver.run(follower.next_text())) is not None:
+        async for _, text in self.output(follow=follow):
             yield text
+
+    async def output(self, *, follow: bool = True) -> AsyncIterator[tuple[str, str]]:
+        """Yield ``(stream, text)`` pieces of the output as they arrive: ``"stdout"`` and
+        ``"stderr"`` for the script's own streams when ``klavis-sandbox exec`` started it
+        (its launcher keeps them apart), ``"log"`` for everything else: pip's install lines,
+        the service's notes, and the whole output of an execution started by ``execute``.
+
+        >>> run = sb.execution("run-1a2b3c4d")  # started elsewhere  # doctest: +SKIP
+        >>> async for stream, text in run.output():  # doctest: +SKIP
+        ...     print(stream, repr(text))
+        log 'Collecting httpx\\n'
+        stdout 'value 42\\n'
+        """
+        follower, split = self._follower(follow), LogSplitter()
+        while True:
+            text = await self._driver.run(follower.next_text())
+            for piece in self._pieces(split, text):
+                yield piece
+            if text is None:
+                return
 
     async def wait(self, timeout: float | None = None) -> str:
         """Wait until the execution finishes; returns ``completed`` or ``failed``.
@@ -417,7 +483,9 @@ class AsyncExecution(_ExecutionBase):
     async def exit_code(self) -> int | None:
         """main.py's exit status, known only on the emulator; None otherwise.
 
-        The real service reports no exit status, so there this is always None. The emulator
+        The real service reports no exit status, so there this is None, unless
+        ``klavis-sandbox exec`` started the script and :meth:`logs` read its launcher's
+        last record. The emulator
         ends the log with ``[emulator] main.py exited with status N.`` (or ``... was killed
         by signal N.``, given as ``-N``, as :mod:`asyncio.subprocess` does), and this reads
         that last line. None too while the execution runs, and when main.py never ended (pip

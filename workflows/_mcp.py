@@ -86,6 +86,34 @@ class ToolInfo:
     input_schema: Mapping[str, Any] = field(default_factory=dict, repr=False)
     output_schema: Mapping[str, Any] | None = field(default=None, repr=False)
 
+    def __repr__(self) -> str:
+        """Name, arguments (``?``: optional) and the start of the description, e.g.
+        ``ToolInfo(name='read_text_file', arguments='path: string, head?: number', ...)``."""
+        description = _shortened(self.description or "", 60)
+        return (
+            f"ToolInfo(name={self.name!r}, arguments={_arguments(self.input_schema)!r}, "
+            f"description={description!r})"
+        )
+
+
+def _shortened(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _arguments(schema: Mapping[str, Any]) -> str:
+    """A JSON Schema's properties as ``name: type`` (``name?`` when optional), shortened."""
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return ""
+    required = schema.get("required") or ()
+    parts = []
+    for name, spec in properties.items():
+        kind = spec.get("type", "any") if isinstance(spec, Mapping) else "any"
+        kind = "|".join(map(str, kind)) if isinstance(kind, list) else str(kind)
+        parts.append(f"{name}{'' if name in required else '?'}: {kind}")
+    return _shortened(", ".join(parts), 100)
+
 
 @dataclass(frozen=True)
 class ToolResult:

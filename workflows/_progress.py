@@ -1,4 +1,5 @@
-"""Progress bars with ``tqdm.auto``: on in a terminal or notebook, else off, or as forced."""
+"""Progress bars with ``tqdm.auto``: on in a terminal or notebook (for transfers of 1 MiB or
+more), else off, or as forced."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 
-__all__ = ["PROGRESS_ENV", "Progress", "progress_bar", "progress_enabled"]
+__all__ = ["AUTO_MIN_BYTES", "PROGRESS_ENV", "Progress", "progress_bar", "progress_enabled"]
 
 Progress = Callable[[int], None]
 
@@ -24,9 +25,16 @@ def _in_notebook() -> bool:
 PROGRESS_ENV = "KLAVIS_PROGRESS"
 
 
-def progress_enabled(progress: bool | None) -> bool:
+AUTO_MIN_BYTES = 1024 * 1024
+"""Below this many bytes a transfer shows no bar unless bars were asked for (``progress=True``,
+``$KLAVIS_PROGRESS=1``): a one-file seed in a notebook drew two bars, 26 KB of cell output,
+for an upload done in milliseconds."""
+
+
+def progress_enabled(progress: bool | None, *, total_bytes: int | None = None) -> bool:
     """Whether to show bars: the explicit choice, else ``$KLAVIS_PROGRESS`` (``0``/``1``), else
-    on for a terminal or a notebook."""
+    on for a terminal or a notebook when the transfer (``total_bytes``, when known) is at least
+    :data:`AUTO_MIN_BYTES`."""
     if progress is not None:
         return progress
     setting = os.environ.get(PROGRESS_ENV, "").strip().lower()
@@ -34,6 +42,8 @@ def progress_enabled(progress: bool | None) -> bool:
         return False
     if setting in ("1", "true", "yes", "on"):
         return True
+    if total_bytes is not None and total_bytes < AUTO_MIN_BYTES:
+        return False
     stream = sys.stderr
     return bool(getattr(stream, "isatty", lambda: False)()) or _in_notebook()
 
@@ -47,7 +57,7 @@ def progress_bar(
     >>> with progress_bar(total=10, desc="demo", progress=False) as update:
     ...     update(10)
     """
-    if not progress_enabled(progress):
+    if not progress_enabled(progress, total_bytes=total if unit == "B" else None):
         yield lambda n: None
         return
     from tqdm.auto import tqdm

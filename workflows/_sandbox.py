@@ -29,7 +29,7 @@ from ._acquire import (
 from ._config import DEFAULT_MAX_FILE_SIZE, DEFAULT_MCP_TIMEOUT
 from ._handle import SandboxHandle, settings_for
 from ._models import SandboxInfo, ServerNames, check_sandbox_id
-from ._ownership import disown, own
+from ._ownership import disown, own, own_detached
 from ._sandbox_base import SandboxBase
 from ._tracing import mcp_start, traced_call
 
@@ -95,7 +95,13 @@ class LocalSandbox(SandboxBase):
 
     # ----------------------------------------------------------------- construction
     @classmethod
-    def acquire(cls, server_names: ServerNames, **options: Unpack[AcquireOptions]) -> LocalSandbox:
+    def acquire(
+        cls,
+        server_names: ServerNames,
+        *,
+        detach: bool = False,
+        **options: Unpack[AcquireOptions],
+    ) -> LocalSandbox:
         """Acquire a sandbox with these MCP servers (a list of names, or ``"ALL"``).
 
         The keywords are :class:`~workflows.AcquireOptions`' (``benchmark``, ``ttl_seconds``,
@@ -104,8 +110,13 @@ class LocalSandbox(SandboxBase):
         the ``with`` block ends, at :meth:`release`, at interpreter exit or on SIGTERM, and
         after ``ttl_seconds`` (60..86400, None = never) by the service itself.
 
+        ``detach=True`` acquires it to outlive this process, as ``klavis-sandbox acquire``
+        does: it is not owned (leaving ``with``, exit and SIGTERM leave it alone), and ``reap``
+        spares it; its TTL or :meth:`release` (here, or by id elsewhere) ends it.
+
         >>> with LocalSandbox.acquire(["git"], ttl_seconds=600) as sb:  # doctest: +SKIP
         ...     print(sb.id, sb.mcp_url("git"))
+        >>> kept = LocalSandbox.acquire(["git"], detach=True)  # doctest: +SKIP
         """
         from ._drivers import sync_driver_for
         from ._flows import acquire_attempt, retry_acquire
@@ -121,12 +132,16 @@ class LocalSandbox(SandboxBase):
                 on=retry_acquire,
             )
             slot.keep(info.id)
-        own(info.id, wanted.settings, wanted.ledger, attempt=attempt)
+        if detach:
+            ttl = wanted.request.ttl_seconds
+            own_detached(info.id, wanted.settings, wanted.ledger, ttl_seconds=ttl, attempt=attempt)
+        else:
+            own(info.id, wanted.settings, wanted.ledger, attempt=attempt)
         log.info("acquired sandbox %s (%s)", info.id, ", ".join(s.name for s in info.servers))
         return cls(
             info,
             _driver=driver,
-            owned=True,
+            owned=not detach,
             ledger=wanted.ledger,
             progress=wanted.progress,
             limits=wanted.limits,
@@ -449,6 +464,17 @@ class LocalSandbox(SandboxBase):
         )
         self._driver.run(start)
         return Execution(self._driver, self.id, run_name, limits=self.limits, progress=show)
+
+    def execution(self, name: str) -> Execution:
+        """The handle of this sandbox's execution ``name``, started elsewhere (another process,
+        ``klavis-sandbox exec``); no request is sent until it is used.
+
+        >>> sb.execution("run-1a2b3c4d").logs()  # doctest: +SKIP
+        """
+        from ._execution import Execution, check_execution_name
+
+        run_name = check_execution_name(name)
+        return Execution(self._driver, self.id, run_name, limits=self.limits, progress=False)
 
     def initialize_server_data(
         self, server: str, data: Mapping[str, Any] | None = None, *, default: bool = False

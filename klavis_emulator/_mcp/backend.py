@@ -97,19 +97,26 @@ class ServerProcess:
             except Exception:  # noqa: BLE001 - a dying server must not break the shutdown
                 logger.warning("stopping the server process on %s failed", self.folder)
             if logger.isEnabledFor(logging.DEBUG):
-                logger.debug("server process on %s said: %s", self.folder, self.log_tail())
+                logger.debug("server process on %s said: %s", self.folder, self.said())
             with contextlib.suppress(OSError):
                 self.log_file.unlink()
             if self.tmp_dir is not None:
                 shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
-    def log_tail(self, limit: int = 600) -> str:
-        """The end of the server's stderr (for error messages)."""
+    def said(self, limit: int = 2000) -> str:
+        """What the server printed on stderr (for error messages): all of it up to ``limit``
+        characters, else its beginning and its end. Both ends matter: Node.js prints the
+        error first and its stack after it (a server whose package lost a dependency: 915
+        characters, whose last 600, all this said before, named no error), Python a
+        traceback with the error last."""
         try:
-            text = self.log_file.read_text(encoding="utf-8", errors="replace")
+            text = self.log_file.read_text(encoding="utf-8", errors="replace").strip()
         except OSError:
             return ""
-        return text.strip()[-limit:]
+        if len(text) <= limit:
+            return text
+        half = limit // 2
+        return f"{text[:half]}\n[...]\n{text[-half:]}"
 
 
 async def start_process(process: ServerProcess) -> None:
@@ -170,10 +177,6 @@ class Backend:
         old, self.process = self.process, new
         self.relay.inner = new.transport
         await old.close()
-
-    def log_tail(self, limit: int = 600) -> str:
-        """The end of the current server process's stderr (for error messages)."""
-        return self.process.log_tail(limit)
 
 
 class Refusal(Exception):

@@ -279,7 +279,8 @@ class McpHost:
         def warm_now() -> None:
             if self._task_group is None or self._closing:
                 return
-            task = self.bridge.spawn(self._warm(sandbox_id, processes))
+            life = self.resets.life(sandbox_id)
+            task = self.bridge.spawn(self._warm(sandbox_id, processes, life))
             self._warming[sandbox_id] = task
 
             def done(finished: asyncio.Task[None]) -> None:
@@ -290,7 +291,14 @@ class McpHost:
 
         self.bridge.call_soon(warm_now)
 
-    async def _warm(self, sandbox_id: str, processes: bool) -> None:
+    async def _warm(self, sandbox_id: str, processes: bool, life: int) -> None:
+        """Make the sandbox's backends, and with ``processes`` start their processes, for
+        its life ``life`` (:meth:`.resets.Resets.life`). A reset that begins meanwhile ends
+        that life: a process not started yet is left to the next life's first request, and
+        one being started is killed by the reset (its connection closes at once, before the
+        server said anything): neither is a failure, and neither is logged as one (a Ray
+        worker that died under its task had its sandbox reset again while the reset before
+        was still starting the servers: "failed to start; it said: " with nothing said)."""
         record = await anyio.to_thread.run_sync(live_record, self.state, sandbox_id)
         if record is None:
             return
@@ -311,26 +319,33 @@ class McpHost:
 
         async def start(server: str) -> None:
             key = (sandbox_id, server, "")
-            backend: Backend | None = None
             try:
                 await self.resets.passed(sandbox_id)
                 async with self._starting.setdefault(key, anyio.Lock()):
                     backend = await self._ensure_backend(key)
-                if not processes:
-                    return
-                process = backend.process
-                try:
-                    with anyio.fail_after(self._startup_timeout):
-                        await backend.connect()
-                except Exception:
-                    if backend.process is not process or backend.stopping.is_set():
-                        return  # a reset or a release ended this start: nothing to report
-                    raise
             except Refusal as refusal:  # released meanwhile, or the host is stopping
                 logger.debug("MCP %s of sandbox %s not started: %s", server, sandbox_id, refusal)
+                return
             except Exception:
-                said = "" if backend is None else f"; it said: {backend.log_tail()}"
-                logger.exception("MCP %s of sandbox %s failed to start%s", server, sandbox_id, said)
+                logger.exception("MCP %s of sandbox %s failed to start", server, sandbox_id)
+                return
+            if not processes or self.resets.life(sandbox_id) != life:
+                return
+            process = backend.process
+            try:
+                with anyio.fail_after(self._startup_timeout):
+                    await backend.connect()
+            except Exception as exc:
+                if self.resets.life(sandbox_id) != life or backend.stopping.is_set():
+                    # a reset or a release ended the life it was started for: no failure
+                    logger.debug("MCP %s of sandbox %s: start ended (%r)", server, sandbox_id, exc)
+                    return
+                logger.exception(
+                    "MCP %s of sandbox %s failed to start; it said: %s",
+                    server,
+                    sandbox_id,
+                    process.said() or "nothing (on stderr)",
+                )
 
         async with anyio.create_task_group() as group:
             for server in wanted:

@@ -5,8 +5,10 @@ three times, from the resetting request's thread:
 
 1. :meth:`Resets.halt` (``on_resetting``), before anything is emptied: the sandbox's MCP
    requests are held (a request that arrives waits), and its server processes, with all
-   they started, are killed at once (SIGKILL, one pass; it returns when they have ended).
-   The state then ends whatever else of the sandbox runs (executions).
+   they started, are killed at once (SIGKILL, one pass; it returns when they have ended),
+   even one the reset before is still starting in the background (that start ends with the
+   life it was for, quietly: see :meth:`Resets.life`). The state then ends whatever else of
+   the sandbox runs (executions).
 2. :meth:`Resets.spare_workspace`, with the sandbox's lock held: the folder of a spare server
    set of the sandbox's shape, started ahead (see :mod:`.spares`), which the state then makes
    the workspace (the old one is renamed away and deleted) before emptying it as ever.
@@ -52,6 +54,7 @@ class Resets:
         self._host = host
         self._startup_timeout = startup_timeout
         self._held: dict[str, asyncio.Event] = {}  # sandbox id -> set when its reset ends
+        self._begun: dict[str, int] = {}  # sandbox id -> resets begun (the loop's only)
         self.refilling: set[asyncio.Task[None]] = set()
         self.spares = Spares(
             host.state.data_dir / "tmp" / "spares",  # emptied when the state starts
@@ -62,6 +65,12 @@ class Resets:
 
     def __repr__(self) -> str:
         return f"Resets(held={len(self._held)}, spares={self.spares!r})"
+
+    def life(self, sandbox_id: str) -> int:
+        """Which life of the sandbox this is: how many of its resets have begun (on the
+        loop). A start made for one life compares it after a failure: a reset that began
+        meanwhile killed the process (see :meth:`halt`), which is no failure of the server."""
+        return self._begun.get(sandbox_id, 0)
 
     async def passed(self, sandbox_id: str) -> None:
         """Wait while the sandbox is being reset (its requests go on with fresh servers)."""
@@ -90,6 +99,7 @@ class Resets:
         given; a process that a server's exit made the transport start again is on the
         workspace's path, see :meth:`~.backend.ServerProcess.rebind`)."""
         self._held.setdefault(sandbox_id, asyncio.Event())
+        self._begun[sandbox_id] = self._begun.get(sandbox_id, 0) + 1  # before any kill
         backends = self._host.backends_of(sandbox_id).values()
         return sorted({backend.process.folder for backend in backends})
 
@@ -188,6 +198,7 @@ class Resets:
 
     async def forget(self, sandbox_id: str) -> None:
         """The sandbox is gone: its spares go if no other sandbox wants them."""
+        self._begun.pop(sandbox_id, None)
         await self.spares.forget(sandbox_id)
 
     async def close(self) -> None:

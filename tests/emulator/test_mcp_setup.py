@@ -8,7 +8,9 @@ emulator on a loopback port chosen by the OS, the official MCP client.
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -161,3 +163,37 @@ def test_a_failed_install_answers_503_naming_setup_only(
             assert "installing it failed" in detail
             assert "klavis-emulator setup --only terminal" in detail
         assert "terminal" in _host(server).installer.failed
+
+
+@needs("filesystem")
+def test_a_server_that_fails_to_start_is_logged_with_what_it_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A damaged install: the filesystem server's package without the MCP SDK it imports.
+    # Node.js prints the error first, then its stack (915 characters); the last 600, all
+    # the log said before, began inside the stack and named no error.
+    program = TOOLS.program("filesystem")
+    assert program is not None
+    installed = next(folder.parent for folder in program.parents if folder.name == "node_modules")
+    copy = tmp_path / "tools" / "node" / installed.name
+    shutil.copytree(installed, copy, symlinks=True)
+    shutil.rmtree(copy / "node_modules" / "@modelcontextprotocol" / "sdk")
+    monkeypatch.setenv(TOOLS_DIR_ENV, str(tmp_path / "tools"))
+    with (
+        _emulator(install_mcp_servers=False) as server,
+        caplog.at_level(logging.ERROR, logger="klavis_emulator.mcp"),
+    ):
+        host = _host(server)
+        assert host.tools().program("filesystem") == copy / program.relative_to(installed)
+        sandbox_id, _ = _acquire(server, ["filesystem"])
+        host.start_servers(sandbox_id)  # as a reset does for a sandbox that used them
+        host.wait_warm(sandbox_id, timeout=120)
+    failures = [
+        record.getMessage() for record in caplog.records if record.name == "klavis_emulator.mcp"
+    ]
+    assert len(failures) == 1, failures
+    prefix = f"MCP filesystem of sandbox {sandbox_id} failed to start; it said: "
+    assert failures[0].startswith(prefix), failures[0]
+    said = failures[0].removeprefix(prefix)
+    assert "Cannot find package '@modelcontextprotocol/sdk'" in said  # the error, first
+    assert "Node.js v" in said  # and the end of what it printed

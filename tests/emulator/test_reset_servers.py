@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -442,6 +444,85 @@ def test_a_release_during_a_reset_leaves_nothing(confined: EmulatorServer) -> No
         assert host(confined).resets.spares.ready() == {}  # no live sandbox wants the shape
         assert os.listdir(spares) == []
         assert (sb.id, "filesystem") not in host(confined).running()
+
+
+# ---------------------------------------------------------------------- a reset during a start
+
+
+def _freeze_the_start(sb: Box) -> bool:
+    """Once the start of the sandbox's filesystem server that the last reset began in the
+    background has spawned it, stop its processes (SIGSTOP: a loaded machine leaves a process
+    unscheduled as long); whether the start was caught before the server said anything (it
+    writes its first line to stderr before it reads the client's ``initialize``, so an empty
+    log means the start is still under way). Not caught: its processes go on.
+
+    Only processes that have run their program are stopped: a child forked by the emulator
+    that has yet to (the emulator's command line, already in the workspace folder when
+    unconfined) would hold the emulator's loop, which waits for that ``exec``."""
+    frozen: dict[int, psutil.Process] = {}
+    ours = psutil.Process().cmdline()
+    deadline = time.monotonic() + 120
+    while True:  # until every process of the start is stopped, none left to appear
+        new = [
+            process
+            for process in sandbox_processes(sb.workspace)
+            if process.pid not in frozen and _command(process) not in ([], ours)
+        ]
+        for process in new:
+            with contextlib.suppress(psutil.Error):
+                process.suspend()
+            frozen[process.pid] = process
+        if frozen and not new:
+            break
+        assert time.monotonic() < deadline, "the reset started no filesystem server"
+        time.sleep(0.01)  # polls for the spawn (a server takes 0.4 s and more to answer)
+    logs = list((sb.server.state.data_dir / "mcp-logs").glob(f"{sb.id}-filesystem-*.log"))
+    if len(logs) == 1 and logs[0].read_text() == "":
+        return True
+    for process in frozen.values():
+        with contextlib.suppress(psutil.Error):
+            process.resume()
+    return False
+
+
+def _command(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
+def test_a_reset_while_the_last_reset_starts_the_servers_logs_no_failure(
+    emulator_in_mode: EmulatorServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # notebooks/10: a Ray pool's task used the sandbox's servers; its reset starts them
+    # again in the background; the next task's worker dies at once (os._exit) and the pool
+    # resets the sandbox again, while that start runs. The reset kills the starting server,
+    # which ends with the life it was started for: no failure (it was logged as "failed to
+    # start; it said: " with nothing said), and the sandbox's next call gets a fresh server.
+    mcp = host(emulator_in_mode)
+    for _attempt in range(5):  # until a start is caught under way (the first, in practice)
+        with (
+            box(emulator_in_mode, ["filesystem"]) as sb,
+            caplog.at_level(logging.ERROR, logger="klavis_emulator.mcp"),
+        ):
+            sb.call("filesystem", "list_allowed_directories", {})
+            sb.reset()
+            if not _freeze_the_start(sb):
+                mcp.wait_warm(sb.id)
+                continue
+            sb.reset()  # the worker died: nothing asked of the sandbox in between
+            mcp.wait_idle()
+            failures = [
+                record.getMessage()
+                for record in caplog.records
+                if record.name == "klavis_emulator.mcp" and record.levelno >= logging.ERROR
+            ]
+            assert failures == []
+            listed = sb.call("filesystem", "list_allowed_directories", {})
+            assert listed.strip().endswith(sb.seen)
+            return
+    pytest.fail("no reset was caught while the servers of the one before were starting")
 
 
 # ---------------------------------------------------------------------- without MCP

@@ -233,8 +233,8 @@ def test_the_demo_without_a_key_or_the_emulator_names_the_extra(bare: Venv, tmp_
     done = bare.run("klavis-sandbox", "demo", cwd=tmp_path, env={"PATH": path})
     assert (done.code, done.out) == (1, "")
     assert (
-        "needs the emulator extra (or a klavis-emulator on PATH: pipx install "
-        "'klavis-sandbox[emulator]'): pip install 'klavis-sandbox[emulator]'"
+        "needs the emulator extra (or a klavis-emulator on PATH, which it starts): pip "
+        "install 'klavis-sandbox[emulator]'"
     ) in done.err
     assert len(done.err.splitlines()) == 1, done.err
 
@@ -420,7 +420,26 @@ def test_the_demo_in_a_harness_venv_uses_an_emulator_of_another_environment(
     assert done.code == 0, done.out + done.err
     tool = Path(sysconfig.get_path("scripts"), "klavis-emulator")
     assert done.out.startswith(f"No KLAVIS_API_KEY set: using {tool} at http://127.0.0.1:")
-    assert "7. sandboxes still listed: 0" in done.out
+    assert "4. MCP tool call: filesystem read_text_file /data/hello.txt" in done.out
+    assert "8. sandboxes still listed: 0" in done.out
+
+
+def test_in_a_harness_venv_the_missing_extra_hint_keeps_its_mcp_pin(
+    harness: Venv, tmp_path: Path
+) -> None:
+    """Issue 35, point 3: where mcp is 1.x, ``pip install 'klavis-sandbox[emulator]'`` would
+    bring mcp 2.x into the harness's venv; the hint names the tool route and EmulatorProcess."""
+    bare_path = os.pathsep.join([str(harness.path / "bin"), "/usr/bin", "/bin"])
+    emulator = harness.run("klavis-emulator", "--port", "0", cwd=tmp_path)
+    demo = harness.run("klavis-sandbox", "demo", cwd=tmp_path, env={"PATH": bare_path})
+    for done in (emulator, demo):
+        assert (done.code, done.out, len(done.err.splitlines())) == (1, "", 1), done.err
+        assert "needs the emulator extra" in done.err
+        assert "not with pip install 'klavis-sandbox[emulator]' here" in done.err
+        assert "would replace this environment's mcp 1.12.1 with mcp 2.x" in done.err
+        assert "uv tool install 'klavis-sandbox[emulator]'" in done.err
+        assert "pipx install 'klavis-sandbox[emulator]'" in done.err
+        assert "workflows.EmulatorProcess()" in done.err
 
 
 def test_the_full_venv_has_every_requirement_of_its_extras(full: Venv, tmp_path: Path) -> None:

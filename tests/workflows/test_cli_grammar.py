@@ -64,6 +64,8 @@ def test_help_shows_defaults_descriptions_and_exit_statuses() -> None:
         (["--base-url", "http://a", "list", "--base-url", "http://b"], "http://b"),
         (["reap", "--dry-run", "--base-url", "http://a"], "http://a"),
         (["acquire", "git", "--base-url", "http://a"], "http://a"),
+        (["demo", "--base-url", "http://a"], "http://a"),
+        (["logs", "ID/NAME", "--base-url", "http://a"], "http://a"),
     ],
 )
 def test_base_url_before_or_after_the_command_and_the_later_wins(
@@ -74,7 +76,16 @@ def test_base_url_before_or_after_the_command_and_the_later_wins(
 
 @pytest.mark.parametrize(
     ("argv", "quiet"),
-    [(["list"], False), (["-q", "list"], True), (["list", "-q"], True), (["demo"], False)],
+    [
+        (["list"], False),
+        (["-q", "list"], True),
+        (["list", "-q"], True),
+        (["demo"], False),
+        (["-q", "demo"], True),
+        (["demo", "-q"], True),  # refused before: "unrecognized arguments: -q"
+        (["exec", "ID", "main.py", "-q"], True),
+        (["-q", "logs", "ID/NAME"], True),
+    ],
 )
 def test_quiet_before_or_after_the_command(argv: list[str], quiet: bool) -> None:
     assert parser().parse_args(argv).quiet is quiet
@@ -118,3 +129,26 @@ def test_every_command_help_exits_0_in_a_shell() -> None:
         )
         assert (done.returncode, done.stderr) == (0, ""), name
         assert done.stdout.startswith(f"usage: klavis-sandbox {name}"), name
+
+
+def test_help_and_parsing_import_no_command_module() -> None:
+    """``--help`` (the top one and a command's) builds the parser alone: the command modules,
+    the HTTP layer and the flows are imported by the command that runs, not before."""
+    probe = (
+        "import sys\n"
+        "from workflows._cli import main\n"
+        "for argv in (['--help'], ['list', '--help'], ['exec', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = ('workflows._cli._', 'workflows._flows', 'workflows._execution', 'httpx')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded = done.stderr.strip().splitlines()[-1]
+    assert loaded == str(
+        sorted(["workflows._cli._main", "workflows._cli._output", "workflows._cli._parser"])
+    )

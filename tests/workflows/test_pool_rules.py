@@ -257,3 +257,25 @@ def test_a_404_about_the_tasks_own_sandbox_is_infrastructure() -> None:
     assert failure_kind(gone, sandbox_id="sb-1") == "infrastructure"  # it vanished under the task
     assert failure_kind(gone, sandbox_id="sb-2") == "task"  # the function asked about another
     assert failure_kind(gone) == "task"
+
+
+def test_the_summary_names_failed_tasks_by_index_never_as_a_count() -> None:
+    from workflows import PoolResults, TaskResult
+
+    def failed(index: int, error: str, kind: Any = "task") -> TaskResult[int]:
+        return TaskResult(index, None, False, error_type=error, sandbox_id="s", failure=kind)
+
+    results = PoolResults(
+        [
+            *(TaskResult(i, None, True, value=1, sandbox_id="s") for i in (0, 1, 2, 3, 5, 7)),
+            failed(4, "RuntimeError"),
+            failed(9, "RuntimeError"),
+            failed(6, "ServerError", "infrastructure"),
+            *(failed(i, "ValueError") for i in range(10, 17)),
+        ]
+    )
+    assert (
+        "6 ok, 10 failed (task failures: RuntimeError in tasks #4, #9, ValueError in tasks "
+        "#10, #11, #12, #13, #14 and 2 more; infrastructure: ServerError in task #6)"
+    ) in results.summary()
+    assert "infrastructure: none)" in PoolResults([failed(2, "ValueError")]).summary()

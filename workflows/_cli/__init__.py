@@ -18,7 +18,8 @@ Conventions (those of gh and kubectl):
 The API key comes from ``KLAVIS_API_KEY`` (or a ``.env`` file), never from an argument, so it
 does not show in the process list or the shell history.
 
-* :mod:`._parser`: every command, its arguments and help;
+* :mod:`._parser`: every command, its arguments and help (a command's module is imported
+  when that command runs, never to build the parser: ``--help`` imports none of them);
 * :mod:`._sandboxes` (``acquire``, ``list``, ``get``, ``exec``), :mod:`._workspace` (``seed``,
   ``template``, ``dump``), :mod:`._release` (``release``, ``reap``), :mod:`._demo`: the commands;
 * :mod:`._output`: data on stdout, messages on stderr, the exit statuses;

@@ -15,9 +15,12 @@ was writing (``dump``'s temporary folder beside the destination) is removed, the
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 from workflows._errors import KlavisError
@@ -32,7 +35,7 @@ from ._output import (
     Output,
     UsageError,
 )
-from ._parser import parser
+from ._parser import command_of, parser
 
 
 def main(
@@ -46,8 +49,29 @@ def main(
     args = parser().parse_args(argv)
     ui = Output(out or sys.stdout, err or sys.stderr, quiet=getattr(args, "quiet", False))
     unwind_on_sigterm()
+    with _warnings_quieted(ui.quiet):
+        return _run(args, ui)
+
+
+@contextlib.contextmanager
+def _warnings_quieted(quiet: bool) -> Iterator[None]:
+    """With ``-q``, the library's and the emulator's log warnings are silenced too (errors
+    still show), for the command's run only: ``main`` may run inside a longer process."""
+    loggers = [logging.getLogger(name) for name in ("workflows", "klavis_emulator")]
+    levels = [logger.level for logger in loggers]
+    if quiet:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
     try:
-        code: int = args.run(args, ui)
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _run(args: argparse.Namespace, ui: Output) -> int:
+    try:
+        code: int = command_of(args)(args, ui)
     except BrokenPipeError:
         return EXIT_BROKEN_PIPE
     except UsageError as exc:
@@ -62,9 +86,9 @@ def main(
     except KeyboardInterrupt:
         ui.problem("interrupted")
         return EXIT_INTERRUPTED
-    except Terminated:
-        ui.problem("terminated")
-        return EXIT_TERMINATED
+    except Terminated as exc:  # SIGTERM (143), or SIGHUP during exec's wait (129)
+        ui.problem("terminated" if exc.code == EXIT_TERMINATED else "hung up")
+        return exc.code if isinstance(exc.code, int) else EXIT_TERMINATED
     return code
 
 

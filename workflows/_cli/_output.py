@@ -13,6 +13,8 @@ from workflows._models import SandboxInfo
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_NO_STATUS = 125
+EXIT_HANGUP = 129
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 EXIT_TERMINATED = 143
@@ -21,6 +23,10 @@ EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
     EXIT_ERROR: "error (stderr says which: unknown sandbox, refused path, failed release...)",
     EXIT_USAGE: "usage error (unknown command, bad or missing argument)",
+    EXIT_NO_STATUS: "exec, logs: the execution failed and no exit status is known (pip "
+    "failed, a time limit); otherwise exec and logs exit with the script's own status, 128 + N "
+    "when signal N killed it",
+    EXIT_HANGUP: "hung up (SIGHUP: the terminal closed)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
     EXIT_BROKEN_PIPE: "stdout was closed before all of the output was written "
     "(`klavis-sandbox list | head -1`), as for any program killed by SIGPIPE",
@@ -76,6 +82,15 @@ def info_json(info: SandboxInfo) -> dict[str, Any]:
     for server in data["servers"]:
         server.pop("auth_data", None)  # may hold credentials; `get --json` is for reading
     return data
+
+
+def files_text(count: int) -> str:
+    """``1 file``, ``3 files``.
+
+    >>> files_text(1), files_text(0)
+    ('1 file', '0 files')
+    """
+    return f"{count} file{'' if count == 1 else 's'}"
 
 
 def progress_choice(args: argparse.Namespace) -> bool | None:

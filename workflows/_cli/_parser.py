@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
+import sys
 import textwrap
 from collections.abc import Callable
+from typing import Any
 
 from workflows._config import API_KEY_ENV, BASE_URL_ENV
 from workflows._models import BENCHMARKS, MAX_TTL_SECONDS, MIN_TTL_SECONDS, SERVER_NAMES
 
-from ._demo import cmd_demo
-from ._output import CAPABILITY_NOTE, EXIT_CODES, Output
-from ._release import cmd_reap, cmd_release
-from ._sandboxes import cmd_acquire, cmd_exec, cmd_get, cmd_list
-from ._workspace import cmd_dump, cmd_seed, cmd_template
+from ._output import CAPABILITY_NOTE, EXIT_CODES, EXIT_NO_STATUS, Output
 
 #: What a command is: it reads its arguments, writes through the output, returns its status.
 Command = Callable[[argparse.Namespace, Output], int]
+
+
+def command_of(args: argparse.Namespace) -> Command:
+    """The function that runs the parsed command: ``args.run`` names it (``"module.function"``
+    of this package), and its module is imported now, the chosen command's alone. Importing
+    every command module to build the parser took 428 modules and 0.79 s at load 10 before the
+    first line of ``--help``; the parser itself needs none of them."""
+    module, _, function = str(args.run).rpartition(".")
+    found: Command = getattr(importlib.import_module(f"{__package__}.{module}"), function)
+    return found
 
 
 def _seconds(text: str) -> float:
@@ -67,6 +76,28 @@ class _Help(argparse.RawDescriptionHelpFormatter):
         return text
 
 
+class _Version(argparse.Action):
+    """``--version``, as argparse's own ``version`` action prints it, with the version looked
+    up when asked for: the distribution's metadata costs ``importlib.metadata`` (19 ms), which
+    neither ``--help`` nor a command needs."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show program's version number and exit")
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from workflows import __version__
+
+        parser._print_message(f"{parser.prog} {__version__}\n", sys.stdout)
+        parser.exit()
+
+
 def _paragraphs(text: str) -> str:
     """``text``'s paragraphs (apart by a blank line) filled to 78 columns each."""
     paragraphs = text.split("\n\n")
@@ -95,20 +126,21 @@ def _epilog() -> str:
 def _command(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
     name: str,
-    run: Command,
+    run: str,
     parents: list[argparse.ArgumentParser],
     summary: str,
     description: str | None = None,
     epilog: str | None = None,
 ) -> argparse.ArgumentParser:
-    """Add the command ``name``, which runs ``run``; ``summary`` is its line in ``--help``.
+    """Add the command ``name``, which runs ``run`` (``"module.function"`` of this package,
+    imported only when the command runs: :func:`command_of`); ``summary`` is its line in
+    ``--help``.
 
-    Every command but ``demo`` also takes the global options after its name
-    (``klavis-sandbox list --base-url URL``), as gh and kubectl do."""
-    shared = [_globals()] if name != "demo" else []
+    Every command also takes the global options after its name (``klavis-sandbox list
+    --base-url URL``, ``klavis-sandbox demo -q``), as gh and kubectl do."""
     command = sub.add_parser(
         name,
-        parents=[*shared, *parents],
+        parents=[_globals(), *parents],
         help=summary,
         description=_paragraphs(description or f"{summary[:1].upper()}{summary[1:]}."),
         epilog=epilog,
@@ -169,8 +201,6 @@ def _add_progress(command: argparse.ArgumentParser) -> None:
 
 def parser() -> argparse.ArgumentParser:
     """The ``klavis-sandbox`` parser: its namespace's ``run`` is the command to run."""
-    from workflows import __version__
-
     top = argparse.ArgumentParser(
         prog="klavis-sandbox",
         description=_paragraphs(
@@ -181,7 +211,7 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=_Help,
         parents=[_globals(top=True), _quiet(top=True)],
     )
-    top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    top.add_argument("--version", action=_Version, nargs=0, default=argparse.SUPPRESS)
     quiet = _quiet()
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print the data as JSON")
@@ -191,11 +221,12 @@ def parser() -> argparse.ArgumentParser:
     p = _command(
         sub,
         "acquire",
-        cmd_acquire,
+        "_sandboxes.cmd_acquire",
         both,
         "acquire a sandbox and print its id (it stays held)",
         "Acquire a sandbox, print its id on stdout (--json: the whole record, MCP URLs "
-        "included) and leave it held until `release` or its TTL. "
+        "included) and leave it held until `release` or its TTL: it is detached from this "
+        "command, and `reap` keeps it (reap --include-detached releases it). "
         f"{CAPABILITY_NOTE}.",
     )
     p.add_argument(
@@ -219,7 +250,7 @@ def parser() -> argparse.ArgumentParser:
     _command(
         sub,
         "list",
-        cmd_list,
+        "_sandboxes.cmd_list",
         both,
         "list this key's active sandboxes",
         f"List this key's active sandboxes (--json: with MCP URLs). {CAPABILITY_NOTE}.",
@@ -228,7 +259,7 @@ def parser() -> argparse.ArgumentParser:
     p = _command(
         sub,
         "get",
-        cmd_get,
+        "_sandboxes.cmd_get",
         both,
         "show one sandbox",
         f"Show one sandbox and its servers' MCP URLs. {CAPABILITY_NOTE}.",
@@ -238,7 +269,7 @@ def parser() -> argparse.ArgumentParser:
     p = _command(
         sub,
         "seed",
-        cmd_seed,
+        "_workspace.cmd_seed",
         both,
         "upload a local folder (or a template) into sandboxes' workspaces",
         "Upload a local folder into a sandbox's workspace (files of the same name are "
@@ -263,7 +294,7 @@ def parser() -> argparse.ArgumentParser:
     p = _command(
         sub,
         "template",
-        cmd_template,
+        "_workspace.cmd_template",
         both,
         "pack a folder once into the template cache and print its digest",
         "Pack a local folder once, as seed would (.gitignore and .sandboxignore rules "
@@ -281,7 +312,7 @@ def parser() -> argparse.ArgumentParser:
     p = _command(
         sub,
         "dump",
-        cmd_dump,
+        "_workspace.cmd_dump",
         both,
         "download a sandbox's workspace to a folder, .tar.gz or .tar",
         "Download a sandbox's workspace: into a new (or empty) folder, or as a .tar.gz/.tgz "
@@ -307,15 +338,27 @@ def parser() -> argparse.ArgumentParser:
     p = _command(
         sub,
         "exec",
-        cmd_exec,
+        "_exec.cmd_exec",
         [quiet],
         "run a Python script (or a folder's main.py) in a sandbox, streaming its output",
-        "Run a Python script in a sandbox; its output goes to stdout. SCRIPT is a .py file (sent "
-        "as main.py) or a folder holding main.py (all of it is sent, .gitignore and "
-        ".sandboxignore honoured, .git left out; its requirements.txt is installed). "
-        "Exit status 1 when the script fails: the service reports only completed or failed, "
-        "never the script's own exit status; on the emulator, which logs it, the message "
-        "names it.",
+        "Run a Python script in a sandbox. SCRIPT is a .py file or a folder holding main.py "
+        "(all of it is sent, .gitignore and .sandboxignore honoured, .git left out; its "
+        "requirements.txt is installed).\n\n"
+        "stdout carries the script's stdout only; pip's install lines, the service's notes "
+        "and the script's stderr go to stderr (-q keeps the script's stderr alone). The "
+        "script runs under a small launcher sent as main.py (the script travels as "
+        "_klavis_main.py beside it and gets its name back before it runs) that keeps its "
+        "two streams apart in the execution's one log and records its exit status, which "
+        "the service does not report.\n\n"
+        "exec exits with the script's own status (128 + N when signal N killed it); "
+        f"{EXIT_NO_STATUS} when the execution failed with no status known (pip failed, a time "
+        "limit), with a line saying so; 1 or 2 for exec's own errors, before the script "
+        "runs.\n\n"
+        "It prints the execution's id (SANDBOX_ID/NAME) on stderr when it starts: "
+        "`klavis-sandbox logs ID` reads the output again. SIGTERM, SIGHUP or Ctrl-C stop "
+        "the wait, not the script: it keeps running on the sandbox until it ends or the "
+        "sandbox is released (exec says so). To stop a shell script and every exec it "
+        "started, signal its whole process group (kill -- -PGID).",
     )
     p.add_argument("id", help="the sandbox's id")
     p.add_argument("script", help="the script to run as main.py, or a folder holding main.py")
@@ -349,8 +392,28 @@ def parser() -> argparse.ArgumentParser:
 
     p = _command(
         sub,
+        "logs",
+        "_exec.cmd_logs",
+        [quiet],
+        "print an execution's output again, by the id exec printed",
+        "Print an execution's output: EXECUTION_ID is SANDBOX_ID/NAME, as exec prints it "
+        "when it starts. For a script exec started, its stdout goes to stdout and the rest "
+        "to stderr, and the exit status is the script's, as exec's; the log of an execution "
+        "started otherwise (sb.execute) goes whole to stdout. It waits for a running "
+        "execution to end unless --no-follow.",
+    )
+    p.add_argument("execution_id", metavar="EXECUTION_ID", help="SANDBOX_ID/NAME")
+    p.add_argument(
+        "--follow",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="wait for a running execution's output until it ends",
+    )
+
+    p = _command(
+        sub,
         "release",
-        cmd_release,
+        "_release.cmd_release",
         both,
         "release sandboxes by id, or --all",
         "Release sandboxes. An id the service does not know is an error (exit 1) unless "
@@ -363,12 +426,16 @@ def parser() -> argparse.ArgumentParser:
     p = _command(
         sub,
         "reap",
-        cmd_reap,
+        "_release.cmd_reap",
         both,
         "release what the local ledger says is still held",
         "Release what the local ledger says this key still holds at the service (--base-url): "
         "sandboxes acquired by processes that have ended and never released, and those that "
         "acquires which ended without an answer left behind.\n\n"
+        "Sandboxes acquired to outlive their command (klavis-sandbox acquire; in Python, "
+        "acquire(..., detach=True)) are not leftovers: they are listed apart (detached, "
+        "expires in ...) and kept until their TTL ends or they are released by id, unless "
+        "--include-detached.\n\n"
         "The ledger records each sandbox with the base URL it was acquired from. One recorded "
         "for another URL is released here too when this service lists it (an emulator "
         "restarted on another port over the same data folder). The rest is reported apart, "
@@ -394,7 +461,24 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also release sandboxes whose acquiring process is still running",
     )
+    p.add_argument(
+        "--include-detached",
+        action="store_true",
+        help="also release sandboxes acquired to outlive their command (klavis-sandbox "
+        "acquire, detach=True) whose TTL has not ended",
+    )
 
-    p = _command(sub, "demo", cmd_demo, [], "walk the lifecycle (embedded emulator without a key)")
+    p = _command(
+        sub,
+        "demo",
+        "_demo.cmd_demo",
+        [quiet],
+        "walk the lifecycle (embedded emulator without a key)",
+        "Walk a sandbox's lifecycle in a few steps: acquire, seed, one MCP tool call, dump "
+        "and diff, bulk acquire and release. Against the service when a key is set "
+        f"({API_KEY_ENV}; --base-url or ${BASE_URL_ENV} for its URL), else against an "
+        "embedded emulator (the emulator extra), else against a klavis-emulator found on "
+        "PATH (a pipx or uv tool install). -q prints nothing unless a step fails.",
+    )
     p.add_argument("--count", type=int, default=4, help="how many sandboxes the bulk step acquires")
     return top

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from workflows._config import resolve_settings
-from workflows._ownership import default_ledger
+from workflows._ownership import LedgerEntry, default_ledger
 from workflows._ownership._reap import ServiceEntries, reap
 from workflows._recipes import ReleaseResult, bulk_release
 
@@ -131,14 +131,52 @@ def _report_unreleased(
     return records, failed
 
 
+def _time_left(entry: LedgerEntry) -> str:
+    """``expires in 9 min``, ``expires in 1 h 5 min``, ``no TTL``..."""
+    left = entry.expires_in()
+    if left is None:
+        return "no TTL: it lives until released"
+    minutes = max(0, round(left / 60))
+    if minutes < 1:
+        return "expires in under a minute"
+    if minutes < 60:
+        return f"expires in {minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"expires in {hours} h {minutes} min" if minutes else f"expires in {hours} h"
+
+
+def _report_detached(entries: Sequence[LedgerEntry], ui: Output) -> list[dict[str, Any]]:
+    """Say which sandboxes were kept as detached (acquired to outlive their command); their
+    records for ``--json``."""
+    for entry in entries:
+        ui.note(
+            f"kept {entry.sandbox_id}: detached, {_time_left(entry)} (acquired to outlive its "
+            f"command; `klavis-sandbox release {entry.sandbox_id}` ends it, `reap "
+            "--include-detached` every one)"
+        )
+    return [
+        {
+            "sandbox_id": entry.sandbox_id,
+            "outcome": "detached",
+            "error": None,
+            "base_url": entry.base_url,
+            "expires": entry.expires,
+        }
+        for entry in entries
+    ]
+
+
 def cmd_reap(args: argparse.Namespace, ui: Output) -> int:
     results = reap(
         base_url=args.base_url,
         include_live=args.include_live,
+        include_detached=args.include_detached,
         dry_run=args.dry_run,
         forget_unreachable=args.forget,
     )
+    spared = _report_detached(results.detached, ui)
     kept, unanswered = _report_unreleased(results.unreleased, ui, args.dry_run)
+    kept = [*spared, *kept]
     if not args.dry_run:
         code = _report_releases(results, ui, args, kept=kept)
         return EXIT_ERROR if unanswered else code
@@ -147,6 +185,6 @@ def cmd_reap(args: argparse.Namespace, ui: Output) -> int:
     else:
         for r in results:
             ui.data(f"{r.sandbox_id}\n")
-    if not results and not results.unreleased:
+    if not results and not results.unreleased and not results.detached:
         ui.note("nothing to release")
     return EXIT_ERROR if unanswered else EXIT_OK

@@ -19,7 +19,7 @@ from workflows._errors import InvalidInputError, KlavisError, LocalWriteError
 from workflows._sandbox import LocalSandbox
 from workflows._template import SeedTemplate
 
-from ._output import EXIT_ERROR, EXIT_OK, Output, UsageError, progress_choice
+from ._output import EXIT_ERROR, EXIT_OK, Output, UsageError, files_text, progress_choice
 
 # Archive formats a user may reasonably ask for and that `dump -o` does not write: refused by
 # name before anything is sent rather than written as a folder called "x.zip". A .zip is not
@@ -53,7 +53,7 @@ def cmd_seed(args: argparse.Namespace, ui: Output) -> int:
         )
         if args.json:
             ui.json({"sandbox_id": sb.id, "files": count})
-        ui.note(f"seeded {count} files into {sb.id}")
+        ui.note(f"seeded {files_text(count)} into {sb.id}")
         return EXIT_OK
     if _digest_source(args.source):
         template = SeedTemplate.load(args.source)
@@ -65,7 +65,7 @@ def cmd_seed(args: argparse.Namespace, ui: Output) -> int:
             preserve_mtime=args.preserve_mtime,
             progress=progress,
         )
-        ui.note(f"packed {template.files} files once: template {template.digest}")
+        ui.note(f"packed {files_text(template.files)} once: template {template.digest}")
     seeded: list[dict[str, Any]] = []
     failed = 0
     for sandbox_id in ids:
@@ -77,7 +77,7 @@ def cmd_seed(args: argparse.Namespace, ui: Output) -> int:
             failed += 1
             continue
         seeded.append({"sandbox_id": sb.id, "files": count, "template": template.digest})
-        ui.note(f"seeded {count} files into {sb.id}")
+        ui.note(f"seeded {files_text(count)} into {sb.id}")
     if args.json and len(ids) > 1:
         ui.json(seeded)
     elif args.json and seeded:
@@ -104,7 +104,7 @@ def cmd_template(args: argparse.Namespace, ui: Output) -> int:
         ui.json(record)
     else:
         ui.data(f"{template.digest}\n")
-    ui.note(f"packed {template.files} files ({template.size:,} bytes) into {template.path}")
+    ui.note(f"packed {files_text(template.files)} ({template.size:,} bytes) into {template.path}")
     return EXIT_OK
 
 

@@ -34,6 +34,7 @@ from ._registry import (
     ledger_of,
     new_attempt,
     own,
+    own_detached,
     release_claim,
     unwind_on_sigterm,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "ledger_of",
     "new_attempt",
     "own",
+    "own_detached",
     "release_claim",
     "unwind_on_sigterm",
     # the ledger: what every process of this user recorded

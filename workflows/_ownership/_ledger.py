@@ -6,7 +6,15 @@ Each line is one event::
      "pid": 123, "time": "2026-11-22T07:00:00+00:00"}
 
 The key is stored as a one-way fingerprint, never as the key. ``klavis-sandbox reap`` releases
-every sandbox whose last event is ``acquired``.
+every sandbox whose last event is ``acquired`` and whose process has ended, but those acquired
+to outlive their process (``klavis-sandbox acquire``, ``acquire(..., detach=True)``), whose
+``acquired`` event says so, with when its TTL ends (``null``: no TTL)::
+
+    {"event": "acquired", ..., "detached": true, "expires": "2026-11-22T09:00:00+00:00"}
+
+They live until their TTL or a release by name; ``reap`` lists them apart (``reap
+--include-detached`` releases them too). Versions that knew no such field release them as any
+other sandbox whose process has ended, as they did.
 
 Every acquire is also recorded *before* its request is sent, as an ``attempt`` with the servers
 asked for and the ids the key already had::
@@ -55,7 +63,7 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO
 
@@ -75,6 +83,34 @@ class LedgerEntry:
     key: str
     pid: int
     time: str
+    detached: bool = False
+    """Acquired to outlive its process: released by its TTL or by name, never by ``reap``
+    unless asked (``include_detached``)."""
+    expires: str | None = None
+    """When a detached sandbox's TTL ends (ISO 8601, this machine's clock); None: no TTL."""
+
+    def expires_in(self, now: datetime | None = None) -> float | None:
+        """Seconds until a detached sandbox's TTL ends (negative once it has); None without a
+        TTL, or for a sandbox that is not detached."""
+        if not self.detached or self.expires is None:
+            return None
+        try:
+            ends = datetime.fromisoformat(self.expires)
+        except ValueError:  # a hand-edited line: as if its TTL had ended
+            return 0.0
+        if ends.tzinfo is None:
+            ends = ends.replace(tzinfo=timezone.utc)
+        return (ends - (now or datetime.now(timezone.utc))).total_seconds()
+
+    def spared(self, now: datetime | None = None) -> bool:
+        """Whether ``reap`` keeps it as detached: acquired to outlive its process, its TTL not
+        over (or none)."""
+        if not self.detached:
+            return False
+        if self.expires is None:  # no TTL: until released by name
+            return True
+        left = self.expires_in(now)
+        return left is not None and left > 0
 
 
 @dataclass(frozen=True)
@@ -132,9 +168,19 @@ class Ledger:
             _log.warning("could not write the sandbox ledger %s: %s", self.path, exc)
 
     def record(
-        self, event: str, sandbox_id: str, *, base_url: str, key: str, attempt: str | None = None
+        self,
+        event: str,
+        sandbox_id: str,
+        *,
+        base_url: str,
+        key: str,
+        attempt: str | None = None,
+        detached: bool = False,
+        ttl_seconds: int | None = None,
     ) -> None:
-        """Append an ``acquired`` or ``released`` event (``attempt``: the acquire it settles)."""
+        """Append an ``acquired`` or ``released`` event (``attempt``: the acquire it settles;
+        ``detached``: acquired to outlive its process, its TTL ending ``ttl_seconds`` from now,
+        None: never)."""
         record: dict[str, object] = {
             "event": event,
             "sandbox_id": sandbox_id,
@@ -145,6 +191,9 @@ class Ledger:
         }
         if attempt is not None:
             record["attempt"] = attempt
+        if detached:
+            record["detached"] = True
+            record["expires"] = None if ttl_seconds is None else _now(ttl_seconds)
         self._append(record)
 
     def record_attempt(
@@ -293,12 +342,15 @@ class Ledger:
         for item in last.values():
             if item.get("event") != "acquired":
                 continue
+            expires = item.get("expires")
             entry = LedgerEntry(
                 sandbox_id=str(item["sandbox_id"]),
                 base_url=str(item.get("base_url", "")),
                 key=str(item.get("key", "")),
                 pid=_pid(item.get("pid")),
                 time=str(item.get("time", "")),
+                detached=item.get("detached") is True,
+                expires=expires if isinstance(expires, str) else None,
             )
             if base_url is not None and entry.base_url != base_url:
                 continue
@@ -329,8 +381,10 @@ def process_running(pid: int) -> bool:
     return True
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+def _now(later: float = 0.0) -> str:
+    """Now (or ``later`` seconds from now), UTC, ISO 8601, to the second."""
+    moment = datetime.now(timezone.utc) + timedelta(seconds=later)
+    return moment.isoformat(timespec="seconds")
 
 
 def state_folder() -> Path:

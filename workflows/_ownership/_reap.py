@@ -2,7 +2,10 @@
 
 Two kinds of leftovers are found: sandboxes recorded as acquired and never released, and
 sandboxes that an acquire created without the ledger ever learning their id (it ended
-ambiguously, or its process died mid-request). The second kind is found by listing: see
+ambiguously, or its process died mid-request). Sandboxes acquired to outlive their process
+(``klavis-sandbox acquire``, ``acquire(..., detach=True)``) are not leftovers: until their TTL
+ends they are kept and reported apart (:attr:`ReapResults.detached`), unless
+``include_detached``. The second kind is found by listing: see
 :func:`workflows._ownership._reconcile.orphans` for how an open attempt is matched to a sandbox.
 
 The ledger records each sandbox with the base URL it was acquired from, and ``reap`` sends the
@@ -52,11 +55,13 @@ def held_sandboxes(
     base_url: str | None = None,
     ledger: Ledger | None = None,
     include_live: bool = False,
+    include_detached: bool = False,
 ) -> list[LedgerEntry]:
     """What the ledger records as acquired and not released, for this key and base URL.
 
     Sandboxes whose acquiring process is still running are left out unless ``include_live``:
-    they are in use, not leaked.
+    they are in use, not leaked; so are those acquired to outlive their process (``detach``,
+    ``klavis-sandbox acquire``) whose TTL has not ended, unless ``include_detached``.
 
     >>> [e.sandbox_id for e in held_sandboxes()]  # doctest: +SKIP
     []
@@ -64,7 +69,16 @@ def held_sandboxes(
     settings = resolve_settings(api_key, base_url)
     book = ledger or default_ledger()
     held = book.held(base_url=settings.base_url, key=settings.api_key.fingerprint)
-    return [e for e in held if include_live or not process_running(e.pid)]
+    return [e for e in held if _leftover(e, include_live, include_detached)]
+
+
+def _leftover(entry: LedgerEntry, include_live: bool, include_detached: bool) -> bool:
+    """Whether a held entry is for ``reap`` to release: not detached (or its TTL over, or
+    ``include_detached``: a detached sandbox belongs to no process), and its process gone
+    (or ``include_live``)."""
+    if entry.detached:
+        return include_detached or not entry.spared()
+    return include_live or not process_running(entry.pid)
 
 
 class ReapOptions(TypedDict, total=False):
@@ -75,6 +89,8 @@ class ReapOptions(TypedDict, total=False):
       :func:`~workflows.resolve_settings` does; the only one the key is sent to.
     * ``ledger`` (None: the default one): the :class:`~workflows.Ledger` to read and settle.
     * ``include_live`` (False): also release sandboxes whose acquiring process still runs.
+    * ``include_detached`` (False): also release sandboxes acquired to outlive their process
+      (``klavis-sandbox acquire``, ``acquire(..., detach=True)``) whose TTL has not ended.
     * ``dry_run`` (False): release and forget nothing; report what would be released.
     * ``forget_unreachable`` (False): drop from the ledger the entries of services that are
       gone (connection refused, no such host); never those of a service that answers.
@@ -86,6 +102,7 @@ class ReapOptions(TypedDict, total=False):
     base_url: str | None
     ledger: Ledger | None
     include_live: bool
+    include_detached: bool
     dry_run: bool
     forget_unreachable: bool
     concurrency: int
@@ -116,16 +133,23 @@ class ServiceEntries:
 
 
 class ReapResults(list[ReleaseResult]):
-    """One :class:`~workflows.ReleaseResult` per sandbox released (a list, as before), and
-    :attr:`unreleased`: what the ledger holds for services the reap could not release at."""
+    """One :class:`~workflows.ReleaseResult` per sandbox released (a list, as before),
+    :attr:`unreleased`: what the ledger holds for services the reap could not release at, and
+    :attr:`detached`: the sandboxes kept because they were acquired to outlive their process
+    (each a :class:`~workflows.LedgerEntry`; ``entry.expires_in()``: seconds left)."""
 
     unreleased: tuple[ServiceEntries, ...]
+    detached: tuple[LedgerEntry, ...]
 
     def __init__(
-        self, results: Iterable[ReleaseResult] = (), unreleased: Iterable[ServiceEntries] = ()
+        self,
+        results: Iterable[ReleaseResult] = (),
+        unreleased: Iterable[ServiceEntries] = (),
+        detached: Iterable[LedgerEntry] = (),
     ) -> None:
         super().__init__(results)
         self.unreleased = tuple(unreleased)
+        self.detached = tuple(detached)
 
 
 @dataclass
@@ -144,6 +168,7 @@ class _Plan:
     attempts: list[AcquireAttempt]  # ended: their orphans are released
     running: list[AcquireAttempt]  # still waited on: their sandboxes are withheld
     elsewhere: dict[str, _Recorded]  # other base URLs, this key: held, and ended attempts
+    detached: list[LedgerEntry]  # acquired to outlive their process, TTL not over: kept
     dry_run: bool
     forget: bool
 
@@ -157,12 +182,16 @@ def _plan(options: ReapOptions, where: str) -> _Plan:
     settings = resolve_settings(options.get("api_key"), options.get("base_url"))
     book = options.get("ledger") or default_ledger()
     include_live = options.get("include_live", False)
+    include_detached = options.get("include_detached", False)
     here, key = settings.base_url, settings.api_key.fingerprint
     held: list[LedgerEntry] = []
     elsewhere: dict[str, _Recorded] = {}
+    detached: list[LedgerEntry] = []
     for entry in book.held(key=key):
-        if not include_live and process_running(entry.pid):
-            continue  # in use, not leaked
+        if not _leftover(entry, include_live, include_detached):
+            if entry.detached:  # meant to outlive its process: reported, kept
+                detached.append(entry)
+            continue  # else in use, not leaked
         if entry.base_url == here:
             held.append(entry)
         else:
@@ -182,7 +211,7 @@ def _plan(options: ReapOptions, where: str) -> _Plan:
             elsewhere.setdefault(attempt.base_url, _Recorded()).attempts.append(attempt)
     dry_run = options.get("dry_run", False)
     forget = options.get("forget_unreachable", False)
-    return _Plan(settings, book, held, attempts, running, elsewhere, dry_run, forget)
+    return _Plan(settings, book, held, attempts, running, elsewhere, detached, dry_run, forget)
 
 
 def _to_release(plan: _Plan, listed: list[SandboxInfo], adopted: list[LedgerEntry]) -> list[str]:
@@ -294,7 +323,7 @@ def _unanswered(plan: _Plan, reach: Reach) -> ReapResults:
         pointed_at=True,
     )
     groups = [here] if here.sandbox_ids or here.attempts else []
-    return ReapResults((), groups + _unreleased(plan, [], reaches))
+    return ReapResults((), groups + _unreleased(plan, [], reaches), plan.detached)
 
 
 def _settle_adopted(plan: _Plan, adopted: list[LedgerEntry], results: list[ReleaseResult]) -> None:
@@ -318,8 +347,10 @@ def reap(**options: Unpack[ReapOptions]) -> ReapResults:
     asked for, unknown to the ledger, is taken for its orphan (at most one each). An acquire
     ended once it raised, though its process may still run (a notebook kernel); one still
     waiting for its answer keeps what it may be about to record. Sandboxes whose acquiring
-    process still runs are kept unless ``include_live``. With ``dry_run``, release nothing and
-    report what would be released.
+    process still runs are kept unless ``include_live``, and those acquired to outlive their
+    process (``detach=True``, ``klavis-sandbox acquire``) until their TTL ends, unless
+    ``include_detached`` (listed in the result's ``detached``). With ``dry_run``, release
+    nothing and report what would be released.
 
     The result is a list of :class:`~workflows.ReleaseResult`; its ``unreleased`` lists, by
     base URL, what the ledger still holds for services this reap could not release at (one
@@ -331,7 +362,7 @@ def reap(**options: Unpack[ReapOptions]) -> ReapResults:
     """
     plan = _plan(options, "reap")
     if plan.empty:
-        return ReapResults()
+        return ReapResults(detached=plan.detached)
     try:
         listed = sync_driver_for(plan.settings).run(list_flow())
     except ApiConnectionError as exc:
@@ -341,7 +372,7 @@ def reap(**options: Unpack[ReapOptions]) -> ReapResults:
     reaches = probe_all(url for url in plan.elsewhere)
     unreleased = _unreleased(plan, adopted, reaches)
     if plan.dry_run:
-        return ReapResults(_would_release(ids), unreleased)
+        return ReapResults(_would_release(ids), unreleased, plan.detached)
     results = bulk_release(
         ids,
         concurrency=options.get("concurrency", 16),
@@ -351,7 +382,7 @@ def reap(**options: Unpack[ReapOptions]) -> ReapResults:
         ledger=plan.book,
     )
     _settle_adopted(plan, adopted, results)
-    return ReapResults(results, unreleased)
+    return ReapResults(results, unreleased, plan.detached)
 
 
 async def async_reap(**options: Unpack[ReapOptions]) -> ReapResults:
@@ -362,8 +393,10 @@ async def async_reap(**options: Unpack[ReapOptions]) -> ReapResults:
     asked for, unknown to the ledger, is taken for its orphan (at most one each). An acquire
     ended once it raised, though its process may still run (a notebook kernel); one still
     waiting for its answer keeps what it may be about to record. Sandboxes whose acquiring
-    process still runs are kept unless ``include_live``. With ``dry_run``, release nothing and
-    report what would be released.
+    process still runs are kept unless ``include_live``, and those acquired to outlive their
+    process (``detach=True``, ``klavis-sandbox acquire``) until their TTL ends, unless
+    ``include_detached`` (listed in the result's ``detached``). With ``dry_run``, release
+    nothing and report what would be released.
 
     The result is a list of :class:`~workflows.ReleaseResult`; its ``unreleased`` lists, by
     base URL, what the ledger still holds for services this reap could not release at (one
@@ -375,7 +408,7 @@ async def async_reap(**options: Unpack[ReapOptions]) -> ReapResults:
     """
     plan = _plan(options, "async_reap")
     if plan.empty:
-        return ReapResults()
+        return ReapResults(detached=plan.detached)
     driver = AsyncDriver(plan.settings)
     try:
         listed = await driver.run(list_flow())
@@ -389,7 +422,7 @@ async def async_reap(**options: Unpack[ReapOptions]) -> ReapResults:
     reaches = await asyncio.to_thread(probe_all, list(plan.elsewhere))
     unreleased = _unreleased(plan, adopted, reaches)
     if plan.dry_run:
-        return ReapResults(_would_release(ids), unreleased)
+        return ReapResults(_would_release(ids), unreleased, plan.detached)
     results = await async_bulk_release(
         ids,
         concurrency=options.get("concurrency", 16),
@@ -399,4 +432,4 @@ async def async_reap(**options: Unpack[ReapOptions]) -> ReapResults:
         ledger=plan.book,
     )
     _settle_adopted(plan, adopted, results)
-    return ReapResults(results, unreleased)
+    return ReapResults(results, unreleased, plan.detached)

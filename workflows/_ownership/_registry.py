@@ -7,6 +7,9 @@
   none of its own, that turns SIGTERM into ``SystemExit`` so ``with`` blocks unwind and release
   as on Ctrl-C (:func:`unwind_on_sigterm`; ``dump_to`` installs it too, so that its temporary
   files are removed on SIGTERM as on Ctrl-C).
+* **Detached sandboxes**: :func:`own_detached` records one acquired to outlive this process
+  (``klavis-sandbox acquire``, ``acquire(..., detach=True)``) in the ledger only, with when its
+  TTL ends: nothing releases it at exit, and ``reap`` spares it until then.
 * **Claims**: an acquire that takes a sandbox (answered, or adopted by reconciling, see
   :mod:`._reconcile`) claims it, so two acquires of this process never share one.
 * **Attempts in flight**: the ledger's ``attempt`` records of acquires still running here, or
@@ -146,6 +149,32 @@ def own(
     with _lock:
         _owned[(settings.base_url, sandbox_id)] = Owned(sandbox_id, settings, ledger)
         _install()
+
+
+def own_detached(
+    sandbox_id: str,
+    settings: Settings,
+    ledger: Ledger | None,
+    *,
+    ttl_seconds: int | None,
+    attempt: str | None = None,
+) -> None:
+    """Record ``sandbox_id`` as acquired to outlive this process (``klavis-sandbox acquire``,
+    ``acquire(..., detach=True)``): in the ledger, detached, with when its TTL ends (None:
+    never), settling its ``attempt``; never released at exit or on SIGTERM, and spared by
+    ``reap`` until its TTL ends. A release by name (:func:`disown`) settles it as any other."""
+    if ledger is not None:
+        ledger.record(
+            "acquired",
+            sandbox_id,
+            base_url=settings.base_url,
+            key=settings.api_key.fingerprint,
+            attempt=attempt,
+            detached=True,
+            ttl_seconds=ttl_seconds,
+        )
+    if attempt is not None:
+        attempt_ended(attempt)
 
 
 def disown(sandbox_id: str, settings: Settings, ledger: Ledger | None) -> None:

@@ -20,8 +20,16 @@ Progress: a ``tqdm.auto`` bar (tasks done, failures, sandboxes live); logging th
 """
 
 from ._async import AsyncSandboxPool
-from ._failures import FailureKind, RetryOn
+from ._failures import FailureKind, RetryOn, failure_kind
 from ._results import PoolResults, TaskResult
 from ._sync import SandboxPool
 
-__all__ = ["AsyncSandboxPool", "FailureKind", "PoolResults", "RetryOn", "SandboxPool", "TaskResult"]
+__all__ = [
+    "AsyncSandboxPool",
+    "FailureKind",
+    "PoolResults",
+    "RetryOn",
+    "SandboxPool",
+    "TaskResult",
+    "failure_kind",
+]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numbers
 import statistics
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -115,11 +114,18 @@ def failed(
     )
 
 
+def _task_numbers(indexes: list[int], shown: int = 5) -> str:
+    """``task #4`` or ``tasks #4, #9``; past ``shown`` of them, ``and N more``."""
+    numbers = ", ".join(f"#{i}" for i in indexes[:shown])
+    more = f" and {len(indexes) - shown} more" if len(indexes) > shown else ""
+    return f"task{'s' if len(indexes) > 1 else ''} {numbers}{more}"
+
+
 class PoolResults(ResultList[TaskResult[R]]):
     """One :class:`TaskResult` per task, in the order of the tasks (``pool.map``'s result).
 
     >>> results.summary()  # doctest: +SKIP
-    '20 tasks on 4 sandboxes: 19 ok, 1 failed (task 1: AssertionError 1; infrastructure 0); ...'
+    '20 tasks on 4 sandboxes: 19 ok, 1 failed (task failures: AssertionError in task #7; ...'
     >>> df = results.to_pandas(failed_value=0)  # doctest: +SKIP
     >>> df["score"].mean()  # a failed task counts as 0, not skipped  # doctest: +SKIP
     """
@@ -158,9 +164,11 @@ class PoolResults(ResultList[TaskResult[R]]):
     def summary(self) -> str:
         """One line: counts, the failures by kind then by error type, replacements and times.
 
-        For example ``20 tasks on 4 sandboxes: 17 ok, 3 failed (task 1: ValueError 1;
-        infrastructure 2: ServerError 1, TaskTimeoutError 1); 1 sandbox replaced; 3.1 s in all,
-        task 0.12 s median (max 1.5 s), reset 0.03 s median``.
+        For example ``20 tasks on 4 sandboxes: 17 ok, 3 failed (task failures: ValueError in
+        task #4; infrastructure: ServerError in task #9, TaskTimeoutError in task #12); 1
+        sandbox replaced; 3.1 s in all, task 0.12 s median (max 1.5 s), reset 0.03 s median``:
+        a task's number is its index in the tasks given (``results[4]``), at most
+        five named per error type.
         """
         count = len(self._results)
         noun = "task" if count == 1 else "tasks"
@@ -170,11 +178,15 @@ class PoolResults(ResultList[TaskResult[R]]):
         text += f"{count - len(failures)} ok, {len(failures)} failed"
         if failures:
             parts = []
-            for kind in ("task", "infrastructure"):
+            for kind, label in (("task", "task failures"), ("infrastructure", "infrastructure")):
                 mine = [r for r in failures if (r.failure or "task") == kind]
-                types = Counter(r.error_type or "?" for r in mine)
-                listed = ", ".join(f"{name} {n}" for name, n in sorted(types.items()))
-                parts.append(f"{kind} {len(mine)}" + (f": {listed}" if listed else ""))
+                by_type: dict[str, list[int]] = {}
+                for r in mine:
+                    by_type.setdefault(r.error_type or "?", []).append(r.index)
+                listed = ", ".join(
+                    f"{name} in {_task_numbers(by_type[name])}" for name in sorted(by_type)
+                )
+                parts.append(f"{label}: {listed or 'none'}")
             text += " (" + "; ".join(parts) + ")"
         replaced = self.sandboxes_replaced
         text += f"; {replaced} sandbox{'' if replaced == 1 else 'es'} replaced"

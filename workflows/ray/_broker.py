@@ -1,22 +1,42 @@
 """The broker: one async Ray actor per cluster that holds every sandbox its clients lease.
 
 Why an actor that acquires itself, rather than a counter that workers ask before acquiring:
-the lease is in the broker's table *before* the acquire is sent, and the sandbox is held by a
-process that outlives the worker that asked for it. A worker that dies (``ray.kill``, SIGKILL,
-a node lost), at any moment, mid-acquire included, stops renewing its leases; the broker's own
-loop releases them after ``lease_timeout`` seconds. Nothing depends on the dead process
-running a ``finally``.
+the lease is in the broker's book *before* the acquire is sent, and the sandbox is held by a
+process that outlives the worker that asked for it; the broker's cap
+(``max_sandboxes``) and acquire rate (``max_acquires_per_second``) are the cluster's.
 
-The broker is one process for the whole cluster, so its cap (``max_sandboxes``) and its
-acquire rate (``max_acquires_per_second``, a minimum interval between two acquires sent) are
-the cluster's. It reads the API key from its own environment (its machine's: never a
-``runtime_env``, see :mod:`workflows.ray._key`), never from its clients: no argument of a
-call, and nothing it returns, holds the key. Clients compare key fingerprints
-(:attr:`~workflows.ApiKey.fingerprint`) to refuse a broker that would acquire with another key,
-or with none.
+How it scales (issue 31): a waiting lease is a line of the book, never a parked call
+(:mod:`workflows.ray._book`); each holder *process* has one session, whose single long poll
+(:meth:`Broker.poll`, answered at least every ``lease_timeout / 3``) brings back the grants of
+all its leases and is the heartbeat of all of them. So the calls parked in the actor are two per
+holder process, whatever the leases, and control calls (release, heartbeat, ``held``,
+``stats``) always find a free slot of ``max_concurrency``. Rejected: Ray concurrency groups for
+the control calls: each group of an async actor runs its own event loop in its own thread
+(Ray's docs), so the book would be shared across threads and need locks around every
+``await``; with calls that never park, one loop and one default group suffice.
 
-The state lives in this module's :class:`Broker`, a plain class with async methods; the client
-(:mod:`workflows.ray._client`) makes it a named, detached Ray actor.
+How a dead holder gives its place back at once: when a session opens, its process makes a
+call to :meth:`Broker.park` and passes the ObjectRef it owns (inside a list, so Ray does not
+resolve it) to :meth:`Broker.open_session`; the broker awaits it. When the process dies (an
+actor killed, a worker crashed, its node lost) Ray tells the borrower of an object whose
+owner died: ``OwnerDiedError``, measured at about 2 s after ``ray.kill`` or SIGKILL on a
+loaded 2-core machine, against ``lease_timeout`` (30 s) for a missed heartbeat. The
+session's waiting leases are then dropped (never granted), its sandboxes released, and the
+cap recovers; a holder that stops polling without dying (stopped, wedged) loses its leases
+``lease_timeout`` seconds after its last poll.
+
+How it survives its own death: every sandbox it holds, and every acquire before it is sent,
+is written in the cluster's KV store (:mod:`workflows.ray._store`, which says why there). It
+runs with ``max_restarts=-1``; a broker that starts (Ray restarting it, or the next
+``connect()`` after it was killed for good) reads those records before answering anything:
+it counts every sandbox of them in its cap, keeps each for its holder until the holder's
+session comes back (:meth:`Broker.open_session`, within ``lease_timeout``), releases the rest,
+and finds by listing the sandbox an interrupted acquire may have made
+(:func:`workflows._ownership.orphans`), releasing it.
+
+The state lives in :class:`Broker`, a plain class with async methods; the client
+(:mod:`workflows.ray._client`) makes it a named, detached Ray actor. It reads the API key from
+its own environment (its machine's, see :mod:`workflows.ray._key`), never from its clients.
 """
 
 from __future__ import annotations
@@ -24,139 +44,65 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from .._async_sandbox import AsyncLocalSandbox
+import ray
+import ray.exceptions
+
 from .._config import resolve_settings
-from .._drivers import AsyncDriver
 from .._errors import ConfigurationError, InvalidInputError
-from .._handle import SandboxHandle
+from ._book import Entry, Session
+from ._recovery import Recovery
+from ._store import Store
+from ._types import BrokerStats, Lease, Leased, Settings, describe, lease_key
 
-__all__ = ["Broker", "BrokerStats", "Lease", "LeaseEnded", "LeaseState", "Leased"]
+__all__ = ["Broker"]
 
 log = logging.getLogger("workflows")
-
-LeaseState = Literal["waiting", "acquiring", "held"]
-"""Where a lease is: waiting for a free slot, its acquire sent, or its sandbox held."""
-
-
-class LeaseEnded(InvalidInputError):
-    """An acquire whose lease was ended (released, or expired) before it returned."""
-
-
-@dataclass(frozen=True)
-class Lease:
-    """One lease of the broker, as :meth:`~workflows.ray.SandboxBroker.held` lists it.
-
-    ``holder`` is the string its client gave (a Ray worker or actor id, a pool's token);
-    ``sandbox_id`` is None until the acquire returned; ``last_heartbeat`` and ``created`` are
-    Unix times (``time.time()``) on the broker's machine.
-    """
-
-    lease_id: str
-    holder: str
-    state: LeaseState
-    server_names: tuple[str, ...]
-    base_url: str
-    sandbox_id: str | None
-    created: float
-    last_heartbeat: float
-
-
-@dataclass(frozen=True)
-class BrokerStats:
-    """What a broker was set up with, and what it did since it started.
-
-    ``acquire_times``: the Unix times at which its latest acquires (up to 1000) were sent, in
-    order; ``expired``: leases it released because their holder stopped renewing them.
-    """
-
-    max_sandboxes: int
-    max_acquires_per_second: float | None
-    lease_timeout: float
-    acquired: int
-    released: int
-    expired: int
-    acquire_times: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class Leased:
-    """What a client gets for a granted lease: its id and the sandbox's handle."""
-
-    lease_id: str
-    handle: SandboxHandle
-
-
-@dataclass
-class _Entry:
-    lease_id: str
-    holder: str
-    server_names: tuple[str, ...]
-    base_url: str
-    created: float
-    beat: float  # time.monotonic() of the last heartbeat
-    beat_wall: float  # time.time() of it, for held()
-    state: LeaseState = "waiting"
-    cancelled: bool = False
-    sandbox: AsyncLocalSandbox | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)  # set once it holds no slot
-
-    def public(self) -> Lease:
-        return Lease(
-            self.lease_id,
-            self.holder,
-            self.state,
-            self.server_names,
-            self.base_url,
-            None if self.sandbox is None else self.sandbox.id,
-            self.created,
-            self.beat_wall,
-        )
-
 
 _ACQUIRE_KEYS = frozenset({"benchmark", "ttl_seconds", "test_account_email", "timeout"})
 """The acquire keywords a client may send: none of them is secret (no key, no ledger)."""
 
 
-class Broker:
-    """The broker's state and methods (made a Ray actor by the client; see the module)."""
+class Broker(Recovery):
+    """The broker's Ray methods (made a Ray actor by the client; see the module)."""
 
     def __init__(
-        self, max_sandboxes: int, max_acquires_per_second: float | None, lease_timeout: float
+        self,
+        name: str,
+        namespace: str,
+        given: Mapping[str, Any],
+        token: str,
+        defaults: Mapping[str, Any] | None = None,
     ) -> None:
-        if isinstance(max_sandboxes, bool) or not isinstance(max_sandboxes, int):
-            raise InvalidInputError(f"max_sandboxes must be an int, got {max_sandboxes!r}")
-        if max_sandboxes < 1:
-            raise InvalidInputError(f"max_sandboxes must be at least 1, got {max_sandboxes}")
-        self.max_sandboxes = max_sandboxes
-        self.max_acquires_per_second = max_acquires_per_second
-        self.lease_timeout = float(lease_timeout)
-        self._interval = 0.0 if not max_acquires_per_second else 1.0 / max_acquires_per_second
-        self._leases: dict[str, _Entry] = {}
-        self._busy = 0  # leases acquiring or held: what the cap counts
-        self._next_send = 0.0
-        self._acquire_times: deque[float] = deque(maxlen=1000)
-        self._counts = {"acquired": 0, "released": 0, "expired": 0}
-        self._drivers: dict[str, AsyncDriver] = {}
+        store = Store(name, namespace)
+        super().__init__(store)
+        self.name = name
+        self._token = token
+        recorded = store.settings()
+        if recorded is None:  # a new name: ``defaults`` (a pool's size as the cap), then given
+            self.settings = Settings().updated(defaults or {}).updated(given)
+        elif recorded[1] == token:  # Ray restarted this actor: a later reconfigure() stands
+            self.settings = recorded[0]
+        else:  # made by a new connect(): what it gave, over what the last broker ran with
+            self.settings = recorded[0].updated(given)
+        store.put_settings(self.settings, token)
+        self.incarnation = store.next_incarnation()
+        self._inherit()
         self._started = False
-        self._slots: asyncio.Condition
-        self._rate: asyncio.Lock
-        self._reaper: asyncio.Task[None]
+        self._parks: dict[str, tuple[asyncio.Event, float]] = {}
 
     def _start(self) -> None:
-        """Made on the actor's event loop, at its first call."""
+        """Made on the actor's event loop, at its first call: the loops, and the adoption of
+        what a dead broker of this name left."""
         if self._started:
             return
         self._started = True
-        self._slots = asyncio.Condition()
-        self._rate = asyncio.Lock()
-        self._reaper = asyncio.get_running_loop().create_task(self._expire_loop())
+        self._spawn(self._expire_loop())
+        self._spawn(self.recover())
 
-    # ----------------------------------------------------------------- the key
+    # ----------------------------------------------------------------- settings, key
     async def key_fingerprint(self) -> str | None:
         """The fingerprint of the key this broker acquires with; None when it has none."""
         try:
@@ -165,195 +111,424 @@ class Broker:
             return None
 
     async def config(self) -> dict[str, Any]:
-        """The broker's cap, rate and lease timeout."""
-        return {
-            "max_sandboxes": self.max_sandboxes,
-            "max_acquires_per_second": self.max_acquires_per_second,
-            "lease_timeout": self.lease_timeout,
+        """The broker's settings (cap, rate, lease timeout, warm) and its incarnation."""
+        self._start()
+        return {**self.settings.as_dict(), "incarnation": self.incarnation}
+
+    async def reconfigure(self, given: Mapping[str, Any], by: str) -> dict[str, Any]:
+        """Change settings for every client (logged, kept for the broker's restarts)."""
+        self._start()
+        before = self.settings.as_dict()
+        self.settings = self.settings.updated(given)
+        self._warm_since = time.monotonic()
+        changed = {k: v for k, v in self.settings.as_dict().items() if before[k] != v}
+        self._store.put_settings(self.settings, self._token)
+        if changed:
+            log.warning(
+                "broker %s reconfigured by %s: %s (was %s)",
+                self.name,
+                by,
+                describe(changed),
+                describe({k: before[k] for k in changed}),
+            )
+        keys = self._warm_specs()
+        for key in [k for k in self._book.idle if k not in keys]:  # warm kinds given up
+            for idle in self._book.idle.pop(key):
+                self._spawn(self._release_then_free(idle.sandbox))
+        self.dispatch()
+        return await self.config()
+
+    # ----------------------------------------------------------------- sessions
+    async def park(self, session_id: str) -> None:
+        """Held open for the session's process (its ObjectRef is what the broker watches);
+        returns when the session closes."""
+        event = asyncio.Event()
+        self._unpark(session_id)  # a park of before, of the same session: it is replaced
+        self._parks[session_id] = (event, time.monotonic())
+        await event.wait()
+
+    def _unpark(self, session_id: str) -> None:
+        park = self._parks.pop(session_id, None)
+        if park is not None:
+            park[0].set()
+
+    async def open_session(
+        self,
+        session_id: str,
+        watch: list[Any],
+        holder: str,
+        held: list[str],
+        waiting: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Open (or open again, after this broker restarted or forgot it) a holder process's
+        session: watch its death through ``watch[0]``, hand back the ``held`` leases this
+        broker adopted for it, and queue its ``waiting`` requests again. Returns the settings,
+        the leases kept and those lost (with why)."""
+        self._start()
+        await self.recovered.wait()
+        book, now = self._book, time.monotonic()
+        session = book.sessions.get(session_id)
+        if session is None:
+            session = book.sessions[session_id] = Session(session_id, holder, now)
+        session.attached, session.holder, session.last_seen = True, holder, now
+        if watch:
+            if session.watch is not None:
+                session.watch.cancel()
+            session.watch = asyncio.get_running_loop().create_task(self._watch(session, watch[0]))
+        kept, lost = [], {}
+        for lease_id in held:
+            entry = book.entries.get(lease_id)
+            if entry is not None and entry.session_id == session_id and entry.state == "held":
+                entry.adopted = False
+                kept.append(lease_id)
+            else:
+                reason = book.ended.get(lease_id, ("the broker has no record of it", None))[0]
+                lost[lease_id] = reason
+        for request in waiting:
+            entry = book.entries.get(request["lease_id"])
+            if entry is None:
+                self._enqueue(session_id, **request)
+            elif entry.session_id == session_id and entry.state == "held" and entry.adopted:
+                entry.adopted = False  # acquired for it just before the last broker died
+                assert entry.sandbox is not None
+                book.granted(entry)
+                session.push(
+                    "granted", entry.lease_id, Leased(entry.lease_id, entry.sandbox.handle())
+                )
+        self.dispatch()
+        return {**(await self.config()), "kept": kept, "lost": lost}
+
+    async def _watch(self, session: Session, ref: Any) -> None:
+        """Wait for the session's park call; its owner's death ends the session."""
+        try:
+            await ref
+        except ray.exceptions.ObjectLostError as exc:  # OwnerDiedError: its process died
+            if self._book.sessions.get(session.session_id) is session:
+                self._session_died(session, f"Ray reported its process dead ({type(exc).__name__})")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - not a death: the heartbeat still guards it
+            log.info("broker: watching %s ended: %s", session.holder, exc)
+
+    def _session_died(self, session: Session, reason: str) -> None:
+        book = self._book
+        book.counts["dead_holders"] += 1
+        entries = book.of_session(session.session_id)
+        log.warning(
+            "broker: holder %s died (%s): ending its %d lease(s)",
+            session.holder,
+            reason,
+            len(entries),
+        )
+        for entry in entries:
+            if entry.state == "waiting":
+                book.counts["dropped"] += 1
+            self._spawn(self._end(entry, f"its holder died: {reason}", notify=False))
+        self._close(session)
+
+    def _close(self, session: Session) -> None:
+        self._book.sessions.pop(session.session_id, None)
+        if session.watch is not None:
+            session.watch.cancel()
+        session.wake.set()
+        self._unpark(session.session_id)
+
+    async def close_session(self, session_id: str) -> list[str]:
+        """End every lease of a session and forget it (its process is done with the broker);
+        the sandbox ids released."""
+        self._start()
+        session = self._book.sessions.get(session_id)
+        entries = self._book.of_session(session_id)
+        done = await asyncio.gather(
+            *(self._end(e, "its holder closed its session") for e in entries)
+        )
+        if session is not None:
+            self._close(session)
+        return [sandbox_id for sandbox_id in done if sandbox_id is not None]
+
+    async def poll(self, session_id: str, ack: int, wait: float) -> dict[str, Any]:
+        """The session's long poll, and the heartbeat of all its leases: its undelivered
+        events (grants, failures, leases ended), at once if there are any, else after at most
+        ``wait`` seconds (never more than ``lease_timeout / 3``). ``ack``: the last event
+        the session received. ``unknown``: the broker does not know the session (it restarted,
+        or the session expired): open it again."""
+        self._start()
+        session = self._book.sessions.get(session_id)
+        answer: dict[str, Any] = {
+            "incarnation": self.incarnation,
+            "lease_timeout": self.settings.lease_timeout,
         }
+        if session is None or not session.attached:
+            return {**answer, "unknown": True}
+        session.ack(ack)
+        session.last_seen = time.monotonic()
+        if not session.events:
+            session.wake.clear()
+            session.polls += 1
+            try:
+                limit = min(wait, self.settings.lease_timeout / 3)
+                await asyncio.wait_for(session.wake.wait(), timeout=limit)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                session.polls -= 1
+                session.last_seen = time.monotonic()
+        return {**answer, "events": sorted(session.events.items())}
 
     # ----------------------------------------------------------------- leases
-    async def acquire(
+    def _enqueue(
         self,
-        holder: str,
+        session_id: str,
+        *,
         lease_id: str,
-        server_names: list[str],
+        server_names: Any,
         options: Mapping[str, Any],
         base_url: str,
-    ) -> Leased:
-        """Lease a sandbox for ``holder`` under ``lease_id`` (the client's, so that it can end
-        the lease while it waits): wait for a free slot (never past the cap), respect the
-        acquire rate, acquire it with this process's key, and return its handle."""
-        self._start()
+        holder: str,
+    ) -> Entry:
         unknown = set(options) - _ACQUIRE_KEYS
         if unknown:
             raise InvalidInputError(f"the broker does not take {sorted(unknown)}")
-        if lease_id in self._leases:
-            raise InvalidInputError(f"lease {lease_id} exists already")
+        names: Any = server_names if isinstance(server_names, str) else tuple(server_names)
+        key = lease_key(names, options, base_url)
         now = time.monotonic()
-        entry = _Entry(
+        entry = Entry(
             lease_id,
+            session_id,
             holder,
-            tuple(server_names),
+            names,
+            dict(options),
             base_url,
+            key,
             time.time(),
             now,
-            time.time(),
         )
-        self._leases[entry.lease_id] = entry  # recorded before anything is sent
-        try:
-            async with self._slots:
-                await self._slots.wait_for(
-                    lambda: entry.cancelled or self._busy < self.max_sandboxes
-                )
-                if entry.cancelled:
-                    raise LeaseEnded(f"lease {entry.lease_id} was released while waiting")
-                self._busy += 1
-                entry.state = "acquiring"
-        except BaseException:
-            self._leases.pop(entry.lease_id, None)
-            entry.done.set()
-            raise
-        try:
-            await self._pace()
-            if entry.cancelled:  # ended while it waited for its turn: nothing to acquire
-                raise LeaseEnded(f"lease {entry.lease_id} was released before its acquire")
-            self._acquire_times.append(time.time())
-            sandbox = await AsyncLocalSandbox.acquire(
-                server_names,  # type: ignore[arg-type]  # checked by acquire itself
-                _driver=self._driver(base_url),
-                base_url=base_url,
-                progress=False,
-                **options,
-            )
-        except BaseException:
-            await self._free(entry)
-            raise
-        entry.sandbox = sandbox
-        entry.state = "held"
-        self._counts["acquired"] += 1
-        if entry.cancelled:  # released (or expired) while acquiring: nobody will use it
-            await self._free(entry)
-            raise LeaseEnded(f"lease {entry.lease_id} was released while acquiring")
-        return Leased(entry.lease_id, sandbox.handle())
+        warm = set(self._warm_specs())
+        if key in warm:
+            self._last_use[key] = now
+        self._book.enqueue(entry, warm)
+        return entry
 
-    def _driver(self, base_url: str) -> AsyncDriver:
-        driver = self._drivers.get(base_url)
-        if driver is None:
-            driver = self._drivers[base_url] = AsyncDriver(resolve_settings(None, base_url))
-        return driver
-
-    async def _pace(self) -> None:
-        """Wait until the rate allows one more acquire (one actor: the cluster's rate)."""
-        if not self._interval:
-            return
-        async with self._rate:
-            now = time.monotonic()
-            wait = self._next_send - now
-            self._next_send = max(now, self._next_send) + self._interval
-            if wait > 0:
-                await asyncio.sleep(wait)
-
-    async def _free(self, entry: _Entry) -> bool:
-        """Release ``entry``'s sandbox (if any) and its slot; True if a sandbox was released."""
-        self._leases.pop(entry.lease_id, None)
-        released = False
-        try:
-            if entry.sandbox is not None and not entry.sandbox.released:
-                try:
-                    released = await entry.sandbox.release()
-                    self._counts["released"] += 1
-                except Exception as exc:  # noqa: BLE001 - the ledger keeps it for reap
-                    log.warning("broker: could not release sandbox %s: %s", entry.sandbox.id, exc)
-        finally:
-            if entry.state != "waiting" and not entry.done.is_set():
-                async with self._slots:
-                    self._busy -= 1
-                    self._slots.notify_all()
-            entry.done.set()
-        return released
-
-    async def _end(self, entry: _Entry) -> str | None:
-        """End a lease whatever its state; the sandbox id it released, if any (None also
-        when another call is ending it: this one waits for that)."""
-        if entry.cancelled:
-            await entry.done.wait()
-            return None
-        entry.cancelled = True
-        if entry.state == "held":
-            sandbox_id = entry.sandbox.id if entry.sandbox is not None else None
-            await self._free(entry)
-            return sandbox_id
-        if entry.state == "waiting":
-            async with self._slots:
-                self._slots.notify_all()  # its waiter sees it cancelled and leaves
-        # acquiring: the acquire releases it when it returns; wait for that
-        await entry.done.wait()
+    async def acquire(
+        self,
+        session_id: str,
+        lease_id: str,
+        server_names: Any,
+        options: Mapping[str, Any],
+        base_url: str,
+        holder: str,
+    ) -> Leased | None:
+        """Ask for a lease under ``lease_id`` (the client's, so that it can end it while it
+        waits) for the session's process: queued, first come first served, and granted
+        through the session's poll; or, when an idle warm sandbox of its kind is there and no
+        lease of its kind waits before it, granted now (the answer is the lease)."""
+        self._start()
+        await self.recovered.wait()
+        book = self._book
+        session = book.sessions.get(session_id)
+        if session is None or not session.attached:
+            raise _SessionUnknown(session_id)
+        session.last_seen = time.monotonic()
+        if lease_id in book.entries:
+            return None  # asked again (a retry after a lost answer): its grant comes by poll
+        if lease_id in book.ended:
+            raise InvalidInputError(f"lease {lease_id} ended already: {book.ended[lease_id][0]}")
+        entry = self._enqueue(
+            session_id,
+            lease_id=lease_id,
+            server_names=server_names,
+            options=options,
+            base_url=base_url,
+            holder=holder,
+        )
+        if book.head_of(entry.key) is entry and book.idle_count(entry.key):
+            idle = book.take_idle(entry.key)
+            assert idle is not None
+            return self._hand_warm(entry, idle, push=False)
+        self.dispatch()
         return None
 
-    async def release(self, lease_id: str) -> bool:
-        """End one lease (its sandbox released at once); False if it was not held."""
+    async def _end(self, entry: Entry, reason: str, *, notify: bool = True) -> str | None:
+        """End a lease whatever its state (``notify``: tell its holder, whose lease it no
+        longer is); the sandbox id given back, if it held one."""
+        book = self._book
+        if entry.ended is not None:
+            return None
+        entry.ended = reason
+        book.remember_end(entry, reason)
+        if notify:
+            self._push(entry, ("ended", entry.lease_id, reason))
+        if entry.state == "waiting":
+            book.unqueue(entry)
+            book.entries.pop(entry.lease_id, None)
+            return None
+        if entry.state == "acquiring":  # its acquire gives it back when it returns
+            return None
+        book.entries.pop(entry.lease_id, None)
+        assert entry.sandbox is not None
+        await self._give_back(entry.key, entry.sandbox)
+        return entry.sandbox.id
+
+    async def release(self, lease_id: str, reason: str = "released by its holder") -> bool:
+        """End one lease (its sandbox released, or kept warm); False if it held none."""
         self._start()
-        entry = self._leases.get(lease_id)
+        entry = self._book.entries.get(lease_id)
         if entry is None:
             return False
-        return await self._end(entry) is not None
+        return await self._end(entry, reason, notify=False) is not None
 
-    async def release_holder(self, holder: str) -> list[str]:
-        """End every lease of ``holder``; the sandbox ids released."""
+    async def release_many(self, lease_ids: list[str], reason: str) -> list[str]:
+        """End these leases; the sandbox ids given back."""
         self._start()
-        entries = [e for e in self._leases.values() if e.holder == holder]
-        done = await asyncio.gather(*(self._end(e) for e in entries))
+        entries = [e for e in map(self._book.entries.get, lease_ids) if e is not None]
+        done = await asyncio.gather(*(self._end(e, reason, notify=False) for e in entries))
         return [sandbox_id for sandbox_id in done if sandbox_id is not None]
 
-    async def heartbeat(self, holder: str) -> int:
-        """Renew every lease of ``holder``; how many it has."""
+    async def lease_status(self, lease_id: str) -> tuple[str, str | None]:
+        """A lease's state, or ``"ended"`` with why, or ``"unknown"``."""
         self._start()
-        now, wall, count = time.monotonic(), time.time(), 0
-        for entry in self._leases.values():
-            if entry.holder == holder:
-                entry.beat, entry.beat_wall = now, wall
-                count += 1
-        return count
+        entry = self._book.entries.get(lease_id)
+        if entry is not None and entry.ended is None:
+            return entry.state, None
+        if lease_id in self._book.ended:
+            return "ended", self._book.ended[lease_id][0]
+        return "unknown", None
 
     async def held(self) -> list[Lease]:
         """Every lease, in the order they were made."""
         self._start()
-        return [entry.public() for entry in self._leases.values()]
+        book, now_wall, now = self._book, time.time(), time.monotonic()
+        out = []
+        for entry in book.entries.values():
+            session = book.sessions.get(entry.session_id)
+            beat = now_wall - (now - session.last_seen) if session is not None else entry.created
+            out.append(entry.public(session, beat))
+        return out
 
-    async def reap(self) -> list[str]:
-        """End every lease; the sandbox ids released."""
+    async def reap(self, everything: bool = False) -> list[str]:
+        """End the leases of holders that are dead (Ray reported it, or no poll for a full
+        heartbeat period, ``lease_timeout / 3``, or held for a dead broker and not claimed
+        back); with ``everything``, every lease. The sandbox ids given back."""
         self._start()
-        entries = list(self._leases.values())
-        done = await asyncio.gather(*(self._end(e) for e in entries))
+        await self.recovered.wait()
+        book, now = self._book, time.monotonic()
+        period = self.settings.lease_timeout / 3
+        if everything:
+            entries = list(book.entries.values())
+            reason = "released by reap(everything=True)"
+        else:
+            entries = []
+            for entry in book.entries.values():
+                session = book.sessions.get(entry.session_id)
+                if (
+                    session is None
+                    or not session.attached
+                    or (session.polls == 0 and now - session.last_seen > period)
+                ):
+                    entries.append(entry)
+            reason = "released by reap(): its holder is dead"
+        done = await asyncio.gather(*(self._end(e, reason) for e in entries))
         return [sandbox_id for sandbox_id in done if sandbox_id is not None]
+
+    async def shutdown(self) -> list[str]:
+        """End every lease and release every sandbox (the warm ones, and those being acquired
+        once they are), then forget the records (nothing for a next broker to adopt): the
+        sandbox ids released. The client kills the actor next."""
+        self._start()
+        await self.recovered.wait()
+        self._closing = True
+        released = await self.reap(everything=True)
+        for key in list(self._book.idle):
+            for idle in self._book.idle.pop(key):
+                if await self._release_sandbox(idle.sandbox):
+                    released.append(idle.sandbox.id)
+                self._book.busy -= 1
+        deadline = time.monotonic() + 120
+        while self._book.busy > 0 and time.monotonic() < deadline:  # noqa: ASYNC110 - acquires under way give their slots back
+            await asyncio.sleep(0.05)
+        self._store.forget()
+        return released
 
     async def stats(self) -> BrokerStats:
         """The broker's settings and counters."""
         self._start()
+        book, counts, s = self._book, self._book.counts, self.settings
         return BrokerStats(
-            self.max_sandboxes,
-            self.max_acquires_per_second,
-            self.lease_timeout,
-            self._counts["acquired"],
-            self._counts["released"],
-            self._counts["expired"],
-            tuple(self._acquire_times),
+            s.max_sandboxes,
+            s.max_acquires_per_second,
+            s.lease_timeout,
+            counts["acquired"],
+            counts["released"],
+            counts["expired"],
+            tuple(book.acquire_times),
+            warm=s.warm,
+            waiting=len(book.queue),
+            held=book.held_count(),
+            busy=book.busy,
+            sessions=len(book.sessions),
+            granted=counts["granted"],
+            dead_holders=counts["dead_holders"],
+            dropped=counts["dropped"],
+            warm_hits=counts["warm_hits"],
+            warm_misses=counts["warm_misses"],
+            warm_idle=book.idle_total(),
+            warm_resets=counts["warm_resets"],
+            adopted=counts["adopted"],
+            incarnation=self.incarnation,
+            grant_seconds=tuple(book.grant_seconds),
+            wait_seconds=tuple(book.wait_seconds),
         )
 
+    # ----------------------------------------------------------------- expiry
     async def _expire_loop(self) -> None:
-        """Release the leases whose holder stopped renewing them, for as long as the actor
-        lives (checked four times per ``lease_timeout``)."""
+        """For as long as the actor lives, a few times per ``lease_timeout``: end the leases of
+        holders that stopped polling, release warm sandboxes idle too long, reconcile
+        ambiguous acquires."""
         while True:
-            await asyncio.sleep(self.lease_timeout / 4)
+            timeout = self.settings.lease_timeout
+            await asyncio.sleep(min(timeout / 6, 2.0))
             now = time.monotonic()
-            stale = [e for e in self._leases.values() if now - e.beat > self.lease_timeout]
-            for entry in stale:
-                log.warning(
-                    "broker: lease %s of %s not renewed for %.0f s: releasing it",
-                    entry.lease_id,
-                    entry.holder,
-                    now - entry.beat,
-                )
-                self._counts["expired"] += 1
-                asyncio.get_running_loop().create_task(self._end(entry))
+            for session in list(self._book.sessions.values()):
+                silent = now - session.last_seen
+                if session.polls or silent <= timeout:
+                    continue
+                entries = self._book.of_session(session.session_id)
+                if session.attached:
+                    why = f"no heartbeat from its holder for {silent:.0f} s"
+                else:
+                    why = "the broker restarted and its holder did not come back"
+                why += f" (lease_timeout {timeout:g} s)"
+                if entries:
+                    log.warning("broker: leases of %s ended: %s", session.holder, why)
+                self._book.counts["expired"] += sum(e.state != "waiting" for e in entries)
+                for entry in entries:
+                    self._spawn(self._end(entry, why))
+                self._close(session)
+            for session_id, (_, since) in list(self._parks.items()):
+                if session_id not in self._book.sessions and now - since > timeout:
+                    self._unpark(session_id)  # a park whose session never opened
+            self._expire_idle(now)
+            if self._ledger.ambiguous:
+                self._spawn(self.reconcile_ambiguous())
+
+    def _expire_idle(self, now: float) -> None:
+        """Release the idle warm sandboxes of kinds nobody leased for their idle_timeout."""
+        specs = self._warm_specs()
+        for key, idle in self._book.idle.items():
+            spec = specs.get(key)
+            if spec is not None and not self._unused(key, spec, now):
+                continue
+            while idle:
+                self._spawn(self._release_then_free(idle.pop().sandbox))
+
+
+class _SessionUnknown(InvalidInputError):
+    """The broker does not know this session (it restarted, or the session expired): the
+    client opens it again and asks again."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"the broker does not know session {session_id}: open it again")
+        self.session_id = session_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_SessionUnknown, (self.session_id,))

@@ -1,18 +1,22 @@
-"""The client of the broker: :class:`SandboxBroker`, :func:`reap`, and the heartbeats.
+"""The client of the broker: :class:`SandboxBroker` and :func:`reap`.
 
 Every call to the broker goes through :func:`_send` (one place, so a test can capture what is
 sent and check that the key is never in it). A client never sends its key: it sends the acquire
 request (server names, benchmark, TTL, test account, timeout) and the base URL, and compares
-its key's fingerprint with the broker's before the first acquire.
+its key's fingerprint with the broker's before the first lease. Leases travel through this
+process's session (:mod:`workflows.ray._session`): asked with one call, granted through the
+session's long poll, renewed by its thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
+import inspect
 import logging
-import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -21,20 +25,16 @@ import ray
 import ray.exceptions
 
 from .._acquire import Acquire, AcquireOptions, Unpack, resolve_acquire
-from .._async_sandbox import AsyncLocalSandbox
 from .._config import ApiKey
 from .._errors import ConfigurationError, InvalidInputError
 from .._models import ServerNames
-from .._sandbox import LocalSandbox
-from ._broker import Broker, BrokerStats, Lease, Leased, LeaseEnded
+from ._broker import Broker, _SessionUnknown
 from ._key import refuse_key_in_options, warn_if_the_job_carries_the_key
+from ._leased import AsyncLeasedSandbox, LeasedSandbox
+from ._session import Link, Session, session_for
+from ._types import BrokerConfig, BrokerStats, Lease, Leased, check_config, describe
 
-__all__ = [
-    "DEFAULT_BROKER_NAME",
-    "DEFAULT_NAMESPACE",
-    "SandboxBroker",
-    "reap",
-]
+__all__ = ["DEFAULT_BROKER_NAME", "DEFAULT_NAMESPACE", "SandboxBroker", "reap"]
 
 log = logging.getLogger("workflows")
 
@@ -42,21 +42,41 @@ DEFAULT_BROKER_NAME = "klavis-sandbox-broker"
 """The name the broker is registered under in Ray, unless given another."""
 DEFAULT_NAMESPACE = "klavis-sandbox"
 """The Ray namespace of the broker: every job of the cluster finds it there."""
+DEFAULT_BROKER_WAIT = 60.0
+"""Seconds a client waits for a dead broker to come back before BrokerUnavailableError."""
+_MAX_CONCURRENCY = 10_000
+"""The broker actor's concurrent calls: two parked per holder process, the rest never park."""
+
+
+@functools.cache
+def _parameters(method: str) -> tuple[str, ...]:
+    """The names of the broker method's parameters (``self`` left out)."""
+    return tuple(inspect.signature(getattr(Broker, method)).parameters)[1:]
+
+
+def _call(actor: Any, method: str, args: tuple[Any, ...]) -> Any:
+    """Submit the call, its arguments by name. A handle found by name (``ray.get_actor``)
+    after the job that made the broker ended has no signatures (Ray could not load the
+    class that job exported, and takes every method as ``(**kwargs)``): arguments by
+    position would be refused there (``TypeError: too many positional arguments``)."""
+    return getattr(actor, method).remote(**dict(zip(_parameters(method), args, strict=False)))
 
 
 def _send(actor: Any, method: str, *args: Any) -> Any:
     """Call ``method`` of the broker ``actor`` and wait for its answer (the broker's own error,
-    such as a :class:`~workflows.ServerError` from its acquire, is raised as itself)."""
-    ref = getattr(actor, method).remote(*args)
+    such as a :class:`~workflows.ServerError` from its acquire, is raised as itself). Waited
+    for through the ref's ``future()``, as ``ray.get`` would: the session's thread waits so
+    inside async actors, where ``ray.get`` warns that it blocks the loop (it does not, there)."""
+    ref = _call(actor, method, args)
     try:
-        return ray.get(ref)
+        return ref.future().result()
     except ray.exceptions.RayTaskError as exc:
         raise _cause(exc) from None
 
 
 async def _send_async(actor: Any, method: str, *args: Any) -> Any:
     """:func:`_send`, awaited (the event loop is never blocked)."""
-    ref = getattr(actor, method).remote(*args)
+    ref = _call(actor, method, args)
     try:
         return await ref
     except ray.exceptions.RayTaskError as exc:
@@ -66,16 +86,6 @@ async def _send_async(actor: Any, method: str, *args: Any) -> Any:
 def _cause(exc: ray.exceptions.RayTaskError) -> BaseException:
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, BaseException) else exc
-
-
-def _holder_name() -> str:
-    """Who holds a lease: this Ray worker (its actor, when in one) and a token of its own."""
-    prefix = "driver"
-    with contextlib.suppress(Exception):  # outside Ray: the token alone names it
-        context = ray.get_runtime_context()
-        actor_id = context.get_actor_id()
-        prefix = f"actor:{actor_id}" if actor_id else f"worker:{context.get_worker_id()}"
-    return f"{prefix}:{uuid.uuid4().hex[:12]}"
 
 
 @functools.cache
@@ -88,36 +98,8 @@ def _lease_id() -> str:
     return f"lease-{uuid.uuid4().hex[:16]}"
 
 
-def _positive(name: str, value: object, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidInputError(f"{name} must be a positive number, got {value!r}")
-
-
-class _Heartbeat:
-    """A daemon thread that renews a holder's leases every ``period`` seconds until stopped."""
-
-    def __init__(self, actor: Any, holder: str, period: float) -> None:
-        self._actor, self._holder, self._period = actor, holder, period
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._beat, name=f"sandbox-broker-heartbeat-{holder}", daemon=True
-        )
-
-    def start(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self._period):
-            try:
-                _send(self._actor, "heartbeat", self._holder)
-            except Exception as exc:  # noqa: BLE001 - logged; the next beat may pass
-                log.warning("could not renew the leases of %s: %s", self._holder, exc)
+class LeaseGivenUp(Exception):
+    """A lease its holder stopped waiting for (a pool that no longer needs it)."""
 
 
 class SandboxBroker:
@@ -135,24 +117,38 @@ class SandboxBroker:
     before ``ray start`` on each node; or ``KLAVIS_API_KEY_FILE``), never a ``runtime_env``,
     which every job of the cluster can read (a job whose ``runtime_env`` holds it gets a
     :class:`~workflows.ray.KeyInRayWarning`; ``actor_options`` holding it are refused).
-    While a ``sandbox()`` block runs, a heartbeat renews its lease; a holder
-    that dies stops renewing, and the broker releases its sandbox ``lease_timeout`` seconds
-    later. The handle pickles (a task or actor can be given it).
+
+    While a lease lives, a thread of its holder's process renews it (the process's session);
+    a holder that dies has its waiting leases dropped and its sandboxes released as soon as
+    Ray reports the death (about 2 s), one that stops without dying, ``lease_timeout``
+    seconds later. A broker that dies is restarted by Ray (or made again by the next
+    :meth:`connect`) and adopts what the dead one leased; its clients wait for it up to
+    ``broker_wait`` seconds (:class:`~workflows.BrokerUnavailableError` past that). The
+    handle pickles (a task or actor can be given it).
     """
 
-    def __init__(self, actor: Any, name: str, namespace: str, lease_timeout: float) -> None:
+    def __init__(
+        self,
+        actor: Any,
+        name: str,
+        namespace: str,
+        lease_timeout: float,
+        broker_wait: float = DEFAULT_BROKER_WAIT,
+    ) -> None:
         """Made by :meth:`connect`."""
-        self._actor = actor
+        self._link = Link(actor, name, namespace, broker_wait)
         self.name = name
         self.namespace = namespace
         self.lease_timeout = lease_timeout
+        self.broker_wait = broker_wait
         self._fingerprint: str | None = None
 
     def __repr__(self) -> str:
         return f"SandboxBroker(name={self.name!r}, namespace={self.namespace!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (SandboxBroker, (self._actor, self.name, self.namespace, self.lease_timeout))
+        args = (self._link.actor, self.name, self.namespace, self.lease_timeout, self.broker_wait)
+        return (SandboxBroker, args)
 
     @classmethod
     def connect(
@@ -160,46 +156,75 @@ class SandboxBroker:
         name: str = DEFAULT_BROKER_NAME,
         *,
         namespace: str = DEFAULT_NAMESPACE,
-        max_sandboxes: int = 8,
-        max_acquires_per_second: float | None = None,
-        lease_timeout: float = 30.0,
         actor_options: dict[str, Any] | None = None,
+        broker_wait: float = DEFAULT_BROKER_WAIT,
+        _defaults: BrokerConfig | None = None,
+        **config: Unpack[BrokerConfig],
     ) -> SandboxBroker:
-        """The broker named ``name``, created (detached: it outlives this job) when none exists.
+        """The broker named ``name``, created (detached: it outlives this job; restarted by
+        Ray if it dies) when none exists.
 
-        ``max_sandboxes`` (the cluster's cap), ``max_acquires_per_second`` (None: no limit)
-        and ``lease_timeout`` (seconds a lease lives without a heartbeat) apply only when this
-        call creates it; an existing broker keeps its own (see :meth:`stats`).
+        ``config`` (:class:`~workflows.ray.BrokerConfig`): ``max_sandboxes`` (the cluster's
+        cap, 8 when not given), ``max_acquires_per_second`` (None: no limit),
+        ``lease_timeout`` (30 s) and ``warm`` (:class:`~workflows.ray.Warm` sandboxes kept
+        ready). A broker is the cluster's: one that exists keeps its settings, and a setting
+        given here that differs from its own raises :class:`~workflows.ConfigurationError`,
+        naming both values and how to change the live one (:meth:`reconfigure`, for
+        everyone). ``broker_wait``: how long this handle's calls wait for a broker that died.
+        (``_defaults``, private: settings used only when no broker of this name ever ran,
+        as a pool's ``size`` for the cap.)
         ``actor_options`` go to Ray's ``.options()`` of the actor (``resources``,
-        ``scheduling_strategy``, ``runtime_env``, ...). Connects to Ray (``ray.init()``) if
-        this process has not yet.
+        ``scheduling_strategy``, ...). Connects to Ray (``ray.init()``) if this process has
+        not yet.
+
+        >>> warm = Warm(["git"], 4)
+        >>> broker = SandboxBroker.connect(max_sandboxes=16, warm=warm)  # doctest: +SKIP
         """
         if not isinstance(name, str) or not name:
             raise InvalidInputError(f"name must be a non-empty str, got {name!r}")
-        if isinstance(max_sandboxes, bool) or not isinstance(max_sandboxes, int):
-            raise InvalidInputError(f"max_sandboxes must be an int, got {max_sandboxes!r}")
-        if max_sandboxes < 1:
-            raise InvalidInputError(f"max_sandboxes must be at least 1, got {max_sandboxes}")
-        _positive("max_acquires_per_second", max_acquires_per_second, allow_none=True)
-        _positive("lease_timeout", lease_timeout)
+        given = check_config(config)
+        defaults = check_config(_defaults or {})
+        if (
+            isinstance(broker_wait, bool)
+            or not isinstance(broker_wait, int | float)
+            or broker_wait < 0
+        ):
+            raise InvalidInputError(f"broker_wait must be a number >= 0, got {broker_wait!r}")
         refuse_key_in_options(actor_options, "actor_options")
+        token = uuid.uuid4().hex
         options: dict[str, Any] = {
             "num_cpus": 0,  # it waits on the network: it must never take a task's CPU
-            "max_concurrency": 1000,
+            "max_concurrency": _MAX_CONCURRENCY,
+            "max_restarts": -1,  # Ray starts it again when it dies; it adopts its records
+            "max_task_retries": 0,  # a call in flight at its death fails: clients ask again
             **(actor_options or {}),
             "name": name,
             "namespace": namespace,
             "lifetime": "detached",
             "get_if_exists": True,
         }
-        actor = (
-            _broker_class()
-            .options(**options)
-            .remote(max_sandboxes, max_acquires_per_second, float(lease_timeout))
-        )
-        config = _send(actor, "config")
+        actor = _broker_class().options(**options).remote(name, namespace, given, token, defaults)
+        link = Link(actor, name, namespace, broker_wait)
+        live: dict[str, Any] = link.call("config")
+        conflicts = {k: v for k, v in given.items() if live.get(k) != v}
+        if conflicts:
+            raise ConfigurationError(_conflict(name, conflicts, live))
         _warn_if_the_job_carries_the_key()
-        return cls(actor, name, namespace, float(config["lease_timeout"]))
+        return cls(link.actor, name, namespace, float(live["lease_timeout"]), broker_wait)
+
+    def reconfigure(self, **changes: Unpack[BrokerConfig]) -> dict[str, Any]:
+        """Change the live broker's settings for every client of the cluster (the broker logs
+        it, and keeps it across its restarts); the settings now. A lower cap takes effect as
+        leases end (none is taken back); warm kinds given up are released.
+
+        >>> SandboxBroker.connect().reconfigure(max_sandboxes=32)  # doctest: +SKIP
+        """
+        given = check_config(changes)
+        session = self._session()
+        live: dict[str, Any] = self._link.call("reconfigure", given, session.holder)
+        self.lease_timeout = float(live["lease_timeout"])
+        log.warning("sandbox broker %r reconfigured: %s", self.name, describe(given))
+        return live
 
     # ----------------------------------------------------------------- the key
     def _check_key(self, key: ApiKey, fingerprint: str | None) -> None:
@@ -224,94 +249,173 @@ class SandboxBroker:
     def _wanted(self, where: str, server_names: ServerNames, options: AcquireOptions) -> Acquire:
         wanted = resolve_acquire(where, server_names, options)
         if self._fingerprint != wanted.settings.api_key.fingerprint:
-            self._check_key(wanted.settings.api_key, _send(self._actor, "key_fingerprint"))
+            self._check_key(wanted.settings.api_key, self._link.call("key_fingerprint"))
+        return wanted
+
+    async def _wanted_async(
+        self, where: str, server_names: ServerNames, options: AcquireOptions
+    ) -> Acquire:
+        wanted = resolve_acquire(where, server_names, options)
+        if self._fingerprint != wanted.settings.api_key.fingerprint:
+            found = await self._link.call_async("key_fingerprint")
+            self._check_key(wanted.settings.api_key, found)
         return wanted
 
     @staticmethod
-    def _request(wanted: Acquire) -> tuple[list[str], dict[str, Any], str]:
-        """What the broker is sent for an acquire: never the key."""
+    def _request(wanted: Acquire, holder: str) -> dict[str, Any]:
+        """What the broker is sent for a lease: never the key."""
         request = wanted.request
-        options = {
-            "benchmark": request.benchmark,
-            "ttl_seconds": request.ttl_seconds,
-            "test_account_email": request.test_account_email,
-            "timeout": wanted.settings.timeout,
+        names = request.server_names
+        return {
+            "server_names": names if isinstance(names, str) else list(names),
+            "options": {
+                "benchmark": request.benchmark,
+                "ttl_seconds": request.ttl_seconds,
+                "test_account_email": request.test_account_email,
+                "timeout": wanted.settings.timeout,
+            },
+            "base_url": wanted.settings.base_url,
+            "holder": holder,
         }
-        return list(request.server_names), options, wanted.settings.base_url
 
-    def _lease(self, holder: str, wanted: Acquire) -> Leased:
-        """Lease a sandbox for ``holder`` (waits for a free slot)."""
-        leased: Leased = _send(self._actor, "acquire", holder, _lease_id(), *self._request(wanted))
-        return leased
+    # ----------------------------------------------------------------- sessions and leases
+    def _session(self) -> Session:
+        session = session_for(self._link)
+        session.ensure()
+        return session
 
-    def _lease_unless(self, holder: str, wanted: Acquire, give_up: Callable[[], bool]) -> Leased:
-        """:meth:`_lease`, ended (:class:`LeaseEnded` raised) as soon as ``give_up()`` says so
-        while it waits (checked every 0.2 s)."""
+    async def _session_async(self) -> Session:
+        session = session_for(self._link)
+        if not session._opened.is_set():
+            await asyncio.to_thread(session.ensure)
+        return session
+
+    def _ask(
+        self,
+        session: Session,
+        lease_id: str,
+        request: dict[str, Any],
+        future: concurrent.futures.Future[Leased],
+    ) -> Leased | None:
+        """Send the lease's request: its grant when a warm sandbox was there, else None (it
+        comes by the session's poll). A broker that does not know the session (it restarted,
+        or the session expired) is asked again once the session is open there (which may
+        itself ask for this lease: the broker takes a lease once)."""
+        deadline = time.monotonic() + self.broker_wait
+        while True:
+            try:
+                leased: Leased | None = self._link.call(
+                    "acquire", *session.request_args(lease_id, request)
+                )
+                return leased
+            except _SessionUnknown:
+                if future.done() or time.monotonic() > deadline:
+                    return None
+                session.reopen()
+                time.sleep(0.2)
+
+    async def _ask_async(
+        self,
+        session: Session,
+        lease_id: str,
+        request: dict[str, Any],
+        future: concurrent.futures.Future[Leased],
+    ) -> Leased | None:
+        """:meth:`_ask`, awaited."""
+        deadline = time.monotonic() + self.broker_wait
+        while True:
+            try:
+                leased: Leased | None = await self._link.call_async(
+                    "acquire", *session.request_args(lease_id, request)
+                )
+                return leased
+            except _SessionUnknown:
+                if future.done() or time.monotonic() > deadline:
+                    return None
+                session.reopen()
+                await asyncio.sleep(0.2)
+
+    def _lease(
+        self, session: Session, request: dict[str, Any], give_up: Callable[[], bool] | None = None
+    ) -> Leased:
+        """Lease a sandbox (waits for a free slot); ``give_up()``, checked while it waits,
+        ends the lease (:class:`LeaseGivenUp`)."""
         lease_id = _lease_id()
-        ref = self._actor.acquire.remote(holder, lease_id, *self._request(wanted))
-        gave_up = False
-        while not gave_up and not ray.wait([ref], timeout=0.2)[0]:
-            gave_up = give_up()
-        if not gave_up:
-            gave_up = give_up()
-        if gave_up:
-            self._release(lease_id)  # ends it waiting, or releases what it was just granted
+        future = session.expect(lease_id, request)
         try:
-            leased: Leased = ray.get(ref)
-        except ray.exceptions.RayTaskError as exc:
-            raise _cause(exc) from None
-        if gave_up:
-            raise LeaseEnded(f"lease {lease_id} was given up")
-        return leased
+            leased = self._ask(session, lease_id, request, future)
+            if leased is not None:
+                session.granted_now(lease_id, leased)
+                return leased
+            while True:
+                try:
+                    return future.result(timeout=0.2 if give_up is not None else 1.0)
+                except concurrent.futures.TimeoutError:
+                    if give_up is not None and give_up():
+                        raise LeaseGivenUp(f"lease {lease_id} was given up") from None
+        except BaseException:
+            session.release(lease_id, "its holder stopped waiting")  # waiting, or just granted
+            raise
 
-    # ----------------------------------------------------------------- leases
+    async def _lease_async(self, session: Session, request: dict[str, Any]) -> Leased:
+        lease_id = _lease_id()
+        future = session.expect(lease_id, request)
+        try:
+            leased = await self._ask_async(session, lease_id, request, future)
+            if leased is not None:
+                session.granted_now(lease_id, leased)
+                return leased
+            return await asyncio.wrap_future(future)
+        except BaseException:
+            await asyncio.shield(session.release_async(lease_id, "its holder stopped waiting"))
+            raise
+
     @contextlib.contextmanager
     def sandbox(
         self, server_names: ServerNames, **options: Unpack[AcquireOptions]
-    ) -> Iterator[LocalSandbox]:
+    ) -> Iterator[LeasedSandbox]:
         """Lease a sandbox from the broker for the ``with`` block; it is released through
-        the broker when the block ends, however it ends (and by the broker, after
-        ``lease_timeout``, if this process dies). The keywords are
-        :class:`~workflows.AcquireOptions`' (``ledger`` is the broker's own). Waits while the
-        cluster's cap is reached.
+        the broker when the block ends, however it ends (and by the broker if this process
+        dies). The keywords are :class:`~workflows.AcquireOptions`' (``ledger`` is the
+        broker's own). Waits while the cluster's cap is reached. A call on the sandbox after
+        the broker ended the lease raises :class:`~workflows.LeaseExpiredError`, saying why.
 
         >>> with SandboxBroker.connect().sandbox(["filesystem"]) as sb:  # doctest: +SKIP
         ...     sb.seed({"a.txt": "A"})
         """
         wanted = self._wanted("sandbox", server_names, options)
-        holder = _holder_name()
-        beat = _Heartbeat(self._actor, holder, self.lease_timeout / 3).start()
+        session = self._session()
+        leased = self._lease(session, self._request(wanted, f"{session.holder}:sandbox"))
         try:
-            leased = self._lease(holder, wanted)
-            yield LocalSandbox.from_handle(
+            yield LeasedSandbox.made(
                 leased.handle,
+                session,
+                leased.lease_id,
                 api_key=wanted.settings.api_key,
                 timeout=wanted.settings.timeout,
                 progress=wanted.progress,
                 limits=wanted.limits,
             )
         finally:
-            beat.stop()
-            _send(self._actor, "release_holder", holder)
+            session.release(leased.lease_id)
 
     @contextlib.asynccontextmanager
     async def async_sandbox(
         self, server_names: ServerNames, **options: Unpack[AcquireOptions]
-    ) -> AsyncIterator[AsyncLocalSandbox]:
+    ) -> AsyncIterator[AsyncLeasedSandbox]:
         """:meth:`sandbox`, for asyncio code: ``async with broker.async_sandbox([...]) as sb``
-        gives an :class:`~workflows.AsyncLocalSandbox`; the heartbeat is a task of the loop."""
-        wanted = resolve_acquire("async_sandbox", server_names, options)
-        if self._fingerprint != wanted.settings.api_key.fingerprint:
-            found = await _send_async(self._actor, "key_fingerprint")
-            self._check_key(wanted.settings.api_key, found)
-        holder = _holder_name()
-        beat = asyncio.get_running_loop().create_task(self._beat_async(holder))
+        gives an :class:`~workflows.AsyncLocalSandbox`. The lease is renewed by a thread of
+        the process, not by the event loop: a loop blocked for longer than ``lease_timeout``
+        keeps it."""
+        wanted = await self._wanted_async("async_sandbox", server_names, options)
+        session = await self._session_async()
+        request = self._request(wanted, f"{session.holder}:async_sandbox")
+        leased = await self._lease_async(session, request)
         try:
-            leased: Leased = await _send_async(
-                self._actor, "acquire", holder, _lease_id(), *self._request(wanted)
-            )
-            sandbox: AsyncLocalSandbox = AsyncLocalSandbox.from_handle(
+            sandbox = AsyncLeasedSandbox.made(
                 leased.handle,
+                session,
+                leased.lease_id,
                 api_key=wanted.settings.api_key,
                 timeout=wanted.settings.timeout,
                 progress=wanted.progress,
@@ -322,53 +426,52 @@ class SandboxBroker:
             finally:
                 await sandbox.aclose()
         finally:
-            beat.cancel()
-            await asyncio.shield(_send_async(self._actor, "release_holder", holder))
-
-    async def _beat_async(self, holder: str) -> None:
-        while True:
-            await asyncio.sleep(self.lease_timeout / 3)
-            try:
-                await _send_async(self._actor, "heartbeat", holder)
-            except Exception as exc:  # noqa: BLE001 - logged; the next beat may pass
-                log.warning("could not renew the leases of %s: %s", holder, exc)
+            await asyncio.shield(session.release_async(leased.lease_id))
 
     def held(self) -> list[Lease]:
         """Every lease the broker has now (waiting, acquiring or held), oldest first."""
-        leases: list[Lease] = _send(self._actor, "held")
+        leases: list[Lease] = self._link.call("held")
         return leases
 
     def stats(self) -> BrokerStats:
-        """The broker's cap, rate and lease timeout, and its counts since it started."""
-        stats: BrokerStats = _send(self._actor, "stats")
+        """The broker's settings, and its counts since it (this incarnation) started."""
+        stats: BrokerStats = self._link.call("stats")
         return stats
 
-    def reap(self) -> list[str]:
-        """Release everything the broker holds (for the driver, after a crash); the sandbox
-        ids released."""
-        released: list[str] = _send(self._actor, "reap")
+    def reap(self, *, everything: bool = False) -> list[str]:
+        """Release what is orphaned (see :func:`reap`); the sandbox ids released."""
+        released: list[str] = self._link.call("reap", everything)
         return released
 
     def shutdown(self) -> list[str]:
-        """Release everything the broker holds, then end the broker (the next
-        :meth:`connect` creates a new one); the sandbox ids released."""
+        """Release everything the broker holds, forget its records, and end it (the next
+        :meth:`connect` creates a new one, adopting nothing); the sandbox ids released."""
         try:
-            released: list[str] = _send(self._actor, "reap")
+            released: list[str] = self._link.call("shutdown", wait=0)
         finally:
-            ray.kill(self._actor, no_restart=True)
+            ray.kill(self._link.actor, no_restart=True)
+            session_for(self._link).close()
         return released
 
-    # the pool's side (workflows.ray.RaySandboxPool): leases under one holder, renewed together
-    def _heartbeat(self, holder: str) -> _Heartbeat:
-        return _Heartbeat(self._actor, holder, self.lease_timeout / 3).start()
+    # the pool's side (workflows.ray.RaySandboxPool): leases under one holder label
+    def _release(self, lease_id: str, reason: str = "released by its holder") -> bool:
+        return session_for(self._link).release(lease_id, reason)
 
-    def _release(self, lease_id: str) -> bool:
-        released: bool = _send(self._actor, "release", lease_id)
+    def _release_many(self, lease_ids: list[str], reason: str) -> list[str]:
+        session_for(self._link).forget_held(lease_ids)
+        released: list[str] = self._link.call("release_many", lease_ids, reason)
         return released
 
-    def _release_holder(self, holder: str) -> list[str]:
-        released: list[str] = _send(self._actor, "release_holder", holder)
-        return released
+
+def _conflict(name: str, conflicts: dict[str, Any], live: dict[str, Any]) -> str:
+    asked = describe(conflicts)
+    running = describe({k: live[k] for k in conflicts})
+    return (
+        f"the sandbox broker {name!r} runs with {running}, and this call asked for {asked}: "
+        "the broker is the cluster's, and every client shares its settings. To change the "
+        f"live broker for everyone, call SandboxBroker.connect({name!r}).reconfigure({asked}) "
+        "(the broker logs it); to use it as it is, connect without these arguments"
+    )
 
 
 def _warn_if_the_job_carries_the_key() -> None:
@@ -381,9 +484,15 @@ def _warn_if_the_job_carries_the_key() -> None:
     warn_if_the_job_carries_the_key(runtime_env, job)
 
 
-def reap(name: str = DEFAULT_BROKER_NAME, *, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
-    """Release whatever the broker ``name`` still holds (for the driver after a crash: its
-    pool's leases would otherwise live until their ``lease_timeout``); the sandbox ids
+def reap(
+    name: str = DEFAULT_BROKER_NAME, *, namespace: str = DEFAULT_NAMESPACE, everything: bool = False
+) -> list[str]:
+    """Release the sandboxes the broker ``name`` holds for holders that are dead: Ray
+    reported their death (the broker has then released them already), or they have not
+    renewed their leases for a heartbeat period (``lease_timeout / 3``), or they held leases
+    of a broker that died and have not come back to its successor. Live holders' sandboxes
+    are left alone. ``everything=True`` releases every lease, live ones included (their
+    holders' next call raises :class:`~workflows.LeaseExpiredError`). The sandbox ids
     released. Raises :class:`~workflows.InvalidInputError` when there is no such broker.
 
     >>> workflows.ray.reap()  # doctest: +SKIP
@@ -395,5 +504,5 @@ def reap(name: str = DEFAULT_BROKER_NAME, *, namespace: str = DEFAULT_NAMESPACE)
         raise InvalidInputError(
             f"no sandbox broker named {name!r} in the Ray namespace {namespace!r}"
         ) from None
-    released: list[str] = _send(actor, "reap")
+    released: list[str] = _send(actor, "reap", everything)
     return released

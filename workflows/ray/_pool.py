@@ -5,10 +5,12 @@ pool's task flow (:mod:`workflows._pool._retry_rules`), run as in :class:`Sandbo
 driver's worker threads take, reset and retire the sandboxes. What differs is where things
 happen:
 
-* a sandbox is leased from the cluster's broker (:mod:`workflows.ray._broker`), under one
-  holder for the whole pool, renewed by one heartbeat thread; it is released through the
-  broker. The broker's cap is the cluster's: ``size`` is the cap of the broker the pool
-  creates; an existing broker keeps its own, and the pool waits for its slots.
+* a sandbox is leased from the cluster's broker (:mod:`workflows.ray._broker`), through the
+  driver's session (renewed by its thread); it is released through the broker. The broker's
+  cap is the cluster's: ``size`` is the cap of a broker the pool creates; an existing broker
+  keeps its own (a pool bigger than it is warned about), and the pool waits for its slots. A
+  rate, lease timeout or warm count given that differs from the live broker's is a
+  :class:`~workflows.ConfigurationError`.
 * each attempt runs ``fn(sandbox, task)`` as a Ray task on the cluster, given the sandbox's
   handle (no key: the worker reads ``KLAVIS_API_KEY`` from its own environment); the driver's
   thread waits for it with ``ray.get(timeout=...)``, cancels it (``ray.cancel(force=True)``)
@@ -22,12 +24,13 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+import warnings
 from typing import Any
 
 import ray
 import ray.exceptions
 
-from .._acquire import AcquireOptions, Unpack
+from .._acquire import AcquireOptions, Unpack, resolve_acquire
 from .._errors import InvalidInputError, TaskTimeoutError, WorkerDiedError
 from .._handle import SandboxHandle
 from .._models import ServerNames
@@ -36,9 +39,9 @@ from .._pool._retry_rules import Outcome
 from .._pool._sync import SandboxPool, _Hands
 from .._recipes import ReleaseResult
 from .._sandbox import LocalSandbox
-from ._broker import LeaseEnded
-from ._client import DEFAULT_BROKER_NAME, DEFAULT_NAMESPACE, SandboxBroker, _Heartbeat
+from ._client import DEFAULT_BROKER_NAME, DEFAULT_NAMESPACE, LeaseGivenUp, SandboxBroker
 from ._key import refuse_key_in_options
+from ._types import BrokerConfig, Warm
 
 __all__ = ["RaySandboxPool"]
 
@@ -77,14 +80,18 @@ class RaySandboxPool(SandboxPool):
     release.
 
     The sandboxes are leased from the cluster's broker (:class:`SandboxBroker`, named
-    ``broker_name``; created with ``max_sandboxes=size``, ``max_acquires_per_second`` and
-    ``lease_timeout`` when none exists; an existing broker keeps its own cap and rate, and the
-    pool waits for its slots). The driver holds the leases and renews them; if the driver dies,
-    the broker releases them after ``lease_timeout`` seconds (or at once with
-    :func:`workflows.ray.reap`). A worker that dies under a task (``ray.kill``, SIGKILL, a node
-    lost) gives a :class:`~workflows.WorkerDiedError`, an ``"infrastructure"`` failure: the
-    task is retried on a clean sandbox when ``retries`` allow. ``timeout`` cancels the Ray
-    task (``ray.cancel(force=True)``: its worker is killed) and replaces its sandbox.
+    ``broker_name``; created with ``max_sandboxes=size`` when none ever ran). The broker's
+    settings are the cluster's: ``max_acquires_per_second``, ``lease_timeout`` and ``warm``,
+    when given, must be the live broker's (:class:`~workflows.ConfigurationError` otherwise,
+    saying how to change them for everyone); a ``size`` over its cap is warned about, and
+    the pool waits for its slots. ``warm``: sandboxes of the pool's servers (and acquire
+    options) the broker keeps acquired ahead, an int, or a :class:`~workflows.ray.Warm` for
+    more (a template, an idle timeout). The driver holds the leases, renewed by a thread of
+    its process; if the driver dies, the broker releases them as soon as Ray reports it. A
+    worker that dies under a task (``ray.kill``, SIGKILL, a node lost) gives a
+    :class:`~workflows.WorkerDiedError`, an ``"infrastructure"`` failure: the task is retried
+    on a clean sandbox when ``retries`` allow. ``timeout`` cancels the Ray task
+    (``ray.cancel(force=True)``: its worker is killed) and replaces its sandbox.
     ``task_options`` go to Ray's ``.options()`` of each task (``num_cpus``, ``resources``,
     ``runtime_env``, ...; ``max_retries`` is 0 unless given: the pool retries, on a clean
     sandbox).
@@ -106,7 +113,8 @@ class RaySandboxPool(SandboxPool):
         max_acquires_per_second: float | None = None,
         broker_name: str = DEFAULT_BROKER_NAME,
         namespace: str = DEFAULT_NAMESPACE,
-        lease_timeout: float = 30.0,
+        lease_timeout: float | None = None,
+        warm: int | Warm | None = None,
         task_options: dict[str, Any] | None = None,
         health_check_after: float = 60.0,
         **options: Unpack[AcquireOptions],
@@ -116,28 +124,56 @@ class RaySandboxPool(SandboxPool):
                 f"task_options must be a dict of Ray task options, got {task_options!r}"
             )
         refuse_key_in_options(task_options, "task_options")
-        self._broker_args = (broker_name, namespace, max_acquires_per_second, lease_timeout)
+        given: BrokerConfig = {}
+        if max_acquires_per_second is not None:
+            given["max_acquires_per_second"] = max_acquires_per_second
+        if lease_timeout is not None:
+            given["lease_timeout"] = lease_timeout
+        self._broker_args = (broker_name, namespace, given, warm)
         self._task_options: dict[str, Any] = {"max_retries": 0, **(task_options or {})}
         super().__init__(server_names, size=size, health_check_after=health_check_after, **options)
 
     def _start(self) -> None:
         super()._start()
-        name, namespace, rate, lease_timeout = self._broker_args
+        name, namespace, given, warm = self._broker_args
+        if warm is not None:
+            given["warm"] = self._warm(warm)
         self.broker = SandboxBroker.connect(
-            name,
-            namespace=namespace,
-            max_sandboxes=self.size,
-            max_acquires_per_second=rate,
-            lease_timeout=lease_timeout,
+            name, namespace=namespace, _defaults={"max_sandboxes": self.size}, **given
         )
+        cap = self.broker.stats().max_sandboxes
+        if self.size > cap:
+            message = (
+                f"RaySandboxPool(size={self.size}) leases from the broker {name!r}, capped at "
+                f"{cap} for the whole cluster: at most {cap} of its tasks run at once; raise the "
+                f"cap for everyone with SandboxBroker.connect({name!r}).reconfigure("
+                f"max_sandboxes={self.size})"
+            )
+            log.warning("%s", message)
+            warnings.warn(message, stacklevel=3)
         self._wanted = self.broker._wanted(
             "RaySandboxPool", self._server_names, self._acquire_options
         )
         self._holder = f"pool:{uuid.uuid4().hex[:12]}"
         self._leases: dict[str, str] = {}  # sandbox id -> lease id
         self._inflight: set[ray.ObjectRef[Any]] = set()
-        self._beat: _Heartbeat | None = None
         self._remote = ray.remote(_run_task).options(**self._task_options)
+
+    def _warm(self, warm: int | Warm) -> Warm:
+        """The pool's ``warm``: a count of sandboxes like its own, or a Warm as it is."""
+        if isinstance(warm, Warm):
+            return warm
+        if isinstance(warm, bool) or not isinstance(warm, int):
+            raise InvalidInputError(f"warm must be an int or a Warm, got {warm!r}")
+        request = resolve_acquire("RaySandboxPool", self._server_names, self._acquire_options)
+        return Warm(
+            self._server_names,
+            warm,
+            benchmark=request.request.benchmark,
+            ttl_seconds=request.request.ttl_seconds,
+            test_account_email=request.request.test_account_email,
+            base_url=self._settings.base_url,
+        )
 
     def __repr__(self) -> str:
         with self._cond:
@@ -149,12 +185,11 @@ class RaySandboxPool(SandboxPool):
 
     # ----------------------------------------------------------------- the pool's own hands
     def _acquire_one(self) -> LocalSandbox:
-        with self._cond:
-            if self._beat is None:
-                self._beat = self.broker._heartbeat(self._holder)
+        session = self.broker._session()
+        request = self.broker._request(self._wanted, f"{session.holder}:{self._holder}")
         # a slot of the broker may be held by this very pool, idle (its cap may be smaller
         # than size, or other clients hold the rest): stop waiting as soon as one is
-        leased = self.broker._lease_unless(self._holder, self._wanted, self._outrun)
+        leased = self.broker._lease(session, request, self._outrun)
         sandbox: LocalSandbox = LocalSandbox.from_handle(
             leased.handle,
             api_key=self._settings.api_key,
@@ -176,7 +211,7 @@ class RaySandboxPool(SandboxPool):
         while True:
             try:
                 return super()._take()
-            except LeaseEnded:
+            except LeaseGivenUp:
                 continue  # an idle sandbox of the pool's is there to take (or it closed)
 
     def _release_one(self, sandbox: LocalSandbox) -> None:
@@ -185,22 +220,21 @@ class RaySandboxPool(SandboxPool):
         if lease_id is None:
             return
         try:
-            self.broker._release(lease_id)
-        except Exception as exc:  # noqa: BLE001 - the broker ends it after lease_timeout
+            self.broker._release(lease_id, "released by its pool")
+        except Exception as exc:  # noqa: BLE001 - the broker ends it when the driver dies
             log.warning("could not release sandbox %s through the broker: %s", sandbox.id, exc)
 
     def _release_all(self, sandboxes: list[LocalSandbox]) -> list[ReleaseResult]:
         with self._cond:
             inflight, self._inflight = set(self._inflight), set()
-            beat, self._beat = self._beat, None
-            self._leases.clear()
+            leases, self._leases = dict(self._leases), {}
         for ref in inflight:  # the tasks still running on abandoned sandboxes
             _cancel(ref)
-        if beat is not None:
-            beat.stop()
+        if not leases:
+            return [ReleaseResult(sb.id, True, already_released=True) for sb in sandboxes]
         started = time.perf_counter()
         try:
-            released = set(self.broker._release_holder(self._holder))
+            released = set(self.broker._release_many(list(leases.values()), "its pool closed"))
         except Exception as exc:  # noqa: BLE001 - each sandbox's result says so
             return [ReleaseResult(sb.id, False, error=exc) for sb in sandboxes]
         seconds = time.perf_counter() - started

@@ -171,8 +171,8 @@ def broker_name(ray_cluster: RayCluster) -> Iterator[str]:
     except ValueError:
         pass
     else:
-        try:
-            ray.get(actor.reap.remote(), timeout=60)
+        try:  # every lease, warm sandbox and record of it, then the actor, for good
+            ray.get(actor.shutdown.remote(), timeout=120)
         finally:
             ray.kill(actor, no_restart=True)
     assert listed_sandboxes(ray_cluster.base_url, ray_cluster.token) == []

@@ -32,8 +32,12 @@ from workflows import (
 def test_tools_change_the_workspace_that_dump_returns(face: Face, conn: dict[str, str]) -> None:
     with face.acquire(["filesystem", "git", "terminal"], **conn) as sb:
         sb.seed({"hello.txt": "hi"})
-        names = {t.name for t in sb.list_tools("filesystem")}
-        assert {"write_file", "read_text_file", "list_allowed_directories"} <= names
+        tools = {t.name: t for t in sb.list_tools("filesystem")}
+        assert {"write_file", "read_text_file", "list_allowed_directories"} <= set(tools)
+        # the repr shows how to call it: its arguments, the optional ones marked
+        shown = repr(tools["read_text_file"])
+        assert shown.startswith("ToolInfo(name='read_text_file', arguments='path: string, ")
+        assert "head?: number" in shown
         root = sb.call_tool("filesystem", "list_allowed_directories").text.split()[-1]
         written = sb.call_tool(
             "filesystem", "write_file", {"path": f"{root}/agent.txt", "content": "by agent"}

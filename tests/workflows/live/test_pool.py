@@ -62,7 +62,10 @@ def test_results_in_order_failures_isolated_nothing_left(
     assert results.sandboxes_replaced == 0
     summary = results.summary()
     assert summary.startswith(f"12 tasks on {len(results.sandbox_ids)} sandbox")
-    assert "10 ok, 2 failed (task 2: ValueError 2; infrastructure 0)" in summary
+    # the failed tasks by their indexes (#2, #7), never a count that reads as one
+    assert "10 ok, 2 failed (task failures: ValueError in tasks #2, #7; infrastructure: none)" in (
+        summary
+    )
     assert {r.failure for r in results} == {None, "task"}
     df = results.to_pandas()
     assert list(df.index) == list(range(12))

@@ -191,9 +191,10 @@ def test_summary_counts_both_kinds_and_failed_value_makes_the_mean_count_failure
     assert [r.failure for r in results] == [None, "task", None, "infrastructure", None, None]
     assert isinstance(results[3].exception, TaskTimeoutError)
     summary = results.summary()
-    assert "4 ok, 2 failed (task 1: AssertionError 1; infrastructure 1: TaskTimeoutError 1)" in (
-        summary
-    )
+    assert (
+        "4 ok, 2 failed (task failures: AssertionError in task #1; "
+        "infrastructure: TaskTimeoutError in task #3)"
+    ) in summary
     plain = results.to_pandas()
     assert plain["score"].mean() == 1.0  # NaN skipped: what a new user is surprised by
     filled = results.to_pandas(failed_value=0)

@@ -71,7 +71,8 @@ def test_a_killed_actor_s_lease_is_released_after_lease_timeout(
         "released after the holder was killed",
     )
     assert broker.held() == []
-    assert broker.stats().expired == 1
+    stats = broker.stats()  # Ray reports the death (~2 s) before the 3 s lease_timeout runs out
+    assert (stats.dead_holders, stats.expired) in ((1, 0), (0, 1))
 
 
 def test_a_sandbox_passed_between_two_tasks_works_and_carries_no_key(
@@ -161,9 +162,11 @@ def test_the_broker_is_found_by_name_and_keeps_its_own_cap(
     ray_cluster: RayCluster, broker_name: str
 ) -> None:
     first = SandboxBroker.connect(broker_name, max_sandboxes=3, lease_timeout=7)
-    again = SandboxBroker.connect(broker_name, max_sandboxes=9, lease_timeout=30)
+    again = SandboxBroker.connect(broker_name)  # no settings given: it keeps its own
     assert again.stats().max_sandboxes == 3
     assert again.lease_timeout == 7
+    with pytest.raises(ConfigurationError, match="runs with max_sandboxes=3"):
+        SandboxBroker.connect(broker_name, max_sandboxes=9)  # other settings: never silently
     assert pickle.loads(pickle.dumps(first)).stats().max_sandboxes == 3
     with pytest.raises(InvalidInputError, match="max_sandboxes"):
         SandboxBroker.connect(broker_name, max_sandboxes=0)

@@ -43,6 +43,14 @@ def restartable(tmp_path: Path) -> Path:
     return tmp_path / "emulator-data"
 
 
+def _leaked(base_url: str) -> str:
+    """A sandbox acquired at ``base_url`` and never released, as by a killed script (the
+    CLI's ``acquire`` is detached: reap would keep it)."""
+    sb = LocalSandbox.acquire(["git"], base_url=base_url, progress=False)
+    workflows._ownership.forget(sb.id, sb.settings)
+    return sb.id
+
+
 def _held(book: Ledger, token: str) -> list[tuple[str, str]]:
     fingerprint = workflows.ApiKey(token).fingerprint
     return [(e.base_url, e.sandbox_id) for e in book.held(key=fingerprint)]
@@ -54,9 +62,7 @@ def test_reap_after_a_restart_on_another_port_releases_there(key: str, restartab
     config = EmulatorConfig(data_dir=restartable, mcp_at_acquire=False)
     with EmulatorServer(config) as first:
         old = first.base_url
-        acquired = cli("acquire", "git", "-q", "--base-url", old)
-        assert acquired.code == 0, acquired.err
-        sandbox_id = acquired.out.strip()
+        sandbox_id = _leaked(old)
     # the first emulator is gone: its URL refuses connections
     ran = cli("reap", "--base-url", old)
     assert ran.code == 1  # the service it was pointed at did not answer
@@ -89,7 +95,7 @@ def test_entries_of_a_gone_service_are_kept_then_forgotten_on_request(
 
     with EmulatorServer(EmulatorConfig(data_dir=restartable, mcp_at_acquire=False)) as gone:
         old = gone.base_url
-        sandbox_id = cli("acquire", "git", "-q", "--base-url", old).out.strip()
+        sandbox_id = _leaked(old)
     here = conn["base_url"]  # another service, which answers and never had that sandbox
     ran = cli("reap", "--json", "--base-url", here)
     assert ran.code == 0, ran.err  # entries of another service do not fail the reap
@@ -233,6 +239,7 @@ def test_reap_takes_its_keywords_once_and_refuses_others(face: Face) -> None:
         "base_url",
         "ledger",
         "include_live",
+        "include_detached",
         "dry_run",
         "forget_unreachable",
         "concurrency",
