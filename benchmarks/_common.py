@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,7 +142,8 @@ class EmulatorProcess:
     """``python -m klavis_emulator --port 0 ...`` in a child process, stopped with SIGTERM.
 
     The URL is read from the line the emulator prints once its socket is bound; the data
-    folder is a fresh temporary folder under ``root`` (never the per-user default).
+    folder is a fresh temporary folder under ``root`` (never the per-user default). ``env``:
+    variables set for the emulator beside this process's environment.
     """
 
     def __init__(
@@ -156,7 +157,9 @@ class EmulatorProcess:
         acquire_delay: float = 0.0,
         mcp_at_acquire: bool = True,
         startup_timeout: float = 60.0,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        self._env = {**os.environ, **env} if env is not None else None
         self._data_dir = Path(tempfile.mkdtemp(prefix="emulator-", dir=root))
         self._log_path = self._data_dir.with_suffix(".log")
         self._args = [
@@ -196,7 +199,7 @@ class EmulatorProcess:
         log = open(self._log_path, "wb")
         try:
             self._proc = subprocess.Popen(
-                self._args, stdout=subprocess.PIPE, stderr=log, cwd=REPO_ROOT
+                self._args, stdout=subprocess.PIPE, stderr=log, cwd=REPO_ROOT, env=self._env
             )
         finally:
             log.close()

@@ -30,6 +30,7 @@ file, since a busy or slow disk moves the seed and dump figures more than any co
 | | shapes_dump_to_speedup, shapes_dump_vs_limit, emulator_dump_mb_s, |
 | | emulator_dump_vs_limit, emulator_initialize_vs_limit (each its worst shape's, 4 shapes) |
 | footprint | demo_fresh_s, first_tool_call_s, setup_full_s, setup_disk_mb |
+| sandboxes | emulator_sandbox_pss_mib, emulator_20_sandboxes_warm_s (MCP-Atlas shape) |
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from benchmarks import (
     bench_mcp,
     bench_pool,
     bench_ray,
+    bench_sandboxes,
     bench_seed,
     bench_shapes,
     bench_soak,
@@ -90,6 +92,7 @@ GROUPS: dict[str, Callable[[BenchContext], list[Figure]]] = {
     "ray": bench_ray.run,
     "shapes": bench_shapes.run,
     "footprint": bench_footprint.run,
+    "sandboxes": bench_sandboxes.run,
 }
 
 

@@ -89,6 +89,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
             start_at_acquire=config.mcp_at_acquire,
             install=config.install_mcp_servers,
             spares=config.mcp_spares,
+            fork_servers=config.mcp_fork_servers,
         )
     return app
 

@@ -119,6 +119,11 @@ class EmulatorConfig:
     shape that a live sandbox was reset with, for the whole emulator, dropped when the last
     such sandbox goes. ``0``: none; a reset then starts fresh servers in the background, and
     the first MCP call after it waits for its server."""
+    mcp_fork_servers: bool | None = None
+    """Start the Python servers that can be (git, terminal, arxiv) from a fork server of their
+    kind when confined, so that sandboxes share their imported code (see
+    :mod:`klavis_emulator._mcp.forks`); ``None``: yes unless ``$KLAVIS_EMULATOR_MCP_FORK`` is
+    ``0``."""
     install_mcp_servers: bool | None = None
     """Install a hosted server whose parts (npm tree, venv) are missing when it is first
     needed, into the per-user tools folder (``False``: never, a missing server answers 503

@@ -28,12 +28,15 @@ from typing import Final
 
 from .kinds import EmulatorPython, McpServer, NotHosted, NpmPackage, OwnVenv
 from .launchers import (
+    ARXIV_FORK,
     ARXIV_STORAGE,
     CHROMIUM,
     DOVECOT,
+    GIT_FORK,
     MEMORY_FILE,
     PLAYWRIGHT_OUTPUT,
     RIPGREP,
+    TERMINAL_FORK,
     launch_arxiv,
     launch_code_runner,
     launch_desktop_commander,
@@ -68,6 +71,7 @@ CATALOG: Final[Mapping[str, McpServer]] = {
             EmulatorPython("mcp-server-git", "mcp_server_git"),
             "git status/diff/commit/log on the workspace repository",
             launch_git,
+            fork=GIT_FORK,
         ),
         McpServer(
             "terminal",
@@ -80,6 +84,7 @@ CATALOG: Final[Mapping[str, McpServer]] = {
             ),
             "allow-listed shell commands in the workspace",
             launch_terminal,
+            fork=TERMINAL_FORK,
         ),
         McpServer(
             "localmemory",
@@ -142,6 +147,7 @@ CATALOG: Final[Mapping[str, McpServer]] = {
             f"papers kept in <workspace>/{ARXIV_STORAGE}: list and read them (search and "
             "download need arxiv.org: offline, a tool error)",
             launch_arxiv,
+            fork=ARXIV_FORK,
         ),
         McpServer(
             "pdf-tools",

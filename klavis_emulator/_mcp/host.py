@@ -57,6 +57,7 @@ from .._exec import CONFINE_ENV, CONFINED_WORKSPACE, Confinement, decide_confine
 from .._state import LOCAL_SERVER_NAMES, EmulatorState
 from .backend import Backend, Key, Refusal, ServerProcess, forward_once, live_record
 from .catalog import CATALOG, HOSTED_SERVERS
+from .forks import FORK_ENV
 from .kinds import NotHosted
 from .launch import DEFAULT_COMMAND_TIMEOUT
 from .loop import LoopBridge
@@ -101,6 +102,10 @@ class McpHost:
         install: install a server whose parts are missing (npm tree, venv) when it is first
             needed, into ``tools_dir``; None (the default): yes unless
             ``$KLAVIS_EMULATOR_INSTALL_SERVERS`` is ``0``.
+        fork_servers: start the Python servers that have a fork recipe (git, terminal,
+            arxiv) from a fork server of their kind when confined, sharing their imported
+            code between sandboxes (see :mod:`.forks`); None (the default): yes unless
+            ``$KLAVIS_EMULATOR_MCP_FORK`` is ``0``.
     """
 
     def __init__(
@@ -115,6 +120,7 @@ class McpHost:
         start_at_acquire: bool = True,
         install: bool | None = None,
         spares: int = 1,
+        fork_servers: bool | None = None,
     ) -> None:
         if command_timeout < 1:
             raise ValueError("command_timeout must be at least 1 second")
@@ -149,6 +155,7 @@ class McpHost:
             lambda: self.tools(),  # patchable
             lambda: self.confinement,
             command_timeout,
+            fork=fork_servers if fork_servers is not None else os.environ.get(FORK_ENV) != "0",
         )
         self.resets = Resets(self, spares, startup_timeout)
 
@@ -224,6 +231,7 @@ class McpHost:
                     await self.resets.close()
         finally:
             await anyio.to_thread.run_sync(self.mail.stop_all)
+            await anyio.to_thread.run_sync(self.processes.close)
             self._task_group = None
             self.bridge.detach()
 
@@ -301,6 +309,13 @@ class McpHost:
             if server in HOSTED_SERVERS
             and (tools.missing(server) is None or self.installer.installable(server, tools))
         ]
+        if not processes:  # the first start of a forked kind then costs a fork only
+            try:
+                installed = [server for server in wanted if tools.missing(server) is None]
+                workspace = self.state.workspace_path(sandbox_id)
+                self.processes.prepare_forks(installed, workspace)
+            except Exception:  # its starts fall back to processes of their own
+                logger.exception("the fork servers of sandbox %s's servers failed", sandbox_id)
 
         async def start(server: str) -> None:
             key = (sandbox_id, server, "")

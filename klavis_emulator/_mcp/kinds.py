@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "EmulatorPython",
+    "ForkRecipe",
     "Install",
     "LaunchContext",
     "LaunchParts",
@@ -140,6 +141,22 @@ class LaunchParts:
 
 
 @dataclass(frozen=True)
+class ForkRecipe:
+    """How a Python server is started from a fork server when confined (see :mod:`.forks`):
+    Python code run by the server's own interpreter, where ``WORKSPACE`` is the workspace as
+    the server sees it (``/data``).
+
+    ``prepare`` runs once, outside any sandbox, before the first fork: it must not touch the
+    file system or the network, and may import, build and warm up only what is the same for
+    every sandbox (a confined server's command line and environment are). ``serve`` runs in
+    each forked child, inside its sandbox (in ``/data``, with the server's environment and
+    ``sys.argv`` as ``prepare`` left them), and serves MCP on stdin and stdout."""
+
+    prepare: str
+    serve: str
+
+
+@dataclass(frozen=True)
 class McpServer:
     """One server of the contract's enum: how it is installed and launched."""
 
@@ -158,6 +175,9 @@ class McpServer:
     """The sandbox gets a mail server of its own (IMAP + SMTP on loopback, see
     :mod:`klavis_emulator._mail.server`), named in the server item's ``auth_data``; the launch
     receives it as :attr:`LaunchContext.mail`."""
+    fork: ForkRecipe | None = None
+    """Confined, start the server from a fork server of its kind that has imported its code
+    (copy-on-write sharing of that memory between sandboxes); None: a process of its own."""
 
     @property
     def hosted(self) -> bool:
