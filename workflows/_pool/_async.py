@@ -17,7 +17,7 @@ from ._backend import AcquireAbandoned, AsyncPoolBackend, Attempt, AttemptOutcom
 from ._base import Book, Idle, PoolBase, Run, log, report_release
 from ._options import PoolOptions, RunOptions
 from ._results import PoolResults, TaskBar, TaskResult
-from ._retry_rules import PoolClosed, task_flow
+from ._retry_rules import PoolClosed
 
 __all__ = ["AsyncBackendPool"]
 
@@ -186,16 +186,8 @@ class AsyncBackendPool(PoolBase, Generic[S]):
             while (picked := run.next_task()) is not None:
                 index, task = picked
                 hands = _Hands(self, run.attempt(index, task), holder)
-                flow = task_flow(
-                    index,
-                    task,
-                    holder[0] if holder else None,
-                    hands,
-                    timeout=run.options.timeout,
-                    retries=run.options.retries,
-                    retry_on=run.options.retry_on,
-                    stopping=lambda: False,  # a stopping async pool cancels its workers instead
-                )
+                # a stopping async pool cancels its workers instead of saying it is stopping
+                flow = run.flow(index, task, hands, holder, stopping=lambda: False)
                 done.put_nowait((await drive_async(flow, perform_act_async))[0])
         except asyncio.CancelledError:
             done.put_nowait(PoolClosed())  # a map still waiting learns that the pool closed

@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from .._errors import InvalidInputError
+from .._flows import Flow
 from .._ownership import install_exit_handlers
 from .._recipes import ReleaseResult
 from ._backend import Attempt
 from ._options import PoolOptions, RunOptions, RunSettings, resolve_pool, resolve_run
 from ._results import PoolResults, TaskBar, TaskResult
-from ._retry_rules import PoolClosed
+from ._retry_rules import Hands, PoolClosed, task_flow
 
 __all__ = ["Book", "Idle", "PoolBase", "Run", "log", "report_release"]
 
@@ -90,6 +91,21 @@ class Run(Generic[F]):
     def attempt(self, index: int, task: Any) -> Attempt:
         """What the backend is asked to run for task ``index``."""
         return Attempt(self.fn, task, index, self.options.timeout)
+
+    def flow(
+        self, index: int, task: Any, hands: Hands, holder: list[Any], stopping: Callable[[], bool]
+    ) -> Flow[tuple[TaskResult[Any], Any]]:
+        """The task flow of task ``index`` on the worker's sandbox (``holder``'s, if any)."""
+        return task_flow(
+            index,
+            task,
+            holder[0] if holder else None,
+            hands,
+            timeout=self.options.timeout,
+            retries=self.options.retries,
+            retry_on=self.options.retry_on,
+            stopping=stopping,
+        )
 
 
 class PoolBase:

@@ -22,7 +22,7 @@ from ._backend import AcquireAbandoned, Attempt, AttemptOutcome, PoolBackend, Po
 from ._base import Book, Idle, PoolBase, Run, log, report_release
 from ._options import PoolOptions, RunOptions
 from ._results import PoolResults, TaskBar, TaskResult
-from ._retry_rules import PoolClosed, task_flow
+from ._retry_rules import PoolClosed
 
 __all__ = ["BackendPool"]
 
@@ -208,16 +208,7 @@ class BackendPool(PoolBase, Generic[S]):
                     return
                 index, task = picked
                 hands = _Hands(self, run.attempt(index, task), holder)
-                flow = task_flow(
-                    index,
-                    task,
-                    holder[0] if holder else None,
-                    hands,
-                    timeout=run.options.timeout,
-                    retries=run.options.retries,
-                    retry_on=run.options.retry_on,
-                    stopping=stop.is_set,
-                )
+                flow = run.flow(index, task, hands, holder, stopping=stop.is_set)
                 done.put(drive(flow, perform_act)[0])
         except PoolClosed as exc:
             done.put(exc)
