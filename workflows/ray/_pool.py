@@ -198,7 +198,7 @@ def _warn_over_cap(broker: SandboxBroker, size: int) -> None:
             f"max_sandboxes={size})"
         )
         log.warning("%s", message)
-        warnings.warn(message, stacklevel=4)
+        warnings.warn(message, stacklevel=3)  # at the RaySandboxPool(...) call
 
 
 class RayBackend:
