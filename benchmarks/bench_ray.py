@@ -116,7 +116,7 @@ def _scaling_run(url: str, token: str, size: int, tasks: int = TASKS) -> float:
     try:
         started = time.perf_counter()
         with RaySandboxPool(
-            ["filesystem"], size, broker_name=name, api_key=token, base_url=url, progress=False
+            ["filesystem"], size=size, broker_name=name, api_key=token, base_url=url, progress=False
         ) as pool:
             results = pool.map(work, range(tasks))
         seconds = time.perf_counter() - started
@@ -156,7 +156,7 @@ def _dead_worker_run(ctx: BenchContext, url: str, token: str) -> dict[str, Any]:
     holder = Holder.remote()  # type: ignore[attr-defined]
     holder.hold.remote(broker, str(held))
     with RaySandboxPool(
-        ["filesystem"], 2, broker_name=name, api_key=token, base_url=url, progress=False
+        ["filesystem"], size=2, broker_name=name, api_key=token, base_url=url, progress=False
     ) as pool:
         results = pool.map(dies_once, range(6), retries=1)
     deadline = time.monotonic() + 60

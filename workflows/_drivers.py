@@ -124,6 +124,44 @@ class _Driving:
         self.flow.close()
 
 
+def drive(flow: Flow[T], perform: Callable[[Step], Any]) -> T:
+    """Drive ``flow`` to its end, each step carried out by ``perform`` (see
+    :meth:`SyncDriver.run`); a flow of :class:`Act` steps only (a pool's task flow) needs no
+    connection: ``drive(flow, perform_act)``."""
+    with _Driving(flow) as driving:
+        while (step := driving.next()) is not None:
+            try:
+                driving.value = perform(step)
+            except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
+                driving.error = exc
+        return driving.result  # type: ignore[no-any-return]
+
+
+async def drive_async(flow: Flow[T], perform: Callable[[Step], Awaitable[Any]]) -> T:
+    """:func:`drive`, each step awaited (``drive_async(flow, perform_act_async)``)."""
+    with _Driving(flow) as driving:
+        while (step := driving.next()) is not None:
+            try:
+                driving.value = await perform(step)
+            except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
+                driving.error = exc
+        return driving.result  # type: ignore[no-any-return]
+
+
+def perform_act(step: Step) -> Any:
+    """Carry out an :class:`Act` step (the only kind a pool's task flow yields)."""
+    if not isinstance(step, Act):
+        raise TypeError(f"a flow of Act steps only was given a {type(step).__name__}")
+    return step.fn(*step.args)
+
+
+async def perform_act_async(step: Step) -> Any:
+    """:func:`perform_act`, for coroutine hands."""
+    if not isinstance(step, Act):
+        raise TypeError(f"a flow of Act steps only was given a {type(step).__name__}")
+    return await step.fn(*step.args)
+
+
 class _Tries:
     """The account of one retried operation: when it started, the attempt under way, and a
     first failure (made before the retry context) to replay so stamina backs off from it."""
@@ -207,13 +245,7 @@ class SyncDriver(_DriverBase[httpx.Client]):
         gets ``GeneratorExit`` at that step, so its temporary files and progress bars end now,
         not when the garbage collector finds it.
         """
-        with _Driving(flow) as driving:
-            while (step := driving.next()) is not None:
-                try:
-                    driving.value = self.perform(step)
-                except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
-                    driving.error = exc
-            return driving.result  # type: ignore[no-any-return]
+        return drive(flow, self.perform)
 
     def run_retrying(
         self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]
@@ -363,13 +395,7 @@ class AsyncDriver(_DriverBase[httpx.AsyncClient]):
     async def run(self, flow: Flow[T]) -> T:
         """Drive a flow to its end, feeding each step's result or exception back into it; the
         flow is closed however this ends (cancellation included: see :meth:`SyncDriver.run`)."""
-        with _Driving(flow) as driving:
-            while (step := driving.next()) is not None:
-                try:
-                    driving.value = await self.perform(step)
-                except Exception as exc:  # noqa: BLE001 - handed to the flow, which decides
-                    driving.error = exc
-            return driving.result  # type: ignore[no-any-return]
+        return await drive_async(flow, self.perform)
 
     async def run_retrying(
         self, make_flow: Callable[[], Flow[T]], on: Callable[[Exception], bool | float]

@@ -20,8 +20,12 @@ SANDBOX_ID = "3f0c2a6e-8d4b-4c1e-9a7f-0b2d5e6f7a8b"
 ENTRY_POINTS: list[tuple[str, Callable[..., Any], str]] = [
     ("acquire", lambda **kw: LocalSandbox.acquire(["git"], **kw), "AcquireOptions"),
     ("acquire", lambda **kw: AsyncLocalSandbox.acquire(["git"], **kw), "AcquireOptions"),
-    ("SandboxPool", lambda **kw: workflows.SandboxPool(["git"], **kw), "AcquireOptions"),
-    ("AsyncSandboxPool", lambda **kw: workflows.AsyncSandboxPool(["git"], **kw), "AcquireOptions"),
+    ("SandboxPool", lambda **kw: workflows.SandboxPool(["git"], **kw), "SandboxPoolOptions"),
+    (
+        "AsyncSandboxPool",
+        lambda **kw: workflows.AsyncSandboxPool(["git"], **kw),
+        "SandboxPoolOptions",
+    ),
     ("bulk_acquire", lambda **kw: workflows.bulk_acquire(["git"], 2, **kw), "AcquireOptions"),
     ("attach", lambda **kw: LocalSandbox.attach(SANDBOX_ID, **kw), "AttachOptions"),
     ("attach", lambda **kw: AsyncLocalSandbox.attach(SANDBOX_ID, **kw), "AttachOptions"),

@@ -16,6 +16,7 @@ import pytest
 from workflows import (
     ApiConnectionError,
     ApiTimeoutError,
+    AttemptOutcome,
     ConflictError,
     InvalidInputError,
     LocalWriteError,
@@ -32,7 +33,7 @@ from workflows._config import ApiKey, Settings
 from workflows._drivers import SyncDriver
 from workflows._flows import Act
 from workflows._pool._failures import failure_kind
-from workflows._pool._retry_rules import Outcome, PoolClosed, task_flow
+from workflows._pool._retry_rules import PoolClosed, task_flow
 
 # the built-in of Python 3.11+; on 3.10, the backport pytest depends on there
 Group: Any = (
@@ -85,13 +86,13 @@ def test_every_step_is_an_act_of_the_pools_hands() -> None:
     hands = Hands()
     flow = task_flow(0, "t", a, hands, timeout=None, retries=0, stopping=lambda: False)
     assert next(flow) == Act(hands.attempt, (a,))
-    assert flow.send(Outcome(1, None, False, 0.1)) == Act(hands.reset, (a,))
+    assert flow.send(AttemptOutcome(1, None, False, 0.1)) == Act(hands.reset, (a,))
     flow.close()
 
 
 def test_a_passing_task_resets_its_sandbox_and_keeps_it(driver: SyncDriver) -> None:
     a = Box("a")
-    hands = Hands(attempt=[Outcome(42, None, False, 1.5)], reset=[0.25])
+    hands = Hands(attempt=[AttemptOutcome(42, None, False, 1.5)], reset=[0.25])
     flow = task_flow(0, "t", a, hands, timeout=None, retries=0, stopping=lambda: False)
     result, kept = driver.run(flow)
     assert hands.steps == [("attempt", a), ("reset", a)]
@@ -106,7 +107,7 @@ def test_a_failed_reset_retires_the_sandbox_and_a_retry_takes_a_clean_one(
     boom = RuntimeError("reset failed")
     lost = ServerError("service unavailable", status_code=503)  # a sandbox call in the task
     hands = Hands(
-        attempt=[Outcome(None, lost, False, 0.1), Outcome("ok", None, False, 0.2)],
+        attempt=[AttemptOutcome(None, lost, False, 0.1), AttemptOutcome("ok", None, False, 0.2)],
         reset=[boom, 0.1],
         take=[b],
     )
@@ -132,7 +133,7 @@ def test_a_timed_out_attempt_retires_without_a_reset_and_no_retry_once_stopping(
 ) -> None:
     a = Box("a")
     error = TimeoutError("past")
-    hands = Hands(attempt=[Outcome(None, error, True, 5.0)])
+    hands = Hands(attempt=[AttemptOutcome(None, error, True, 5.0)])
     flow = task_flow(2, "t", a, hands, timeout=5.0, retries=3, stopping=lambda: True)
     result, kept = driver.run(flow)
     assert hands.steps == [
@@ -169,7 +170,9 @@ def test_a_closed_pool_ends_the_flow_instead_of_failing_the_attempt(driver: Sync
 
 def test_a_tasks_own_exception_is_its_result_not_retried_by_default(driver: SyncDriver) -> None:
     a = Box("a")
-    hands = Hands(attempt=[Outcome(None, ValueError("wrong answer"), False, 0.1)], reset=[0.1])
+    hands = Hands(
+        attempt=[AttemptOutcome(None, ValueError("wrong answer"), False, 0.1)], reset=[0.1]
+    )
     flow = task_flow(5, "t", a, hands, timeout=None, retries=2, stopping=lambda: False)
     result, kept = driver.run(flow)
     assert hands.steps == [("attempt", a), ("reset", a)]
@@ -181,7 +184,9 @@ def test_a_retry_is_logged_with_the_kind_of_failure(
 ) -> None:
     a = Box("a")
     down = ServerError("bad gateway", status_code=502)
-    hands = Hands(attempt=[Outcome(None, down, False, 0.1), Outcome(1, None, False, 0.1)])
+    hands = Hands(
+        attempt=[AttemptOutcome(None, down, False, 0.1), AttemptOutcome(1, None, False, 0.1)]
+    )
     flow = task_flow(8, "t", a, hands, timeout=None, retries=3, stopping=lambda: False)
     with caplog.at_level(logging.INFO, logger="workflows"):
         result, _ = driver.run(flow)
@@ -195,7 +200,7 @@ def test_retry_on_any_retries_a_tasks_own_exception_too(driver: SyncDriver) -> N
     a = Box("a")
     wrong = ValueError("wrong answer")
     hands = Hands(
-        attempt=[Outcome(None, wrong, False, 0.1), Outcome(None, wrong, False, 0.1)],
+        attempt=[AttemptOutcome(None, wrong, False, 0.1), AttemptOutcome(None, wrong, False, 0.1)],
         reset=[0.1, 0.1],
     )
     flow = task_flow(
@@ -209,7 +214,7 @@ def test_retry_on_any_retries_a_tasks_own_exception_too(driver: SyncDriver) -> N
 def test_an_infrastructure_failure_is_retried_until_retries_run_out(driver: SyncDriver) -> None:
     a = Box("a")
     down = ApiConnectionError("could not reach the API")
-    hands = Hands(attempt=[Outcome(None, down, False, 0.1)] * 3, reset=[0.1] * 3)
+    hands = Hands(attempt=[AttemptOutcome(None, down, False, 0.1)] * 3, reset=[0.1] * 3)
     flow = task_flow(7, "t", a, hands, timeout=None, retries=2, stopping=lambda: False)
     result, _ = driver.run(flow)
     assert (result.ok, result.failure, result.attempts, result.error_type) == (

@@ -1,6 +1,5 @@
-"""The async pool, :class:`AsyncSandboxPool`: worker tasks, each running the pool's task flow
-(:mod:`workflows._pool._retry_rules`) on the pool's :class:`~workflows._drivers.AsyncDriver`,
-which its sandboxes share."""
+"""The asyncio pool engine, :class:`AsyncBackendPool`: worker tasks, each running the pool's
+task flow (:mod:`workflows._pool._retry_rules`) over an :class:`~workflows.AsyncPoolBackend`."""
 
 from __future__ import annotations
 
@@ -9,74 +8,49 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
-from .._async_sandbox import AsyncLocalSandbox
-from .._drivers import AsyncDriver
-from .._errors import TaskTimeoutError
-from .._host_limits import SlotWaitAbandoned, giving_up_when
-from .._recipes import ReleaseResult, async_bulk_release
-from ._base import HEALTHY_STATUS, Book, Idle, PoolBase, Run, log, report_release
-from ._failures import RetryOn
+from .._acquire import Unpack
+from .._drivers import drive_async, perform_act_async
+from .._recipes import ReleaseResult
+from ._backend import AcquireAbandoned, AsyncPoolBackend, Attempt, AttemptOutcome, PooledSandbox
+from ._base import Book, Idle, PoolBase, Run, log, report_release
+from ._options import PoolOptions, RunOptions
 from ._results import PoolResults, TaskBar, TaskResult
-from ._retry_rules import Outcome, PoolClosed, task_flow
+from ._retry_rules import PoolClosed
 
-__all__ = ["AsyncSandboxPool"]
+__all__ = ["AsyncBackendPool"]
 
 R = TypeVar("R")
 T = TypeVar("T")
-TaskFn = Callable[[AsyncLocalSandbox, T], Awaitable[R]]
-"""What the async pool runs: ``await fn(sandbox, task)``, ``task`` one of the tasks (a type
-checker holds the function and the tasks to the same ``T``)."""
-Task = TaskFn[Any, R]
-"""A run's function, once the task type no longer matters."""
+S = TypeVar("S", bound=PooledSandbox)
+Task = Callable[[Any, Any], Awaitable[Any]]
+"""A run's function, ``await fn(sandbox, task)``, as the engine holds it."""
 
 
-async def _release_when_acquired(job: asyncio.Future[AsyncLocalSandbox]) -> None:
-    """Release the sandbox of an acquire whose caller was cancelled, once it is answered."""
-    with contextlib.suppress(Exception):
-        await _arelease_quietly(await job)
+class AsyncBackendPool(PoolBase, Generic[S]):
+    """:class:`~workflows.BackendPool` for asyncio: the pools' rules over an
+    :class:`~workflows.AsyncPoolBackend`, with worker tasks on the running event loop.
+    :class:`~workflows.AsyncSandboxPool` is this engine on the backend that acquires
+    :class:`~workflows.AsyncLocalSandbox` objects. Leaving ``map`` early or closing the pool
+    cancels the workers; a sandbox whose task was cancelled is retired::
 
-
-async def _arelease_quietly(sandbox: AsyncLocalSandbox) -> None:
-    try:
-        await sandbox.release()
-    except Exception as exc:  # noqa: BLE001 - the registry retries at exit; the ledger keeps it
-        log.warning("could not release sandbox %s: %s", sandbox.id, exc)
-
-
-class AsyncSandboxPool(PoolBase):
-    """Run many tasks over at most ``size`` sandboxes, each task on a clean one (asyncio):
-    ``fn(sandbox, task)`` is a coroutine function, given an :class:`~workflows.AsyncLocalSandbox`::
-
-        async def run_task(sb, task):
-            await sb.seed(task["files"])
-            ...
-            return {"passed": (await sb.dump()).text("answer.txt") == task["expected"]}
-
-        async with AsyncSandboxPool(["filesystem"], size=8) as pool:
+        async with AsyncBackendPool(MyAsyncBackend(...), size=8) as pool:
             results = await pool.map(run_task, tasks, timeout=300)
-
-    The acquire keywords are :meth:`AsyncLocalSandbox.acquire`'s
-    (:class:`~workflows.AcquireOptions`), checked before anything is sent;
-    ``health_check_after``: seconds a sandbox may sit idle before it is checked again. Its
-    sandboxes share one connection pool, closed with the pool. A timed-out task's coroutine
-    is cancelled (and its sandbox replaced). Otherwise it behaves as :class:`~workflows.SandboxPool`
-    (lazy bounded acquire, a reset between tasks, health checks, failures classified as
-    ``"task"`` or ``"infrastructure"``, retries of infrastructure failures, release on exit):
-    see its docstring.
     """
 
+    def __init__(self, backend: AsyncPoolBackend[S], **options: Unpack[PoolOptions]) -> None:
+        self.backend = backend
+        super().__init__(options)
+
     def _start(self) -> None:
-        self._book: Book[AsyncLocalSandbox] = Book(self.size)
+        self._book: Book[S] = Book(self.size)
         self._cond: asyncio.Condition | None = None
-        self._driver: AsyncDriver | None = None
         self._workers: set[asyncio.Task[None]] = set()
-        self._orphans: set[asyncio.Future[None]] = set()
 
     def __repr__(self) -> str:
         live, idle = len(self._book.live), len(self._book.idle)
-        return f"AsyncSandboxPool(size={self.size}, live={live}, idle={idle})"
+        return f"{type(self).__name__}(size={self.size}, live={live}, idle={idle})"
 
     @property
     def sandbox_ids(self) -> list[str]:
@@ -90,7 +64,7 @@ class AsyncSandboxPool(PoolBase):
         return self._cond
 
     # ----------------------------------------------------------------- sandboxes
-    async def _take(self) -> AsyncLocalSandbox:
+    async def _take(self) -> S:
         while True:
             async with self._condition:
                 picked = self._book.pick()
@@ -98,40 +72,25 @@ class AsyncSandboxPool(PoolBase):
                     await self._condition.wait()
                     picked = self._book.pick()
             if picked is True:
-                try:  # under host limits, a sandbox of ours given back ends the wait for a slot
-                    with giving_up_when(lambda: self._book.closed or bool(self._book.idle)):
-                        return await self._acquire()
-                except SlotWaitAbandoned:
+                try:
+                    return await self._acquire()
+                except AcquireAbandoned:  # a sandbox of ours came back (or the pool closed)
                     continue
             assert isinstance(picked, Idle)
             if not self._stale(picked) or await self._healthy(picked.sandbox):
                 return picked.sandbox
             await self._retire(picked.sandbox, "it failed its health check")
 
-    async def _acquire(self) -> AsyncLocalSandbox:
-        if self._driver is None:
-            self._driver = AsyncDriver(self._settings)
-        job = asyncio.ensure_future(
-            AsyncLocalSandbox.acquire(
-                self._server_names, _driver=self._driver, **self._acquire_options
-            )
-        )
+    async def _acquire(self) -> S:
         try:
-            try:
-                sandbox = await asyncio.shield(job)
-            except asyncio.CancelledError:
-                # the request may have reached the service: let it finish, in a task of its
-                # own (this one may be cancelled again), and release what it gave; close()
-                # waits for it
-                self._orphans.add(asyncio.ensure_future(_release_when_acquired(job)))
-                raise
+            sandbox = await self.backend.acquire(self._book.outrun)
         except BaseException:
             self._book.acquiring -= 1
             await self._notify()
             raise
         self._book.acquiring -= 1
         if self._book.closed:
-            await _arelease_quietly(sandbox)
+            await self.backend.release(sandbox)
             raise PoolClosed
         self._book.live[sandbox.id] = sandbox
         return sandbox
@@ -140,42 +99,38 @@ class AsyncSandboxPool(PoolBase):
         async with self._condition:
             self._condition.notify()
 
-    async def _healthy(self, sandbox: AsyncLocalSandbox) -> bool:
+    async def _healthy(self, sandbox: S) -> bool:
         try:
-            return (await sandbox.refresh()).status == HEALTHY_STATUS
+            return await self.backend.healthy(sandbox)
         except Exception as exc:  # noqa: BLE001 - any failure means: replace it
             log.info("sandbox %s failed its health check: %s", sandbox.id, exc)
             return False
 
-    async def _give_back(self, sandbox: AsyncLocalSandbox) -> None:
+    async def _give_back(self, sandbox: S) -> None:
         if sandbox.id in self._book.live and not self._book.closed:
             self._book.idle.append(Idle(sandbox, time.monotonic()))
         await self._notify()
 
-    async def _retire(
-        self, sandbox: AsyncLocalSandbox, why: str, level: int = logging.WARNING
-    ) -> None:
+    async def _retire(self, sandbox: S, why: str, level: int = logging.WARNING) -> None:
         mine = self._book.live.pop(sandbox.id, None) is not None
         if mine:
             self._book.replaced += 1
             log.log(level, "replacing sandbox %s: %s", sandbox.id, why)
-            await _arelease_quietly(sandbox)
+            await self.backend.release(sandbox)
         await self._notify()
 
     # ----------------------------------------------------------------- running tasks
     async def map(
         self,
-        fn: TaskFn[T, R],
+        fn: Callable[[S, T], Awaitable[R]],
         tasks: Iterable[T],
-        *,
-        timeout: float | None = None,
-        retries: int = 0,
-        retry_on: RetryOn = "infrastructure",
+        **options: Unpack[RunOptions],
     ) -> PoolResults[R]:
         """Run ``await fn(sandbox, task)`` for every task, ``size`` at a time; one result per
         task, in the order of ``tasks``. A task's failure is recorded in its result, never raised.
-        ``timeout`` bounds each attempt; ``retries`` runs a failed task again, on a clean
-        sandbox, when its failure is ``"infrastructure"`` (any failure with ``retry_on="any"``).
+        The keywords are :class:`~workflows.RunOptions`': ``timeout`` bounds each attempt;
+        ``retries`` runs a failed task again, on a clean sandbox, when its failure is
+        ``"infrastructure"`` (any failure with ``retry_on="any"``).
 
         >>> results = await pool.map(run_task, tasks, timeout=120)  # doctest: +SKIP
         >>> [r.index for r in results.failures]  # doctest: +SKIP
@@ -184,30 +139,25 @@ class AsyncSandboxPool(PoolBase):
         started = time.perf_counter()
         before = self._book.replaced
         done: list[TaskResult[R]] = []
-        async with contextlib.aclosing(
-            self.imap_unordered(fn, tasks, timeout=timeout, retries=retries, retry_on=retry_on)
-        ) as results:
+        async with contextlib.aclosing(self.imap_unordered(fn, tasks, **options)) as results:
             async for result in results:
                 done.append(result)
         return self._summary(done, started, before)
 
     def imap_unordered(
         self,
-        fn: TaskFn[T, R],
+        fn: Callable[[S, T], Awaitable[R]],
         tasks: Iterable[T],
-        *,
-        timeout: float | None = None,
-        retries: int = 0,
-        retry_on: RetryOn = "infrastructure",
+        **options: Unpack[RunOptions],
     ) -> AsyncGenerator[TaskResult[R], None]:
         """Like :meth:`map`, but yield each :class:`TaskResult` as soon as its task ends.
         Leaving the loop early: close the iterator (``contextlib.aclosing``) to cancel the
         workers at once; each cancelled task's sandbox is replaced."""
-        run = self._run(fn, tasks, timeout, retries, retry_on)
+        run: Run[Task] = self._run(fn, tasks, options)
         self._check_open()
         return self._results(run)
 
-    async def _results(self, run: Run[Task[R]]) -> AsyncGenerator[TaskResult[R], None]:
+    async def _results(self, run: Run[Task]) -> AsyncGenerator[TaskResult[R], None]:
         if not run.count:
             return
         done: asyncio.Queue[TaskResult[R] | BaseException] = asyncio.Queue()
@@ -228,14 +178,17 @@ class AsyncSandboxPool(PoolBase):
 
     async def _worker(
         self,
-        run: Run[Task[R]],
+        run: Run[Task],
         done: asyncio.Queue[TaskResult[R] | BaseException],
     ) -> None:
-        holder: list[AsyncLocalSandbox] = []  # the sandbox held between tasks, if any
+        holder: list[S] = []  # the sandbox held between tasks, if any
         try:
             while (picked := run.next_task()) is not None:
                 index, task = picked
-                done.put_nowait(await self._task(run, index, task, holder))
+                hands = _Hands(self, run.attempt(index, task), holder)
+                # a stopping async pool cancels its workers instead of saying it is stopping
+                flow = run.flow(index, task, hands, holder, stopping=lambda: False)
+                done.put_nowait((await drive_async(flow, perform_act_async))[0])
         except asyncio.CancelledError:
             done.put_nowait(PoolClosed())  # a map still waiting learns that the pool closed
             if holder:  # cancelled mid-task or mid-reset: it is not known to be clean
@@ -254,128 +207,51 @@ class AsyncSandboxPool(PoolBase):
             if holder:
                 await self._give_back(holder.pop())
 
-    async def _task(
-        self, run: Run[Task[R]], index: int, task: Any, holder: list[AsyncLocalSandbox]
-    ) -> TaskResult[R]:
-        """Run :func:`~workflows._pool._retry_rules.task_flow` with coroutine hands;
-        ``holder`` holds the worker's sandbox (emptied before one is retired, so a cancelled
-        worker never hands back a sandbox being released)."""
-        hands = self._hands(run, index, task, holder)
-        flow = task_flow(
-            index,
-            task,
-            holder[0] if holder else None,
-            hands,
-            timeout=run.timeout,
-            retries=run.retries,
-            retry_on=run.retry_on,
-            stopping=lambda: False,  # a stopping async pool cancels its workers instead
-        )
-        if self._driver is None:
-            self._driver = AsyncDriver(self._settings)
-        result: TaskResult[R] = (await self._driver.run(flow))[0]
-        return result
-
-    def _hands(
-        self, run: Run[Task[Any]], index: int, task: Any, holder: list[AsyncLocalSandbox]
-    ) -> _Hands:
-        """The hands of :func:`~workflows._pool._retry_rules.task_flow` for one task."""
-        return _Hands(self, run, index, task, holder)
-
     # ----------------------------------------------------------------- release
     async def close(self) -> list[ReleaseResult]:
-        """Cancel the workers and release every sandbox (``size`` at a time); one result
-        each. Also closes the connection pool. Idempotent; ``async with`` calls it."""
+        """Cancel the workers and release every sandbox (the backend's ``close``); one
+        result each. Idempotent; ``async with`` calls it."""
         sandboxes = self._book.close()
         workers = list(self._workers)
         for worker in workers:
             worker.cancel()
-        try:
-            results = (
-                await async_bulk_release(sandboxes, concurrency=self.size, progress=False)
-                if sandboxes
-                else []
-            )
-        finally:
-            await asyncio.gather(*workers, return_exceptions=True)
-            await asyncio.gather(*self._orphans, return_exceptions=True)
-            self._orphans.clear()
-            if self._driver is not None:
-                await self._driver.aclose()
-                self._driver = None
-        return report_release(results)
+        # the workers end first (a cancelled one gives back nothing: the book is closed), so
+        # that an acquire they leave under way is known to the backend's close
+        await asyncio.gather(*workers, return_exceptions=True)
+        return report_release(await self.backend.close(sandboxes))
 
-    async def __aenter__(self) -> AsyncSandboxPool:
+    async def __aenter__(self) -> AsyncBackendPool[S]:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await asyncio.shield(asyncio.ensure_future(self.close()))
 
 
-class _Hands:
-    """The async pool's hands for one task (see :class:`~workflows._pool._retry_rules.Hands`);
-    ``holder`` is the worker's."""
+class _Hands(Generic[S]):
+    """The coroutine hands of :func:`~workflows._pool._retry_rules.task_flow` for one task
+    (see the blocking engine's); ``holder`` is emptied before a sandbox is retired, so a
+    cancelled worker never hands back a sandbox being released."""
 
-    def __init__(
-        self,
-        pool: AsyncSandboxPool,
-        run: Run[Task[Any]],
-        index: int,
-        task: Any,
-        holder: list[AsyncLocalSandbox],
-    ) -> None:
-        self.pool, self.run, self.index, self.task, self.holder = pool, run, index, task, holder
+    def __init__(self, pool: AsyncBackendPool[S], attempt: Attempt, holder: list[S]) -> None:
+        self.pool, self._attempt, self.holder = pool, attempt, holder
 
-    async def take(self) -> AsyncLocalSandbox:
+    async def take(self) -> S:
         sandbox = await self.pool._take()
         self.holder.append(sandbox)
         return sandbox
 
-    async def attempt(self, sandbox: AsyncLocalSandbox) -> Outcome:
+    async def attempt(self, sandbox: S) -> AttemptOutcome:
         started = time.perf_counter()
-        run = self.run
-        value, error, timed_out = await _acall(run.fn, sandbox, self.task, run.timeout, self.index)
-        return Outcome(value, error, timed_out, time.perf_counter() - started)
+        outcome = await self.pool.backend.attempt(sandbox, self._attempt)
+        return AttemptOutcome(
+            outcome.value, outcome.error, outcome.timed_out, time.perf_counter() - started
+        )
 
-    async def reset(self, sandbox: AsyncLocalSandbox) -> float:
+    async def reset(self, sandbox: S) -> float:
         started = time.perf_counter()
-        await sandbox.reset()
+        await self.pool.backend.reset(sandbox)
         return time.perf_counter() - started
 
-    async def retire(self, sandbox: AsyncLocalSandbox, why: str, level: int) -> None:
+    async def retire(self, sandbox: S, why: str, level: int) -> None:
         self.holder.clear()
         await self.pool._retire(sandbox, why, level)
-
-
-async def _acall(
-    fn: Callable[[AsyncLocalSandbox, Any], Awaitable[R]],
-    sandbox: AsyncLocalSandbox,
-    task: Any,
-    timeout: float | None,
-    index: int,
-) -> tuple[R | None, BaseException | None, bool]:
-    """Run one attempt: (value, error, timed out); a timed-out coroutine is cancelled and
-    abandoned (not awaited: one that ignores the cancellation cannot hold the pool up)."""
-    job = asyncio.ensure_future(fn(sandbox, task))
-    try:
-        finished, _ = await asyncio.wait({job}, timeout=timeout)
-    except asyncio.CancelledError:
-        job.cancel()
-        raise
-    if not finished:
-        job.cancel()
-        job.add_done_callback(_consume)
-        error = TaskTimeoutError(f"task {index} ran past its timeout of {timeout} s; cancelled")
-        return None, error, True
-    if job.cancelled():
-        return None, asyncio.CancelledError(f"task {index} was cancelled"), False
-    exc = job.exception()
-    if exc is not None:
-        return None, exc, False
-    return job.result(), None, False
-
-
-def _consume(job: asyncio.Future[Any]) -> None:
-    """Retrieve an abandoned job's outcome, so asyncio does not log it as never retrieved."""
-    if not job.cancelled():
-        job.exception()

@@ -1,5 +1,5 @@
-"""What both pools share without I/O: the book of sandboxes, the acquire keywords, the
-health-check rule, a run's summary and the report of a close."""
+"""What both pool engines share without I/O: the book of sandboxes, a run's work, the pool's
+keywords and health-check rule, a run's summary and the report of a close."""
 
 from __future__ import annotations
 
@@ -10,26 +10,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from .._acquire import AcquireOptions, Unpack, resolve_acquire
-from .._config import Settings
 from .._errors import InvalidInputError
-from .._models import ServerNames
+from .._flows import Flow
 from .._ownership import install_exit_handlers
 from .._recipes import ReleaseResult
-from ._failures import RetryOn
-from ._results import PoolResults, TaskBar, TaskResult, check_pool_size, check_run
-from ._retry_rules import PoolClosed
+from ._backend import Attempt
+from ._options import PoolOptions, RunOptions, RunSettings, resolve_pool, resolve_run
+from ._results import PoolResults, TaskBar, TaskResult
+from ._retry_rules import Hands, PoolClosed, task_flow
 
-__all__ = ["HEALTHY_STATUS", "Book", "Idle", "PoolBase", "Run", "log", "report_release"]
+__all__ = ["Book", "Idle", "PoolBase", "Run", "log", "report_release"]
 
 log = logging.getLogger("workflows")
 
 R = TypeVar("R")
 S = TypeVar("S")
 F = TypeVar("F", bound=Callable[..., Any])
-
-HEALTHY_STATUS = "occupied"
-"""The status of a sandbox that is held and working."""
 
 
 @dataclass
@@ -68,19 +64,22 @@ class Book(Generic[S]):
         self.idle.clear()
         return sandboxes
 
+    def outrun(self) -> bool:
+        """Whether an acquire under way is not needed any more: a sandbox came back idle, or
+        the pool closed (the ``give_up`` of a backend's acquire)."""
+        return self.closed or bool(self.idle)
+
 
 @dataclass(frozen=True)
 class Run(Generic[F]):
     """One run's work: the function, the tasks with their positions (``todo``: those no worker
     took yet; the workers pop them, a deque being safe across threads), how many there are,
-    each attempt's timeout, the retries of a failed task and the failures they apply to."""
+    and the run's options."""
 
     fn: F
     todo: deque[tuple[int, Any]]
     count: int
-    timeout: float | None
-    retries: int
-    retry_on: RetryOn
+    options: RunSettings
 
     def next_task(self) -> tuple[int, Any] | None:
         """The next task no worker took yet, with its position; None when none is left."""
@@ -89,48 +88,48 @@ class Run(Generic[F]):
         except IndexError:
             return None
 
+    def attempt(self, index: int, task: Any) -> Attempt:
+        """What the backend is asked to run for task ``index``."""
+        return Attempt(self.fn, task, index, self.options.timeout)
+
+    def flow(
+        self, index: int, task: Any, hands: Hands, holder: list[Any], stopping: Callable[[], bool]
+    ) -> Flow[tuple[TaskResult[Any], Any]]:
+        """The task flow of task ``index`` on the worker's sandbox (``holder``'s, if any)."""
+        return task_flow(
+            index,
+            task,
+            holder[0] if holder else None,
+            hands,
+            timeout=self.options.timeout,
+            retries=self.options.retries,
+            retry_on=self.options.retry_on,
+            stopping=stopping,
+        )
+
 
 class PoolBase:
-    """What both pools share: the checked acquire keywords, the settings, the health-check
-    rule. Each pool sets up its own bookkeeping in :meth:`_start`."""
+    """What both engines share: the checked pool keywords, the health-check rule, a run's
+    arguments and summary. Each engine sets up its own bookkeeping in :meth:`_start`."""
 
     _book: Book[Any]
 
-    def __init__(
-        self,
-        server_names: ServerNames,
-        *,
-        size: int = 4,
-        health_check_after: float = 60.0,
-        **options: Unpack[AcquireOptions],
-    ) -> None:
-        wanted = resolve_acquire(type(self).__name__, server_names, options)
-        check_pool_size(size, health_check_after)
-        self.size = size
-        self.progress = wanted.progress
-        self.health_check_after = float(health_check_after)
-        self._settings: Settings = wanted.settings
-        self._acquire_options = wanted.options()
-        self._acquire_options["progress"] = False
-        self._server_names = server_names
+    def __init__(self, options: PoolOptions) -> None:
+        resolved = resolve_pool(type(self).__name__, options)
+        self.size = resolved["size"]
+        self.health_check_after = float(resolved["health_check_after"])
+        self.progress = resolved["progress"]
         install_exit_handlers()  # workers acquire off the main thread, where SIGTERM's cannot be
         self._start()
 
     def _start(self) -> None:
         raise NotImplementedError
 
-    @property
-    def settings(self) -> Settings:
-        """The connection settings (the key inside never shows in a repr)."""
-        return self._settings
-
-    def _run(
-        self, fn: F, tasks: Iterable[Any], timeout: float | None, retries: int, retry_on: RetryOn
-    ) -> Run[F]:
+    def _run(self, fn: F, tasks: Iterable[Any], options: RunOptions) -> Run[F]:
         """A run's arguments, checked (the tasks are read now, once)."""
-        check_run(fn, timeout, retries, retry_on)
+        settings = resolve_run(f"{type(self).__name__}.map", fn, options)
         todo = deque(enumerate(tasks))
-        return Run(fn, todo, len(todo), timeout, retries, retry_on)
+        return Run(fn, todo, len(todo), settings)
 
     def _check_open(self) -> None:
         if self._book.closed:

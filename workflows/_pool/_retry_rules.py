@@ -1,11 +1,13 @@
-"""The pool's retry and reset rules, written once for both pools, as a flow.
+"""The pool's retry and reset rules, written once for every pool and backend, as a flow.
 
 :func:`task_flow` decides; the pools only act. Like every flow of the library (see
-:mod:`workflows._flows`), it is a generator run by the drivers of :mod:`workflows._drivers`:
-each step is an :class:`~workflows._flows.Act` of the pool's :class:`Hands` (``take``,
-``attempt``, ``reset``, ``retire``), whose result is sent back and whose exception is thrown
-in. :class:`~workflows.SandboxPool` has blocking hands, :class:`~workflows.AsyncSandboxPool`
-coroutine ones, so the rules below hold alike in both:
+:mod:`workflows._flows`), it is a generator of steps, here only :class:`~workflows._flows.Act`
+steps of the engine's :class:`Hands` (``take``, ``attempt``, ``reset``, ``retire``: the
+engine's book around its backend's calls), run by :func:`~workflows._drivers.drive` or
+:func:`~workflows._drivers.drive_async`: each step's result is sent back and its exception
+thrown in. :class:`~workflows.BackendPool` has blocking hands,
+:class:`~workflows.AsyncBackendPool` coroutine ones, so the rules below hold alike in both
+and whatever the backend:
 
 * a task runs on a clean sandbox; after it the sandbox is reset, or retired if its reset fails
   or the task ran past its timeout (an abandoned attempt may still be using it);
@@ -23,15 +25,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from .._flows import Act, Flow
 from .._tracing import task_end, task_start, traced_flow
+from ._backend import AttemptOutcome
 from ._failures import FailureKind, RetryOn, failure_kind, should_retry
+from ._options import RUN_DEFAULTS
 from ._results import TaskResult, failed
 
-__all__ = ["Hands", "Outcome", "PoolClosed", "task_flow"]
+__all__ = ["Hands", "PoolClosed", "task_flow"]
 
 log = logging.getLogger("workflows")
 
@@ -43,16 +46,6 @@ class PoolClosed(Exception):
     """The pool was closed, or the run was stopped: the worker ends (and says so)."""
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What one attempt gave: its value or error, whether it timed out, and its seconds."""
-
-    value: Any
-    error: BaseException | None
-    timed_out: bool
-    seconds: float
-
-
 class Hands(Protocol):
     """What a pool does for :func:`task_flow`: each method returns its answer (the sync
     pool's) or a coroutine of it (the async pool's), or raises."""
@@ -61,7 +54,8 @@ class Hands(Protocol):
         """A clean sandbox (:class:`PoolClosed` once the pool closed)."""
 
     def attempt(self, sandbox: Any) -> Any:
-        """Run the task on ``sandbox`` within the timeout: an :class:`Outcome`."""
+        """Run the task on ``sandbox`` within the timeout: an
+        :class:`~workflows.AttemptOutcome`, its ``seconds`` filled in."""
 
     def reset(self, sandbox: Any) -> Any:
         """Reset ``sandbox``: the seconds it took."""
@@ -80,7 +74,7 @@ def task_flow(
     timeout: float | None,
     retries: int,
     stopping: Callable[[], bool],
-    retry_on: RetryOn = "infrastructure",
+    retry_on: RetryOn = RUN_DEFAULTS["retry_on"],
 ) -> Flow[tuple[TaskResult[Any], S | None]]:
     """Run task ``index`` on ``sandbox`` (or on one it takes); return its result and the
     sandbox the worker keeps (None when it was retired)."""
@@ -131,7 +125,7 @@ def task_flow(
                 if last(result):
                     return result, None
                 continue
-        outcome: Outcome = yield Act(hands.attempt, (sandbox,))
+        outcome: AttemptOutcome = yield Act(hands.attempt, (sandbox,))
         sandbox_id: str = getattr(sandbox, "id")  # noqa: B009 - S is either sandbox class
         reset_seconds = 0.0
         if outcome.timed_out:

@@ -20,9 +20,9 @@ book in :mod:`~workflows.ray._book`, its acquires and releases in :mod:`~workflo
 its records in Ray's KV in :mod:`~workflows.ray._store`, its adoption of a dead broker's leases
 in :mod:`~workflows.ray._recovery`; a holder process's session (its heartbeat thread) in
 :mod:`~workflows.ray._session`, the sandboxes a lease gives in :mod:`~workflows.ray._leased`,
-the client in :mod:`~workflows.ray._client`; the pool (the sync pool's flow and threads with
-Ray hands) in :mod:`~workflows.ray._pool`; the settings and messages in
-:mod:`~workflows.ray._types`.
+the client and its :class:`~workflows.ray._client.Leases` in :mod:`~workflows.ray._client`; the
+pool (:class:`~workflows.BackendPool` on a Ray backend of the public pool seam) in
+:mod:`~workflows.ray._pool`; the settings and messages in :mod:`~workflows.ray._types`.
 """
 
 from __future__ import annotations

@@ -28,13 +28,29 @@ from .._acquire import Acquire, AcquireOptions, Unpack, resolve_acquire
 from .._config import ApiKey
 from .._errors import ConfigurationError, InvalidInputError
 from .._models import ServerNames
+from .._pool import AcquireAbandoned
 from ._broker import Broker, _SessionUnknown
 from ._key import refuse_key_in_options, warn_if_the_job_carries_the_key
-from ._leased import AsyncLeasedSandbox, LeasedSandbox
+from ._leased import (
+    AsyncLeasedSandbox,
+    LeasedSandbox,
+    give_back,
+    give_back_async,
+    lease_id,
+    lent,
+)
 from ._session import Link, Session, session_for
 from ._types import BrokerConfig, BrokerStats, Lease, Leased, check_config, describe
 
-__all__ = ["DEFAULT_BROKER_NAME", "DEFAULT_NAMESPACE", "SandboxBroker", "reap"]
+__all__ = [
+    "DEFAULT_BROKER_NAME",
+    "DEFAULT_NAMESPACE",
+    "LeaseGivenUp",
+    "Leases",
+    "SandboxBroker",
+    "leases_of",
+    "reap",
+]
 
 log = logging.getLogger("workflows")
 
@@ -98,7 +114,7 @@ def _lease_id() -> str:
     return f"lease-{uuid.uuid4().hex[:16]}"
 
 
-class LeaseGivenUp(Exception):
+class LeaseGivenUp(AcquireAbandoned):
     """A lease its holder stopped waiting for (a pool that no longer needs it)."""
 
 
@@ -383,21 +399,12 @@ class SandboxBroker:
         >>> with SandboxBroker.connect().sandbox(["filesystem"]) as sb:  # doctest: +SKIP
         ...     sb.seed({"a.txt": "A"})
         """
-        wanted = self._wanted("sandbox", server_names, options)
-        session = self._session()
-        leased = self._lease(session, self._request(wanted, f"{session.holder}:sandbox"))
+        leases = leases_of(self, "sandbox", server_names, options, "sandbox")
+        sandbox = leases.take()
         try:
-            yield LeasedSandbox.made(
-                leased.handle,
-                session,
-                leased.lease_id,
-                api_key=wanted.settings.api_key,
-                timeout=wanted.settings.timeout,
-                progress=wanted.progress,
-                limits=wanted.limits,
-            )
+            yield sandbox
         finally:
-            session.release(leased.lease_id)
+            leases.give_back(sandbox)
 
     @contextlib.asynccontextmanager
     async def async_sandbox(
@@ -408,25 +415,15 @@ class SandboxBroker:
         the process, not by the event loop: a loop blocked for longer than ``lease_timeout``
         keeps it."""
         wanted = await self._wanted_async("async_sandbox", server_names, options)
-        session = await self._session_async()
-        request = self._request(wanted, f"{session.holder}:async_sandbox")
-        leased = await self._lease_async(session, request)
+        leases = Leases(self, wanted, "async_sandbox")
+        sandbox = await leases.take_async()
         try:
-            sandbox = AsyncLeasedSandbox.made(
-                leased.handle,
-                session,
-                leased.lease_id,
-                api_key=wanted.settings.api_key,
-                timeout=wanted.settings.timeout,
-                progress=wanted.progress,
-                limits=wanted.limits,
-            )
             try:
                 yield sandbox
             finally:
                 await sandbox.aclose()
         finally:
-            await asyncio.shield(session.release_async(leased.lease_id))
+            await asyncio.shield(give_back_async(sandbox))
 
     def held(self) -> list[Lease]:
         """Every lease the broker has now (waiting, acquiring or held), oldest first."""
@@ -453,14 +450,56 @@ class SandboxBroker:
             session_for(self._link).close()
         return released
 
-    # the pool's side (workflows.ray.RaySandboxPool): leases under one holder label
-    def _release(self, lease_id: str, reason: str = "released by its holder") -> bool:
-        return session_for(self._link).release(lease_id, reason)
 
-    def _release_many(self, lease_ids: list[str], reason: str) -> list[str]:
-        session_for(self._link).forget_held(lease_ids)
-        released: list[str] = self._link.call("release_many", lease_ids, reason)
+class Leases:
+    """Sandboxes of one kind (``wanted``) leased from ``broker`` under one holder label, each
+    turned into the sandbox face of its lease (:func:`~workflows.ray._leased.lent`): the way
+    :meth:`SandboxBroker.sandbox`, :meth:`SandboxBroker.async_sandbox` and
+    ``RaySandboxPool``'s backend lease (made by :func:`leases_of`, which checks the key once)."""
+
+    def __init__(self, broker: SandboxBroker, wanted: Acquire, label: str) -> None:
+        self.broker, self.wanted, self.label = broker, wanted, label
+
+    def take(self, give_up: Callable[[], bool] | None = None) -> LeasedSandbox:
+        """Lease a sandbox (waits for a free slot); ``give_up()``, checked while it waits,
+        ends the wait (:class:`LeaseGivenUp`)."""
+        session = self.broker._session()
+        request = self.broker._request(self.wanted, f"{session.holder}:{self.label}")
+        leased = self.broker._lease(session, request, give_up)
+        return lent(LeasedSandbox, leased, session, self.wanted)
+
+    async def take_async(self) -> AsyncLeasedSandbox:
+        """:meth:`take`, awaited (without ``give_up``)."""
+        session = await self.broker._session_async()
+        request = self.broker._request(self.wanted, f"{session.holder}:{self.label}")
+        leased = await self.broker._lease_async(session, request)
+        return lent(AsyncLeasedSandbox, leased, session, self.wanted)
+
+    @staticmethod
+    def give_back(sandbox: LeasedSandbox, reason: str = "released by its holder") -> bool:
+        """End the lease of ``sandbox``; whether this call ended it."""
+        return give_back(sandbox, reason)
+
+    def give_back_all(self, sandboxes: list[LeasedSandbox], reason: str) -> list[str]:
+        """End the leases of ``sandboxes`` with one call; the sandbox ids the broker released
+        (the others were released already)."""
+        ids = [lease_id(sandbox) for sandbox in sandboxes]
+        session_for(self.broker._link).forget_held(ids)
+        released: list[str] = self.broker._link.call("release_many", ids, reason)
         return released
+
+
+def leases_of(
+    broker: SandboxBroker,
+    where: str,
+    server_names: ServerNames,
+    options: AcquireOptions,
+    label: str,
+) -> Leases:
+    """:class:`Leases` of the sandbox ``server_names`` and ``options`` (the keywords of
+    ``where``, checked) name, under the holder label ``label``; the broker's key is compared
+    with this process's here (:class:`~workflows.ConfigurationError` when they differ)."""
+    return Leases(broker, broker._wanted(where, server_names, options), label)
 
 
 def _conflict(name: str, conflicts: dict[str, Any], live: dict[str, Any]) -> str:

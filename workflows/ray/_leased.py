@@ -17,14 +17,22 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from .._acquire import AttachOptions, Unpack
+from .._acquire import Acquire
 from .._async_sandbox import AsyncLocalSandbox
 from .._errors import BrokerUnavailableError, LeaseExpiredError, NotFoundError
-from .._handle import SandboxHandle, restore
+from .._handle import restore
 from .._sandbox import LocalSandbox
 from ._session import Session, ended_error
+from ._types import Leased
 
-__all__ = ["AsyncLeasedSandbox", "LeasedSandbox"]
+__all__ = [
+    "AsyncLeasedSandbox",
+    "LeasedSandbox",
+    "give_back",
+    "give_back_async",
+    "lease_id",
+    "lent",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -122,19 +130,6 @@ class LeasedSandbox(LocalSandbox):
 
     _lease: _Lease
 
-    @classmethod
-    def made(
-        cls,
-        handle: SandboxHandle,
-        session: Session,
-        lease_id: str,
-        **options: Unpack[AttachOptions],
-    ) -> LeasedSandbox:
-        """The sandbox of a granted lease (see :meth:`~workflows.LocalSandbox.from_handle`)."""
-        sandbox: LeasedSandbox = cls.from_handle(handle, **options)  # type: ignore[assignment]
-        sandbox._lease = _Lease(session, lease_id, sandbox.id)
-        return sandbox
-
     def __reduce__(self) -> tuple[Any, ...]:
         return restore, (LocalSandbox, self.handle(), self.progress, self.limits)
 
@@ -144,21 +139,44 @@ class AsyncLeasedSandbox(AsyncLocalSandbox):
 
     _lease: _Lease
 
-    @classmethod
-    def made(
-        cls,
-        handle: SandboxHandle,
-        session: Session,
-        lease_id: str,
-        **options: Unpack[AttachOptions],
-    ) -> AsyncLeasedSandbox:
-        """The sandbox of a granted lease (see :meth:`~workflows.AsyncLocalSandbox.from_handle`)."""
-        sandbox: AsyncLeasedSandbox = cls.from_handle(handle, **options)  # type: ignore[assignment]
-        sandbox._lease = _Lease(session, lease_id, sandbox.id)
-        return sandbox
-
     def __reduce__(self) -> tuple[Any, ...]:
         return restore, (AsyncLocalSandbox, self.handle(), self.progress, self.limits)
+
+
+L = TypeVar("L", LeasedSandbox, AsyncLeasedSandbox)
+
+
+def lent(face: type[L], leased: Leased, session: Session, wanted: Acquire) -> L:
+    """The lease-to-sandbox step, written once: the sandbox of the granted lease ``leased``,
+    of ``face`` (:class:`LeasedSandbox` or :class:`AsyncLeasedSandbox`), with the connection,
+    progress and limits of ``wanted`` (the key from this process: never from the lease)."""
+    sandbox: L = face.from_handle(  # type: ignore[assignment]
+        leased.handle,
+        api_key=wanted.settings.api_key,
+        timeout=wanted.settings.timeout,
+        progress=wanted.progress,
+        limits=wanted.limits,
+    )
+    sandbox._lease = _Lease(session, leased.lease_id, sandbox.id)
+    return sandbox
+
+
+def lease_id(sandbox: LeasedSandbox | AsyncLeasedSandbox) -> str:
+    """The id of the lease that lent ``sandbox``."""
+    return sandbox._lease.lease_id
+
+
+def give_back(sandbox: LeasedSandbox, reason: str = "released by its holder") -> bool:
+    """End the lease of ``sandbox`` (its session sends the release; a broker that is down gets
+    it when it is back); whether this call ended it."""
+    return sandbox._lease.session.release(sandbox._lease.lease_id, reason)
+
+
+async def give_back_async(
+    sandbox: AsyncLeasedSandbox, reason: str = "released by its holder"
+) -> bool:
+    """:func:`give_back`, awaited."""
+    return await sandbox._lease.session.release_async(sandbox._lease.lease_id, reason)
 
 
 for _name in _CALLS:

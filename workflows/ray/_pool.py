@@ -1,49 +1,62 @@
-"""The pool on Ray: :class:`RaySandboxPool`, :class:`~workflows.SandboxPool` with other hands.
+"""The pool on Ray: :class:`RaySandboxPool`, the blocking pool engine
+(:class:`~workflows.BackendPool`) on a backend of this module, :class:`RayBackend`.
 
 The rules (a clean sandbox per task, resets, retirements, which failures are retried) are the
-pool's task flow (:mod:`workflows._pool._retry_rules`), run as in :class:`SandboxPool`: the
-driver's worker threads take, reset and retire the sandboxes. What differs is where things
-happen:
+engine's, as for :class:`~workflows.SandboxPool`: the driver's worker threads take, reset and
+retire the sandboxes. What the backend does its own way:
 
-* a sandbox is leased from the cluster's broker (:mod:`workflows.ray._broker`), through the
-  driver's session (renewed by its thread); it is released through the broker. The broker's
-  cap is the cluster's: ``size`` is the cap of a broker the pool creates; an existing broker
-  keeps its own (a pool bigger than it is warned about), and the pool waits for its slots. A
-  rate, lease timeout or warm count given that differs from the live broker's is a
-  :class:`~workflows.ConfigurationError`.
+* a sandbox is leased from the cluster's broker (:mod:`workflows.ray._broker`) through
+  :class:`~workflows.ray._client.Leases`, and lives in the driver as a
+  :class:`~workflows.ray._leased.LeasedSandbox` (renewed by the driver's session); it is given
+  back through the broker. The broker's cap is the cluster's: ``size`` is the cap of a broker
+  the pool creates; an existing broker keeps its own (a pool bigger than it is warned about),
+  and the pool waits for its slots. A rate, lease timeout or warm count given that differs
+  from the live broker's is a :class:`~workflows.ConfigurationError`.
 * each attempt runs ``fn(sandbox, task)`` as a Ray task on the cluster, given the sandbox's
-  handle (no key: the worker reads ``KLAVIS_API_KEY`` from its own environment); the driver's
-  thread waits for it with ``ray.get(timeout=...)``, cancels it (``ray.cancel(force=True)``)
-  past its timeout, turns a worker's death into :class:`~workflows.WorkerDiedError` (an
-  infrastructure failure, retried) and a task's own exception, wrapped by Ray, back into
-  itself (so its kind is decided as in the other pools).
+  handle (its one change of form, crossing to the worker; no key: the worker reads
+  ``KLAVIS_API_KEY`` from its own environment); the driver's thread waits for it with
+  ``ray.get(timeout=...)``, cancels it (``ray.cancel(force=True)``) past its timeout, turns a
+  worker's death into :class:`~workflows.WorkerDiedError` (an infrastructure failure, retried)
+  and a task's own exception, wrapped by Ray, back into itself (so its kind is decided as in
+  the other pools).
+
+The task's walk, from :meth:`~workflows.BackendPool.map` to its result: the engine's worker
+thread (``_worker``) runs the task flow (``task_flow``), whose hands take a sandbox (the
+engine's book, then :meth:`RayBackend.acquire` -> :meth:`Leases.take
+<workflows.ray._client.Leases.take>` -> ``lent``), run the attempt (:meth:`RayBackend.attempt`
+-> :func:`_run_task` on a worker -> ``fn``) and reset it (:meth:`RayBackend.reset`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 import time
 import uuid
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import ray
 import ray.exceptions
 
-from .._acquire import AcquireOptions, Unpack, resolve_acquire
+from .._acquire import Unpack, resolve_acquire
 from .._errors import InvalidInputError, TaskTimeoutError, WorkerDiedError
 from .._handle import SandboxHandle
 from .._models import ServerNames
-from .._pool._base import Run, log
-from .._pool._retry_rules import Outcome
-from .._pool._sync import SandboxPool, _Hands
+from .._pool import Attempt, AttemptOutcome, BackendPool, SandboxPoolOptions
+from .._pool._options import resolve_pool, split_pool_options
 from .._recipes import ReleaseResult
 from .._sandbox import LocalSandbox
-from ._client import DEFAULT_BROKER_NAME, DEFAULT_NAMESPACE, LeaseGivenUp, SandboxBroker
+from ._client import DEFAULT_BROKER_NAME, DEFAULT_NAMESPACE, Leases, SandboxBroker, leases_of
 from ._key import refuse_key_in_options
+from ._leased import LeasedSandbox
 from ._types import BrokerConfig, Warm
 
-__all__ = ["RaySandboxPool"]
+__all__ = ["RayBackend", "RaySandboxPool"]
+
+log = logging.getLogger("workflows")
 
 DIED: tuple[type[BaseException], ...] = (
     ray.exceptions.WorkerCrashedError,
@@ -57,6 +70,9 @@ DIED: tuple[type[BaseException], ...] = (
 """What ``ray.get`` raises when the process running a task died (or the task was cancelled by
 someone else): the task did nothing wrong."""
 
+HEALTHY_STATUS = "occupied"
+"""The status of a sandbox that is held and working (the service's word)."""
+
 
 def _run_task(fn: Any, handle: SandboxHandle, task: Any) -> Any:
     """What a Ray worker runs: the task function on the sandbox of ``handle`` (the key from
@@ -64,7 +80,7 @@ def _run_task(fn: Any, handle: SandboxHandle, task: Any) -> Any:
     return fn(LocalSandbox.from_handle(handle, progress=False), task)
 
 
-class RaySandboxPool(SandboxPool):
+class RaySandboxPool(BackendPool[LeasedSandbox]):
     """:class:`~workflows.SandboxPool` on a Ray cluster: each task runs as a Ray task on the
     cluster's workers, over at most ``size`` sandboxes **across the whole cluster**::
 
@@ -72,7 +88,8 @@ class RaySandboxPool(SandboxPool):
         with RaySandboxPool(["filesystem"], size=16, max_acquires_per_second=2) as pool:
             results = pool.map(run_task, tasks, timeout=600, retries=1)
 
-    The interface and the rules are :class:`SandboxPool`'s (``map``, ``imap_unordered``,
+    The interface and the rules are :class:`SandboxPool`'s, both being
+    :class:`~workflows.BackendPool` on a backend of their own (``map``, ``imap_unordered``,
     ``timeout``, ``retries``, ``retry_on``, resets between tasks, health checks,
     :class:`~workflows.PoolResults`, ``sandbox_ids``, ``close()``, ``with``); ``fn(sandbox,
     task)`` is a plain function Ray ships to the workers (it, the tasks and the values it
@@ -92,9 +109,10 @@ class RaySandboxPool(SandboxPool):
     :class:`~workflows.WorkerDiedError`, an ``"infrastructure"`` failure: the task is retried
     on a clean sandbox when ``retries`` allow. ``timeout`` cancels the Ray task
     (``ray.cancel(force=True)``: its worker is killed) and replaces its sandbox.
-    ``task_options`` go to Ray's ``.options()`` of each task (``num_cpus``, ``resources``,
-    ``runtime_env``, ...; ``max_retries`` is 0 unless given: the pool retries, on a clean
-    sandbox).
+    The other keywords are :class:`~workflows.SandboxPoolOptions`' (``size``,
+    ``health_check_after``, ``progress`` and the acquire's). ``task_options`` go to Ray's
+    ``.options()`` of each task (``num_cpus``, ``resources``, ``runtime_env``, ...;
+    ``max_retries`` is 0 unless given: the pool retries, on a clean sandbox).
 
     The broker acquires with its own environment's key; so does each worker, to use the
     sandbox: give the key to the cluster's machines (exported before ``ray.init()`` starts a
@@ -108,7 +126,6 @@ class RaySandboxPool(SandboxPool):
     def __init__(
         self,
         server_names: ServerNames,
-        size: int = 4,
         *,
         max_acquires_per_second: float | None = None,
         broker_name: str = DEFAULT_BROKER_NAME,
@@ -116,125 +133,140 @@ class RaySandboxPool(SandboxPool):
         lease_timeout: float | None = None,
         warm: int | Warm | None = None,
         task_options: dict[str, Any] | None = None,
-        health_check_after: float = 60.0,
-        **options: Unpack[AcquireOptions],
+        **options: Unpack[SandboxPoolOptions],
     ) -> None:
         if task_options is not None and not isinstance(task_options, dict):
             raise InvalidInputError(
                 f"task_options must be a dict of Ray task options, got {task_options!r}"
             )
         refuse_key_in_options(task_options, "task_options")
+        given_pool, acquire = split_pool_options(options)
+        pool = resolve_pool("RaySandboxPool", given_pool)
+        acquire["progress"] = False  # the pool's bar says it
+        wanted = resolve_acquire("RaySandboxPool", server_names, acquire)
+        size = pool["size"]
         given: BrokerConfig = {}
         if max_acquires_per_second is not None:
             given["max_acquires_per_second"] = max_acquires_per_second
         if lease_timeout is not None:
             given["lease_timeout"] = lease_timeout
-        self._broker_args = (broker_name, namespace, given, warm)
-        self._task_options: dict[str, Any] = {"max_retries": 0, **(task_options or {})}
-        super().__init__(server_names, size=size, health_check_after=health_check_after, **options)
-
-    def _start(self) -> None:
-        super()._start()
-        name, namespace, given, warm = self._broker_args
         if warm is not None:
-            given["warm"] = self._warm(warm)
+            given["warm"] = _warm(warm, server_names, wanted)
+        self.settings = wanted.settings
+        """The connection settings (the key inside never shows in a repr)."""
         self.broker = SandboxBroker.connect(
-            name, namespace=namespace, _defaults={"max_sandboxes": self.size}, **given
+            broker_name, namespace=namespace, _defaults={"max_sandboxes": size}, **given
         )
-        cap = self.broker.stats().max_sandboxes
-        if self.size > cap:
-            message = (
-                f"RaySandboxPool(size={self.size}) leases from the broker {name!r}, capped at "
-                f"{cap} for the whole cluster: at most {cap} of its tasks run at once; raise the "
-                f"cap for everyone with SandboxBroker.connect({name!r}).reconfigure("
-                f"max_sandboxes={self.size})"
-            )
-            log.warning("%s", message)
-            warnings.warn(message, stacklevel=3)
-        self._wanted = self.broker._wanted(
-            "RaySandboxPool", self._server_names, self._acquire_options
+        _warn_over_cap(self.broker, size)
+        leases = leases_of(
+            self.broker, "RaySandboxPool", server_names, acquire, f"pool:{uuid.uuid4().hex[:12]}"
         )
-        self._holder = f"pool:{uuid.uuid4().hex[:12]}"
-        self._leases: dict[str, str] = {}  # sandbox id -> lease id
-        self._inflight: set[ray.ObjectRef[Any]] = set()
-        self._remote = ray.remote(_run_task).options(**self._task_options)
-
-    def _warm(self, warm: int | Warm) -> Warm:
-        """The pool's ``warm``: a count of sandboxes like its own, or a Warm as it is."""
-        if isinstance(warm, Warm):
-            return warm
-        if isinstance(warm, bool) or not isinstance(warm, int):
-            raise InvalidInputError(f"warm must be an int or a Warm, got {warm!r}")
-        request = resolve_acquire("RaySandboxPool", self._server_names, self._acquire_options)
-        return Warm(
-            self._server_names,
-            warm,
-            benchmark=request.request.benchmark,
-            ttl_seconds=request.request.ttl_seconds,
-            test_account_email=request.request.test_account_email,
-            base_url=self._settings.base_url,
-        )
+        super().__init__(RayBackend(leases, {"max_retries": 0, **(task_options or {})}), **pool)
 
     def __repr__(self) -> str:
-        with self._cond:
-            live, idle = len(self._book.live), len(self._book.idle)
-        return (
-            f"RaySandboxPool(size={self.size}, live={live}, idle={idle}, "
-            f"broker={self.broker.name!r})"
-        )
+        return f"{super().__repr__()[:-1]}, broker={self.broker.name!r})"
 
-    # ----------------------------------------------------------------- the pool's own hands
-    def _acquire_one(self) -> LocalSandbox:
-        session = self.broker._session()
-        request = self.broker._request(self._wanted, f"{session.holder}:{self._holder}")
+    def __enter__(self) -> RaySandboxPool:
+        return self
+
+
+def _warm(warm: int | Warm, server_names: ServerNames, wanted: Any) -> Warm:
+    """The pool's ``warm``: a count of sandboxes like its own, or a Warm as it is."""
+    if isinstance(warm, Warm):
+        return warm
+    if isinstance(warm, bool) or not isinstance(warm, int):
+        raise InvalidInputError(f"warm must be an int or a Warm, got {warm!r}")
+    return Warm(
+        server_names,
+        warm,
+        benchmark=wanted.request.benchmark,
+        ttl_seconds=wanted.request.ttl_seconds,
+        test_account_email=wanted.request.test_account_email,
+        base_url=wanted.settings.base_url,
+    )
+
+
+def _warn_over_cap(broker: SandboxBroker, size: int) -> None:
+    """Warn when the pool is bigger than the broker's cap for the whole cluster."""
+    cap = broker.stats().max_sandboxes
+    if size > cap:
+        name = broker.name
+        message = (
+            f"RaySandboxPool(size={size}) leases from the broker {name!r}, capped at "
+            f"{cap} for the whole cluster: at most {cap} of its tasks run at once; raise the "
+            f"cap for everyone with SandboxBroker.connect({name!r}).reconfigure("
+            f"max_sandboxes={size})"
+        )
+        log.warning("%s", message)
+        warnings.warn(message, stacklevel=3)  # at the RaySandboxPool(...) call
+
+
+class RayBackend:
+    """:class:`RaySandboxPool`'s backend (a :class:`~workflows.PoolBackend`): sandboxes leased
+    through ``leases``, each attempt a Ray task made with ``task_options`` (see the module)."""
+
+    def __init__(self, leases: Leases, task_options: dict[str, Any]) -> None:
+        self.leases = leases
+        self._remote = ray.remote(_run_task).options(**task_options)
+        self._lock = threading.Lock()
+        self._inflight: set[ray.ObjectRef[Any]] = set()
+
+    def acquire(self, give_up: Callable[[], bool]) -> LeasedSandbox:
         # a slot of the broker may be held by this very pool, idle (its cap may be smaller
         # than size, or other clients hold the rest): stop waiting as soon as one is
-        leased = self.broker._lease(session, request, self._outrun)
-        sandbox: LocalSandbox = LocalSandbox.from_handle(
-            leased.handle,
-            api_key=self._settings.api_key,
-            timeout=self._settings.timeout,
-            progress=False,
-            limits=self._wanted.limits,
-        )
-        with self._cond:
-            self._leases[sandbox.id] = leased.lease_id
-        return sandbox
+        return self.leases.take(give_up)  # LeaseGivenUp is an AcquireAbandoned
 
-    def _outrun(self) -> bool:
-        """Whether an acquire under way is not needed any more: the pool has an idle sandbox
-        (a worker ended), or it closed."""
-        with self._cond:
-            return bool(self._book.idle) or self._book.closed
-
-    def _take(self) -> LocalSandbox:
-        while True:
-            try:
-                return super()._take()
-            except LeaseGivenUp:
-                continue  # an idle sandbox of the pool's is there to take (or it closed)
-
-    def _release_one(self, sandbox: LocalSandbox) -> None:
-        with self._cond:
-            lease_id = self._leases.pop(sandbox.id, None)
-        if lease_id is None:
-            return
+    def attempt(self, sandbox: LeasedSandbox, attempt: Attempt) -> AttemptOutcome:
+        try:  # Ray pickles the function and the task here: one that does not pickle fails
+            ref = self._remote.remote(attempt.fn, sandbox.handle(), attempt.task)
+        except Exception as exc:  # noqa: BLE001 - the task's own failure (its function or value)
+            return AttemptOutcome(error=exc)
+        with self._lock:
+            self._inflight.add(ref)
         try:
-            self.broker._release(lease_id, "released by its pool")
+            return AttemptOutcome(ray.get(ref, timeout=attempt.timeout))
+        except ray.exceptions.GetTimeoutError:
+            _cancel(ref)
+            error = TaskTimeoutError(
+                f"task {attempt.index} ran past its timeout of {attempt.timeout} s"
+            )
+            return AttemptOutcome(error=error, timed_out=True)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            return AttemptOutcome(error=cause if isinstance(cause, BaseException) else exc)
+        except DIED as exc:
+            died = WorkerDiedError(
+                f"the Ray worker running task {attempt.index} died ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})"
+            )
+            died.__cause__ = exc
+            return AttemptOutcome(error=died)
+        finally:
+            with self._lock:
+                self._inflight.discard(ref)
+
+    def reset(self, sandbox: LeasedSandbox) -> None:
+        sandbox.reset()
+
+    def healthy(self, sandbox: LeasedSandbox) -> bool:
+        return sandbox.refresh().status == HEALTHY_STATUS
+
+    def release(self, sandbox: LeasedSandbox) -> None:
+        try:
+            self.leases.give_back(sandbox, "released by its pool")
         except Exception as exc:  # noqa: BLE001 - the broker ends it when the driver dies
             log.warning("could not release sandbox %s through the broker: %s", sandbox.id, exc)
 
-    def _release_all(self, sandboxes: list[LocalSandbox]) -> list[ReleaseResult]:
-        with self._cond:
+    def close(self, sandboxes: list[LeasedSandbox]) -> list[ReleaseResult]:
+        with self._lock:
             inflight, self._inflight = set(self._inflight), set()
-            leases, self._leases = dict(self._leases), {}
         for ref in inflight:  # the tasks still running on abandoned sandboxes
             _cancel(ref)
-        if not leases:
-            return [ReleaseResult(sb.id, True, already_released=True) for sb in sandboxes]
+        if not sandboxes:
+            return []
         started = time.perf_counter()
         try:
-            released = set(self.broker._release_many(list(leases.values()), "its pool closed"))
+            released = set(self.leases.give_back_all(sandboxes, "its pool closed"))
         except Exception as exc:  # noqa: BLE001 - each sandbox's result says so
             return [ReleaseResult(sb.id, False, error=exc) for sb in sandboxes]
         seconds = time.perf_counter() - started
@@ -243,54 +275,8 @@ class RaySandboxPool(SandboxPool):
             for sb in sandboxes
         ]
 
-    def _hands(self, run: Run[Any], index: int, task: Any, holder: list[LocalSandbox]) -> _Hands:
-        return _RayHands(self, run, index, task, holder)
-
-    def _attempt(self, run: Run[Any], sandbox: LocalSandbox, task: Any, index: int) -> Outcome:
-        """Run one attempt as a Ray task and wait for it (see the module)."""
-        started = time.perf_counter()
-        try:  # Ray pickles the function and the task here: one that does not pickle fails
-            ref = self._remote.remote(run.fn, sandbox.handle(), task)
-        except Exception as exc:  # noqa: BLE001 - the task's own failure (its function or value)
-            return Outcome(None, exc, False, time.perf_counter() - started)
-        with self._cond:
-            self._inflight.add(ref)
-        try:
-            value = ray.get(ref, timeout=run.timeout)
-        except ray.exceptions.GetTimeoutError:
-            _cancel(ref)
-            timed_out = TaskTimeoutError(f"task {index} ran past its timeout of {run.timeout} s")
-            return Outcome(None, timed_out, True, time.perf_counter() - started)
-        except ray.exceptions.RayTaskError as exc:
-            cause = getattr(exc, "cause", None)
-            error = cause if isinstance(cause, BaseException) else exc
-            return Outcome(None, error, False, time.perf_counter() - started)
-        except DIED as exc:
-            died = WorkerDiedError(
-                f"the Ray worker running task {index} died ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})"
-            )
-            died.__cause__ = exc
-            return Outcome(None, died, False, time.perf_counter() - started)
-        finally:
-            with self._cond:
-                self._inflight.discard(ref)
-        return Outcome(value, None, False, time.perf_counter() - started)
-
-    def __enter__(self) -> RaySandboxPool:
-        return self
-
 
 def _cancel(ref: ray.ObjectRef[Any]) -> None:
     """Cancel a Ray task, killing its worker (nothing to do when it finished meanwhile)."""
     with contextlib.suppress(Exception):
         ray.cancel(ref, force=True)
-
-
-class _RayHands(_Hands):
-    """The sync pool's hands, whose attempt is a Ray task."""
-
-    pool: RaySandboxPool
-
-    def attempt(self, sandbox: LocalSandbox) -> Outcome:
-        return self.pool._attempt(self.run, sandbox, self.task, self.index)

@@ -210,19 +210,19 @@ def test_an_error_in_the_with_body_releases_everything(
     gate: threading.Event,
     error: type[BaseException],
 ) -> None:
-    running = threading.Semaphore(0)
+    # the three tasks hold their sandboxes at once: task 0 ends only once all three run (else,
+    # on a loaded machine, a worker started late takes task 0's sandbox back, idle: 2 listed)
+    all_running = threading.Barrier(3)
 
     def run(sb: Any, task: int) -> int:
+        all_running.wait(timeout=60)
         if task > 0:
-            running.release()  # holds its sandbox now
             gate.wait()  # still running when the error comes
         return task
 
     with pytest.raises(error), make_pool(["filesystem"], size=3, **conn) as pool:
         first = pool.first_result(run, range(3))
         assert first.index == 0
-        # task 0 may finish before the other two have their sandboxes: wait until they run
-        assert all(running.acquire(timeout=60) for _ in range(2))
         assert len(listed_sandboxes(conn["base_url"], token)) == 3
         raise error
     assert listed_sandboxes(conn["base_url"], token) == []

@@ -3,8 +3,9 @@ own ``__str__``, or the pool's task flow itself, the next run of the same pool (
 sandbox, so a place not given back would block it for ever) finishes, and nothing is left
 acquired. The Ray pool's cases (a task that does not pickle) are in ``test_ray_pool.py``.
 
-The flow is broken through the pools' own ``_hands`` (the hands of one task): the reset of the
-first task raises a ``BaseException`` that no rule of the flow catches, as a bug of ours would.
+The flow is broken through the pool's backend (wrapped, through the public seam): the reset of
+the first task raises a ``BaseException`` that no rule of the flow catches, as a bug of ours
+would.
 """
 
 from __future__ import annotations
@@ -30,42 +31,44 @@ class Unprintable(Exception):
 
 
 class BrokenOnce:
-    """Makes a pool's first reset raise :class:`FlowBroke`."""
+    """A pool backend (:class:`workflows.PoolBackend`) whose first reset raises
+    :class:`FlowBroke`; the rest is the wrapped backend's."""
 
-    def __init__(self) -> None:
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
         self.broke = False
 
-    def hands(self, hands: Any) -> Any:
-        if self.broke:
-            return hands
-        self.broke = True
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
 
-        def reset(sandbox: Any) -> Any:
+    def reset(self, sandbox: Any) -> Any:
+        if not self.broke:
+            self.broke = True
             raise FlowBroke("the flow broke")
+        return self.backend.reset(sandbox)
 
-        async def areset(sandbox: Any) -> Any:
+
+class AsyncBrokenOnce(BrokenOnce):
+    """:class:`BrokenOnce` of an :class:`workflows.AsyncPoolBackend`."""
+
+    async def reset(self, sandbox: Any) -> Any:
+        if not self.broke:
+            self.broke = True
             raise FlowBroke("the flow broke")
-
-        hands.reset = reset if isinstance(hands, workflows._pool._sync._Hands) else areset
-        return hands
+        return await self.backend.reset(sandbox)
 
 
 def pool_broken_once(face: Face, conn: dict[str, Any]) -> PoolHandle:
-    """A pool of ``face`` with one sandbox whose first task's flow raises at its reset."""
-    broken = BrokenOnce()
+    """A pool of ``face`` with one sandbox whose first task's flow raises at its reset: its
+    backend wrapped in one that breaks (the pool's public ``backend``)."""
+    pool: Any
     if face._loop is None:
-
-        class SyncPool(workflows.SandboxPool):
-            def _hands(self, *args: Any) -> Any:
-                return broken.hands(super()._hands(*args))
-
-        return PoolHandle(None, SyncPool(["filesystem"], size=1, progress=False, **conn))
-
-    class AsyncPool(workflows.AsyncSandboxPool):
-        def _hands(self, *args: Any) -> Any:
-            return broken.hands(super()._hands(*args))
-
-    return PoolHandle(face._loop, AsyncPool(["filesystem"], size=1, progress=False, **conn))
+        pool = workflows.SandboxPool(["filesystem"], size=1, progress=False, **conn)
+        pool.backend = BrokenOnce(pool.backend)
+        return PoolHandle(None, pool)
+    pool = workflows.AsyncSandboxPool(["filesystem"], size=1, progress=False, **conn)
+    pool.backend = AsyncBrokenOnce(pool.backend)
+    return PoolHandle(face._loop, pool)
 
 
 def seeds(sb: Any, task: int) -> str:

@@ -143,27 +143,29 @@ class FlowBroke(BaseException):
     """What the broken hands raise: caught by no rule of the flow (as a bug of ours)."""
 
 
-class BrokenOnceRayPool(RaySandboxPool):
-    """A Ray pool whose first task's reset raises :class:`FlowBroke`."""
+class BrokenOnce:
+    """A pool backend whose first reset raises :class:`FlowBroke`; the rest is the wrapped
+    backend's."""
 
-    broke = False
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.broke = False
 
-    def _hands(self, *args: Any) -> Any:
-        hands = super()._hands(*args)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+    def reset(self, sandbox: LocalSandbox) -> None:
         if not self.broke:
             self.broke = True
-
-            def reset(sandbox: LocalSandbox) -> float:
-                raise FlowBroke("the flow broke")
-
-            hands.reset = reset  # type: ignore[method-assign]
-        return hands
+            raise FlowBroke("the flow broke")
+        self.backend.reset(sandbox)
 
 
 def test_a_flow_that_raises_fails_the_run_and_the_next_run_finishes(
     ray_cluster: RayCluster, pool_kwargs: dict[str, Any]
 ) -> None:
-    with BrokenOnceRayPool(["filesystem"], size=1, **pool_kwargs) as pool:
+    with RaySandboxPool(["filesystem"], size=1, **pool_kwargs) as pool:
+        pool.backend = BrokenOnce(pool.backend)
         with pytest.raises(FlowBroke):
             pool.map(double, [1])
         assert listed_sandboxes(ray_cluster.base_url, ray_cluster.token) == []  # not kept
