@@ -54,6 +54,28 @@ class KlavisError(Exception):
     """What a span records as the message (:func:`span_message`), where the message itself
     quotes a tool's output or an MCP server's answer; None: the message is the library's own."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with its attributes, never by calling ``__init__`` again: ``Exception``'s
+        own pickling calls ``cls(*args)``, which the errors with keyword-only arguments
+        (``ServerError(message, status_code=503)``) refuse, so such an error raised in a Ray or
+        process-pool worker did not reach the pool at all, nor its failure kind."""
+        state = dict(self.__dict__)
+        if isinstance(self, OSError):  # kept by OSError itself, not in __dict__
+            state.update(errno=self.errno, strerror=self.strerror, filename=self.filename)
+        return (_unpickle_error, (type(self), self.args, state))
+
+
+def _unpickle_error(
+    cls: type[KlavisError], args: tuple[Any, ...], state: dict[str, Any]
+) -> KlavisError:
+    """A :class:`KlavisError` made again from its pickle: its class, ``args`` and attributes,
+    without running its ``__init__``."""
+    error = cls.__new__(cls, *args)
+    error.args = args  # an OSError whose class has an __init__ of its own leaves them to it
+    for name, value in state.items():
+        setattr(error, name, value)
+    return error
+
 
 _E = TypeVar("_E", bound=KlavisError)
 
