@@ -37,6 +37,7 @@ from tests.emulator.mcp_servers import (
     sandbox_maker,
 )
 from tests.emulator.mcp_servers import ServerSandbox as Sandbox
+from tests.helpers import wait_until
 from workflows import _mcp as client
 
 NEW_SERVERS = ("desktop-commander", "playwright")
@@ -85,12 +86,20 @@ def test_desktop_commander_writes_reads_and_searches_the_workspace(
         {"path": box.seen, "pattern": "needle-42", "searchType": "content"},
     )
     assert not search.is_error, search.text
-    text = search.text
-    if "todo.txt" not in text:  # the search still runs: read its results (it waits for them)
-        session = next(word.strip("`'\".,:") for word in text.split() if word.startswith("search_"))
-        more = client.call_tool(box.url, "get_more_search_results", {"sessionId": session})
-        text = more.text
-    assert "todo.txt" in text, text
+    found = [search.text]
+    if "todo.txt" not in found[0]:  # the search still runs (ripgrep in the background): poll
+        session = next(
+            word.strip("`'\".,:") for word in found[0].split() if word.startswith("search_")
+        )
+
+        def finished() -> bool:  # get_more_search_results answers at once, running or not
+            found[0] = client.call_tool(
+                box.url, "get_more_search_results", {"sessionId": session}
+            ).text
+            return "todo.txt" in found[0] or "IN PROGRESS" not in found[0]
+
+        wait_until(finished, "the search finished", deadline=120)
+    assert "todo.txt" in found[0], found[0]
 
 
 def test_desktop_commander_keeps_to_the_workspace_and_its_private_config(
