@@ -55,7 +55,7 @@ from .._errors import ConfigurationError, InvalidInputError
 from ._book import Entry, Session
 from ._recovery import Recovery
 from ._store import Store
-from ._types import BrokerStats, Lease, Leased, Settings, describe, lease_key
+from ._types import BrokerStats, Lease, Leased, Settings, describe
 
 __all__ = ["Broker"]
 
@@ -290,22 +290,10 @@ class Broker(Recovery):
         if unknown:
             raise InvalidInputError(f"the broker does not take {sorted(unknown)}")
         names: Any = server_names if isinstance(server_names, str) else tuple(server_names)
-        key = lease_key(names, options, base_url)
-        now = time.monotonic()
-        entry = Entry(
-            lease_id,
-            session_id,
-            holder,
-            names,
-            dict(options),
-            base_url,
-            key,
-            time.time(),
-            now,
-        )
+        entry = Entry.new((lease_id, session_id, holder), names, options, base_url)
         warm = set(self._warm_specs())
-        if key in warm:
-            self._last_use[key] = now
+        if entry.key in warm:
+            self._last_use[entry.key] = entry.queued
         self._book.enqueue(entry, warm)
         return entry
 

@@ -26,9 +26,11 @@ import ray.exceptions
 
 from .._acquire import Acquire, AcquireOptions, Unpack, resolve_acquire
 from .._config import ApiKey
+from .._drivers import drive, drive_async, perform_act, perform_act_async
 from .._errors import ConfigurationError, InvalidInputError
 from .._models import ServerNames
 from .._pool import AcquireAbandoned
+from .._steps import Act, Flow
 from ._broker import Broker, _SessionUnknown
 from ._key import refuse_key_in_options, warn_if_the_job_carries_the_key
 from ._leased import (
@@ -306,6 +308,34 @@ class SandboxBroker:
             await asyncio.to_thread(session.ensure)
         return session
 
+    def _ask_flow(
+        self,
+        session: Session,
+        lease_id: str,
+        request: dict[str, Any],
+        future: concurrent.futures.Future[Leased],
+        acts: tuple[Callable[..., Any], Callable[[float], Any]],
+    ) -> Flow[Leased | None]:
+        """Send the lease's request: its grant when a warm sandbox was there, else None (it
+        comes by the session's poll). A broker that does not know the session (it restarted,
+        or the session expired) is asked again once the session is open there (which may
+        itself ask for this lease: the broker takes a lease once). Written once for
+        :meth:`_ask` and :meth:`_ask_async`: ``acts`` are the broker's call (the link's
+        ``call`` or ``call_async``) and the pause (``time.sleep`` or ``asyncio.sleep``)."""
+        deadline = time.monotonic() + self.broker_wait
+        call, sleep = acts
+        while True:
+            try:
+                leased: Leased | None = yield Act(
+                    call, ("acquire", *session.request_args(lease_id, request))
+                )
+                return leased
+            except _SessionUnknown:
+                if future.done() or time.monotonic() > deadline:
+                    return None
+                session.reopen()
+                yield Act(sleep, (0.2,))
+
     def _ask(
         self,
         session: Session,
@@ -313,22 +343,9 @@ class SandboxBroker:
         request: dict[str, Any],
         future: concurrent.futures.Future[Leased],
     ) -> Leased | None:
-        """Send the lease's request: its grant when a warm sandbox was there, else None (it
-        comes by the session's poll). A broker that does not know the session (it restarted,
-        or the session expired) is asked again once the session is open there (which may
-        itself ask for this lease: the broker takes a lease once)."""
-        deadline = time.monotonic() + self.broker_wait
-        while True:
-            try:
-                leased: Leased | None = self._link.call(
-                    "acquire", *session.request_args(lease_id, request)
-                )
-                return leased
-            except _SessionUnknown:
-                if future.done() or time.monotonic() > deadline:
-                    return None
-                session.reopen()
-                time.sleep(0.2)
+        """:meth:`_ask_flow`, driven here."""
+        acts = (self._link.call, time.sleep)
+        return drive(self._ask_flow(session, lease_id, request, future, acts), perform_act)
 
     async def _ask_async(
         self,
@@ -337,19 +354,10 @@ class SandboxBroker:
         request: dict[str, Any],
         future: concurrent.futures.Future[Leased],
     ) -> Leased | None:
-        """:meth:`_ask`, awaited."""
-        deadline = time.monotonic() + self.broker_wait
-        while True:
-            try:
-                leased: Leased | None = await self._link.call_async(
-                    "acquire", *session.request_args(lease_id, request)
-                )
-                return leased
-            except _SessionUnknown:
-                if future.done() or time.monotonic() > deadline:
-                    return None
-                session.reopen()
-                await asyncio.sleep(0.2)
+        """:meth:`_ask_flow`, awaited."""
+        acts = (self._link.call_async, asyncio.sleep)
+        flow = self._ask_flow(session, lease_id, request, future, acts)
+        return await drive_async(flow, perform_act_async)
 
     def _lease(
         self, session: Session, request: dict[str, Any], give_up: Callable[[], bool] | None = None
