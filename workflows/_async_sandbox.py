@@ -308,7 +308,7 @@ class AsyncLocalSandbox(SandboxBase):
         self,
         path: str | os.PathLike[str],
         *,
-        ignore: Sequence[str] = (),
+        ignore: Sequence[str] | str = (),
         gitignore: bool = True,
         max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
         preserve_mtime: bool = False,
@@ -331,16 +331,10 @@ class AsyncLocalSandbox(SandboxBase):
         """
         import asyncio
 
-        from ._seed import plan_directory
+        from ._seed import FolderRules
 
-        entries = await asyncio.to_thread(
-            plan_directory,
-            path,
-            ignore=ignore,
-            gitignore=gitignore,
-            max_file_size=max_file_size,
-            preserve_mtime=preserve_mtime,
-        )
+        rules = FolderRules(ignore, gitignore, max_file_size, preserve_mtime)
+        entries = await asyncio.to_thread(rules.plan, path)
         await self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
 

@@ -245,7 +245,7 @@ class LocalSandbox(SandboxBase):
         self,
         path: str | os.PathLike[str],
         *,
-        ignore: Sequence[str] = (),
+        ignore: Sequence[str] | str = (),
         gitignore: bool = True,
         max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
         preserve_mtime: bool = False,
@@ -266,15 +266,9 @@ class LocalSandbox(SandboxBase):
 
         >>> sb.seed_directory("./project", ignore=["*.log"])  # doctest: +SKIP
         """
-        from ._seed import plan_directory
+        from ._seed import FolderRules
 
-        entries = plan_directory(
-            path,
-            ignore=ignore,
-            gitignore=gitignore,
-            max_file_size=max_file_size,
-            preserve_mtime=preserve_mtime,
-        )
+        entries = FolderRules(ignore, gitignore, max_file_size, preserve_mtime).plan(path)
         self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
 

@@ -20,10 +20,10 @@ from workflows._paths import link_target_in_tree
 from workflows._seed import (
     DEFAULT_MAX_FILE_SIZE,
     ExactReader,
+    FolderRules,
     LinkedFiles,
     PlannedFiles,
     SeedContent,
-    plan_directory,
     plan_mapping,
 )
 
@@ -164,14 +164,17 @@ class Snapshot(Mapping[str, bytes], LinkedFiles):
         cls,
         path: str | os.PathLike[str],
         *,
-        ignore: Sequence[str] = (),
+        ignore: Sequence[str] | str = (),
         gitignore: bool = True,
         max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
+        preserve_mtime: bool = False,
     ) -> Snapshot:
         """A snapshot of a local folder, read with the rules of ``sb.seed_directory(path, ...)``.
 
         The same arguments select the same files (``.gitignore``, ``.sandboxignore``,
-        ``ignore=``; links kept only inside the folder; a file over ``max_file_size`` refused):
+        ``ignore=``; links kept only inside the folder; a file over ``max_file_size`` refused;
+        ``preserve_mtime`` is taken too, so that the keywords of a ``seed_directory`` call can
+        be passed here as they are, and changes nothing, since a snapshot holds no times):
         what this snapshot holds is what seeding the folder would send, read as seeding reads
         it (no link followed; a file changed since the folder was listed raises
         :class:`~workflows.SourceChangedError`). So a dump compares
@@ -188,9 +191,7 @@ class Snapshot(Mapping[str, bytes], LinkedFiles):
         takes a while: async code runs it in a thread,
         ``await asyncio.to_thread(Snapshot.from_directory, path)``.
         """
-        entries = plan_directory(
-            path, ignore=ignore, gitignore=gitignore, max_file_size=max_file_size
-        )
+        entries = FolderRules(ignore, gitignore, max_file_size, preserve_mtime).plan(path)
         writer = _SnapshotWriter()
         try:
             with PlannedFiles() as files:

@@ -380,3 +380,35 @@ def test_from_directory_refuses_what_seeding_refuses(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="no such folder"):
         Snapshot.from_directory(tmp_path / "missing")
     assert Snapshot.from_directory(tmp_path, ignore=["out"]) == {}
+
+
+def test_every_way_of_reading_a_folder_takes_the_same_rules(tmp_path: Path) -> None:
+    """``seed_directory`` (both faces), ``SeedTemplate.from_folder`` and
+    ``Snapshot.from_directory`` take the folder rules with the same names, types and defaults,
+    so the keywords of one call can be passed to another (issue 33: ``preserve_mtime`` was
+    missing from ``Snapshot.from_directory``)."""
+    import inspect
+
+    from workflows import AsyncLocalSandbox, LocalSandbox, SeedTemplate
+
+    def rules(fn: object) -> list[tuple[str, object, object]]:
+        params = inspect.signature(fn).parameters.values()  # type: ignore[arg-type]
+        own = {"self", "path", "progress", "cache_dir"}
+        return [(p.name, p.annotation, p.default) for p in params if p.name not in own]
+
+    expected = rules(Snapshot.from_directory)
+    assert [name for name, _, _ in expected] == [
+        "ignore",
+        "gitignore",
+        "max_file_size",
+        "preserve_mtime",
+    ]
+    for reader in (
+        LocalSandbox.seed_directory,
+        AsyncLocalSandbox.seed_directory,
+        SeedTemplate.from_folder,
+    ):
+        assert rules(reader) == expected, reader
+    (tmp_path / "a.txt").write_text("A")
+    keywords = {"ignore": "*.log", "gitignore": False, "preserve_mtime": True}
+    assert Snapshot.from_directory(tmp_path, **keywords) == {"a.txt": b"A"}  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from workflows._config import DEFAULT_MAX_FILE_SIZE
 from workflows._errors import FileTooLargeError, InvalidInputError
@@ -228,3 +229,29 @@ def plan_directory(
     walk(os.fspath(root), "", [], False)
     planned.sort(key=lambda f: f.name)
     return planned
+
+
+@dataclass(frozen=True)
+class FolderRules:
+    """The rules a local folder is read with (:func:`plan_directory`'s keywords, with their
+    defaults), held once for every place that reads a folder the way seeding does:
+    ``seed_directory`` (both faces), ``SeedTemplate.from_folder``, ``Snapshot.from_directory``.
+
+    >>> FolderRules(ignore=["*.log"]).plan("./project")  # doctest: +SKIP
+    [SourceFile(name='README.md', ...)]
+    """
+
+    ignore: Sequence[str] | str = ()
+    gitignore: bool = True
+    max_file_size: int | None = DEFAULT_MAX_FILE_SIZE
+    preserve_mtime: bool = False
+
+    def plan(self, root: str | os.PathLike[str]) -> list[SourceFile]:
+        """:func:`plan_directory` of ``root`` with these rules."""
+        return plan_directory(
+            root,
+            ignore=self.ignore,
+            gitignore=self.gitignore,
+            max_file_size=self.max_file_size,
+            preserve_mtime=self.preserve_mtime,
+        )

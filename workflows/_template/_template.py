@@ -31,9 +31,9 @@ from workflows._errors import InvalidInputError, SeedTemplateError
 from workflows._progress import progress_bar
 from workflows._seed import (
     DEFAULT_MAX_FILE_SIZE,
+    FolderRules,
     SeedContent,
     SourceFile,
-    plan_directory,
     plan_mapping,
 )
 from workflows._snapshot import Snapshot
@@ -138,13 +138,7 @@ class SeedTemplate:
         Packing a big folder takes a while: async code runs it in a thread,
         ``await asyncio.to_thread(SeedTemplate.from_folder, path)``.
         """
-        entries = plan_directory(
-            path,
-            ignore=ignore,
-            gitignore=gitignore,
-            max_file_size=max_file_size,
-            preserve_mtime=preserve_mtime,
-        )
+        entries = FolderRules(ignore, gitignore, max_file_size, preserve_mtime).plan(path)
         return cls._packed(entries, _cache.cache_folder(cache_dir), progress)
 
     @classmethod
