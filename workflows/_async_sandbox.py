@@ -11,7 +11,6 @@ use it, and the names only annotations need for type checkers alone.
 from __future__ import annotations
 
 import builtins
-import logging
 import os
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -30,8 +29,7 @@ from ._acquire import (
 from ._config import DEFAULT_MAX_FILE_SIZE, DEFAULT_MCP_TIMEOUT
 from ._handle import SandboxHandle, settings_for
 from ._models import SandboxInfo, ServerNames, check_sandbox_id
-from ._ownership import disown, own, own_detached
-from ._sandbox_base import SandboxBase
+from ._sandbox_base import SandboxBase, settle_acquired
 from ._tracing import mcp_start, traced_call
 
 if TYPE_CHECKING:
@@ -49,8 +47,6 @@ if TYPE_CHECKING:
     from ._template import SeedTemplate
 
 __all__ = ["AsyncLocalSandbox", "PendingSandbox", "async_list_sandboxes"]
-
-log = logging.getLogger("workflows")
 
 
 async def async_list_sandboxes(**options: Unpack[ConnectionOptions]) -> list[SandboxInfo]:
@@ -174,12 +170,8 @@ class AsyncLocalSandbox(SandboxBase):
                 if _driver is None:
                     await driver.aclose()
                 raise
-            if detach:
-                ttl = request.ttl_seconds
-                own_detached(info.id, settings, book, ttl_seconds=ttl, attempt=attempt)
-            else:
-                own(info.id, settings, book, attempt=attempt)
-            log.info("acquired sandbox %s", info.id)
+            ttl = request.ttl_seconds
+            settle_acquired(info, settings, book, attempt, detach=detach, ttl_seconds=ttl)
             return cls(
                 info,
                 _driver=driver,
@@ -552,8 +544,7 @@ class AsyncLocalSandbox(SandboxBase):
         if self._released:
             return False
         result = await self._driver.run(self._release_flow())
-        self._released = True
-        disown(self.id, self.settings, self._ledger)
+        self._settle_released()
         if self._owns_driver:
             await self._driver.aclose()
         return result

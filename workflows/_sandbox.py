@@ -10,7 +10,6 @@ first (``scripts/bench`` measures ``import workflows``: ``import_time_s``).
 from __future__ import annotations
 
 import builtins
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -29,8 +28,7 @@ from ._acquire import (
 from ._config import DEFAULT_MAX_FILE_SIZE, DEFAULT_MCP_TIMEOUT
 from ._handle import SandboxHandle, settings_for
 from ._models import SandboxInfo, ServerNames, check_sandbox_id
-from ._ownership import disown, own, own_detached
-from ._sandbox_base import SandboxBase
+from ._sandbox_base import SandboxBase, settle_acquired
 from ._tracing import mcp_start, traced_call
 
 if TYPE_CHECKING:
@@ -48,8 +46,6 @@ if TYPE_CHECKING:
     from ._template import SeedTemplate
 
 __all__ = ["LocalSandbox", "list_sandboxes"]
-
-log = logging.getLogger("workflows")
 
 
 def list_sandboxes(**options: Unpack[ConnectionOptions]) -> list[SandboxInfo]:
@@ -132,12 +128,10 @@ class LocalSandbox(SandboxBase):
                 on=retry_acquire,
             )
             slot.keep(info.id)
-        if detach:
-            ttl = wanted.request.ttl_seconds
-            own_detached(info.id, wanted.settings, wanted.ledger, ttl_seconds=ttl, attempt=attempt)
-        else:
-            own(info.id, wanted.settings, wanted.ledger, attempt=attempt)
-        log.info("acquired sandbox %s (%s)", info.id, ", ".join(s.name for s in info.servers))
+        ttl = wanted.request.ttl_seconds
+        settle_acquired(
+            info, wanted.settings, wanted.ledger, attempt, detach=detach, ttl_seconds=ttl
+        )
         return cls(
             info,
             _driver=driver,
@@ -495,9 +489,7 @@ class LocalSandbox(SandboxBase):
         if self._released:
             return False
         result = self._driver.run(self._release_flow())
-        self._released = True
-        disown(self.id, self.settings, self._ledger)
-        log.info("released sandbox %s", self.id)
+        self._settle_released()
         return result
 
     def __enter__(self) -> LocalSandbox:
