@@ -26,7 +26,7 @@ from ._acquire import (
     resolve_acquire,
     resolve_connection,
 )
-from ._config import DEFAULT_MAX_FILE_SIZE, DEFAULT_MCP_TIMEOUT
+from ._config import DEFAULT_MCP_TIMEOUT
 from ._handle import SandboxHandle, settings_for
 from ._models import SandboxInfo, ServerNames, check_sandbox_id
 from ._sandbox_base import SandboxBase, settle_acquired
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ._execution_input import ExecutionFiles, Requirements
     from ._mcp import ToolInfo, ToolResult
     from ._ownership import Ledger
-    from ._seed import SourceFile
+    from ._seed import FolderOptions, SourceFile
     from ._server_data import ServerData
     from ._snapshot import Snapshot
     from ._template import SeedTemplate
@@ -300,11 +300,8 @@ class AsyncLocalSandbox(SandboxBase):
         self,
         path: str | os.PathLike[str],
         *,
-        ignore: Sequence[str] | str = (),
-        gitignore: bool = True,
-        max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
-        preserve_mtime: bool = False,
         progress: bool | None = None,
+        **rules: Unpack[FolderOptions],
     ) -> int:
         """Add a local folder's files to the workspace, streamed from disk.
 
@@ -325,8 +322,8 @@ class AsyncLocalSandbox(SandboxBase):
 
         from ._seed import FolderRules
 
-        rules = FolderRules(ignore, gitignore, max_file_size, preserve_mtime)
-        entries = await asyncio.to_thread(rules.plan, path)
+        read = FolderRules.of("seed_directory", rules)
+        entries = await asyncio.to_thread(read.plan, path)
         await self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
 

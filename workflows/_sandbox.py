@@ -25,7 +25,7 @@ from ._acquire import (
     resolve_acquire,
     resolve_connection,
 )
-from ._config import DEFAULT_MAX_FILE_SIZE, DEFAULT_MCP_TIMEOUT
+from ._config import DEFAULT_MCP_TIMEOUT
 from ._handle import SandboxHandle, settings_for
 from ._models import SandboxInfo, ServerNames, check_sandbox_id
 from ._sandbox_base import SandboxBase, settle_acquired
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ._execution_input import ExecutionFiles, Requirements
     from ._mcp import McpSession, ToolInfo, ToolResult
     from ._ownership import Ledger
-    from ._seed import SourceFile
+    from ._seed import FolderOptions, SourceFile
     from ._server_data import ServerData
     from ._snapshot import Snapshot
     from ._template import SeedTemplate
@@ -239,11 +239,8 @@ class LocalSandbox(SandboxBase):
         self,
         path: str | os.PathLike[str],
         *,
-        ignore: Sequence[str] | str = (),
-        gitignore: bool = True,
-        max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
-        preserve_mtime: bool = False,
         progress: bool | None = None,
+        **rules: Unpack[FolderOptions],
     ) -> int:
         """Add a local folder's files to the workspace, streamed from disk.
 
@@ -262,7 +259,7 @@ class LocalSandbox(SandboxBase):
         """
         from ._seed import FolderRules
 
-        entries = FolderRules(ignore, gitignore, max_file_size, preserve_mtime).plan(path)
+        entries = FolderRules.of("seed_directory", rules).plan(path)
         self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
 

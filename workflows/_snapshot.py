@@ -8,24 +8,27 @@ import os
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, NamedTuple, Protocol
+from typing import IO, TYPE_CHECKING, NamedTuple, Protocol
 
 from workflows._errors import InvalidInputError
 from workflows._git_index import UnreadableIndex, index_digest, is_git_index
 from workflows._paths import link_target_in_tree
 from workflows._seed import (
-    DEFAULT_MAX_FILE_SIZE,
     ExactReader,
+    FolderOptions,
     FolderRules,
     LinkedFiles,
     PlannedFiles,
     SeedContent,
     plan_mapping,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
 
@@ -163,11 +166,7 @@ class Snapshot(Mapping[str, bytes], LinkedFiles):
     def from_directory(
         cls,
         path: str | os.PathLike[str],
-        *,
-        ignore: Sequence[str] | str = (),
-        gitignore: bool = True,
-        max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
-        preserve_mtime: bool = False,
+        **rules: Unpack[FolderOptions],
     ) -> Snapshot:
         """A snapshot of a local folder, read with the rules of ``sb.seed_directory(path, ...)``.
 
@@ -191,7 +190,7 @@ class Snapshot(Mapping[str, bytes], LinkedFiles):
         takes a while: async code runs it in a thread,
         ``await asyncio.to_thread(Snapshot.from_directory, path)``.
         """
-        entries = FolderRules(ignore, gitignore, max_file_size, preserve_mtime).plan(path)
+        entries = FolderRules.of("from_directory", rules).plan(path)
         writer = _SnapshotWriter()
         try:
             with PlannedFiles() as files:

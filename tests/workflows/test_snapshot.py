@@ -384,31 +384,31 @@ def test_from_directory_refuses_what_seeding_refuses(tmp_path: Path) -> None:
 
 def test_every_way_of_reading_a_folder_takes_the_same_rules(tmp_path: Path) -> None:
     """``seed_directory`` (both faces), ``SeedTemplate.from_folder`` and
-    ``Snapshot.from_directory`` take the folder rules with the same names, types and defaults,
-    so the keywords of one call can be passed to another (issue 33: ``preserve_mtime`` was
-    missing from ``Snapshot.from_directory``)."""
+    ``Snapshot.from_directory`` take the folder rules as one ``FolderOptions``, so the keywords
+    of one call can be passed to another (issue 33: ``preserve_mtime`` was missing from
+    ``Snapshot.from_directory``), and refuse any other keyword in their own name."""
     import inspect
 
-    from workflows import AsyncLocalSandbox, LocalSandbox, SeedTemplate
+    from workflows import AsyncLocalSandbox, FolderOptions, LocalSandbox, SeedTemplate
 
-    def rules(fn: object) -> list[tuple[str, object, object]]:
-        params = inspect.signature(fn).parameters.values()  # type: ignore[arg-type]
-        own = {"self", "path", "progress", "cache_dir"}
-        return [(p.name, p.annotation, p.default) for p in params if p.name not in own]
-
-    expected = rules(Snapshot.from_directory)
-    assert [name for name, _, _ in expected] == [
+    assert set(FolderOptions.__optional_keys__) == {
         "ignore",
         "gitignore",
         "max_file_size",
         "preserve_mtime",
-    ]
-    for reader in (
-        LocalSandbox.seed_directory,
-        AsyncLocalSandbox.seed_directory,
-        SeedTemplate.from_folder,
-    ):
-        assert rules(reader) == expected, reader
+    }
+    readers = {
+        "seed_directory": (LocalSandbox.seed_directory, AsyncLocalSandbox.seed_directory),
+        "from_folder": (SeedTemplate.from_folder,),
+        "from_directory": (Snapshot.from_directory,),
+    }
+    for reader in [r for group in readers.values() for r in group]:
+        *_, last = inspect.signature(reader).parameters.values()
+        assert (last.kind, last.annotation) == (last.VAR_KEYWORD, "Unpack[FolderOptions]")
     (tmp_path / "a.txt").write_text("A")
-    keywords = {"ignore": "*.log", "gitignore": False, "preserve_mtime": True}
-    assert Snapshot.from_directory(tmp_path, **keywords) == {"a.txt": b"A"}  # type: ignore[arg-type]
+    (tmp_path / "b.log").write_text("B")
+    keywords: FolderOptions = {"ignore": "*.log", "gitignore": False, "preserve_mtime": True}
+    assert Snapshot.from_directory(tmp_path, **keywords) == {"a.txt": b"A"}
+    assert SeedTemplate.from_folder(tmp_path, cache_dir=tmp_path / "c", **keywords).files == 1
+    with pytest.raises(TypeError, match=r"from_directory\(\) got an unexpected keyword .*'nope'"):
+        Snapshot.from_directory(tmp_path, nope=True)  # type: ignore[call-arg]
