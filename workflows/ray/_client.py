@@ -308,22 +308,25 @@ class SandboxBroker:
             await asyncio.to_thread(session.ensure)
         return session
 
-    def _ask_flow(
+    def _ask(
         self,
         session: Session,
         lease_id: str,
         request: dict[str, Any],
         future: concurrent.futures.Future[Leased],
-        acts: tuple[Callable[..., Any], Callable[[float], Any]],
+        *,
+        awaited: bool,
     ) -> Flow[Leased | None]:
         """Send the lease's request: its grant when a warm sandbox was there, else None (it
         comes by the session's poll). A broker that does not know the session (it restarted,
         or the session expired) is asked again once the session is open there (which may
         itself ask for this lease: the broker takes a lease once). Written once for
-        :meth:`_ask` and :meth:`_ask_async`: ``acts`` are the broker's call (the link's
-        ``call`` or ``call_async``) and the pause (``time.sleep`` or ``asyncio.sleep``)."""
+        :meth:`_lease` and :meth:`_lease_async` (``awaited``): the broker's call and the pause
+        are :class:`Act` steps (the link's ``call`` and ``time.sleep``, or ``call_async`` and
+        ``asyncio.sleep``)."""
         deadline = time.monotonic() + self.broker_wait
-        call, sleep = acts
+        call = self._link.call_async if awaited else self._link.call
+        sleep = asyncio.sleep if awaited else time.sleep
         while True:
             try:
                 leased: Leased | None = yield Act(
@@ -336,29 +339,6 @@ class SandboxBroker:
                 session.reopen()
                 yield Act(sleep, (0.2,))
 
-    def _ask(
-        self,
-        session: Session,
-        lease_id: str,
-        request: dict[str, Any],
-        future: concurrent.futures.Future[Leased],
-    ) -> Leased | None:
-        """:meth:`_ask_flow`, driven here."""
-        acts = (self._link.call, time.sleep)
-        return drive(self._ask_flow(session, lease_id, request, future, acts), perform_act)
-
-    async def _ask_async(
-        self,
-        session: Session,
-        lease_id: str,
-        request: dict[str, Any],
-        future: concurrent.futures.Future[Leased],
-    ) -> Leased | None:
-        """:meth:`_ask_flow`, awaited."""
-        acts = (self._link.call_async, asyncio.sleep)
-        flow = self._ask_flow(session, lease_id, request, future, acts)
-        return await drive_async(flow, perform_act_async)
-
     def _lease(
         self, session: Session, request: dict[str, Any], give_up: Callable[[], bool] | None = None
     ) -> Leased:
@@ -367,7 +347,8 @@ class SandboxBroker:
         lease_id = _lease_id()
         future = session.expect(lease_id, request)
         try:
-            leased = self._ask(session, lease_id, request, future)
+            asked = self._ask(session, lease_id, request, future, awaited=False)
+            leased = drive(asked, perform_act)
             if leased is not None:
                 session.granted_now(lease_id, leased)
                 return leased
@@ -385,7 +366,8 @@ class SandboxBroker:
         lease_id = _lease_id()
         future = session.expect(lease_id, request)
         try:
-            leased = await self._ask_async(session, lease_id, request, future)
+            asked = self._ask(session, lease_id, request, future, awaited=True)
+            leased = await drive_async(asked, perform_act_async)
             if leased is not None:
                 session.granted_now(lease_id, leased)
                 return leased
