@@ -126,6 +126,7 @@ if typing.TYPE_CHECKING:
         round_trip_dump,
         seed_from_dict,
     )
+    from ._seed import FolderOptions
     from ._server_data import DATA_SERVERS, ServerData
     from ._snapshot import ManifestEntry, Snapshot, SnapshotDiff
     from ._template import SeedTemplate
@@ -186,6 +187,7 @@ _LAZY: dict[str, str] = {
         ],
         "_recipes",
     ),
+    **dict.fromkeys(["FolderOptions"], "_seed"),
     **dict.fromkeys(["DATA_SERVERS", "ServerData"], "_server_data"),
     **dict.fromkeys(["ManifestEntry", "Snapshot", "SnapshotDiff"], "_snapshot"),
     **dict.fromkeys(["SeedTemplate"], "_template"),
@@ -218,6 +220,7 @@ __all__ = [
     # workspaces: seeding, dumping, their limits
     "DEFAULT_MAX_FILE_SIZE",
     "ArchiveLimits",
+    "FolderOptions",
     "ManifestEntry",
     "SeedTemplate",
     "Snapshot",

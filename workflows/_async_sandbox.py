@@ -11,7 +11,6 @@ use it, and the names only annotations need for type checkers alone.
 from __future__ import annotations
 
 import builtins
-import logging
 import os
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -27,11 +26,10 @@ from ._acquire import (
     resolve_acquire,
     resolve_connection,
 )
-from ._config import DEFAULT_MAX_FILE_SIZE, DEFAULT_MCP_TIMEOUT
+from ._config import DEFAULT_MCP_TIMEOUT
 from ._handle import SandboxHandle, settings_for
 from ._models import SandboxInfo, ServerNames, check_sandbox_id
-from ._ownership import disown, own, own_detached
-from ._sandbox_base import SandboxBase
+from ._sandbox_base import SandboxBase, settle_acquired
 from ._tracing import mcp_start, traced_call
 
 if TYPE_CHECKING:
@@ -43,14 +41,12 @@ if TYPE_CHECKING:
     from ._execution_input import ExecutionFiles, Requirements
     from ._mcp import ToolInfo, ToolResult
     from ._ownership import Ledger
-    from ._seed import SourceFile
+    from ._seed import FolderOptions, SourceFile
     from ._server_data import ServerData
     from ._snapshot import Snapshot
     from ._template import SeedTemplate
 
 __all__ = ["AsyncLocalSandbox", "PendingSandbox", "async_list_sandboxes"]
-
-log = logging.getLogger("workflows")
 
 
 async def async_list_sandboxes(**options: Unpack[ConnectionOptions]) -> list[SandboxInfo]:
@@ -174,12 +170,8 @@ class AsyncLocalSandbox(SandboxBase):
                 if _driver is None:
                     await driver.aclose()
                 raise
-            if detach:
-                ttl = request.ttl_seconds
-                own_detached(info.id, settings, book, ttl_seconds=ttl, attempt=attempt)
-            else:
-                own(info.id, settings, book, attempt=attempt)
-            log.info("acquired sandbox %s", info.id)
+            ttl = request.ttl_seconds
+            settle_acquired(info, settings, book, attempt, detach=detach, ttl_seconds=ttl)
             return cls(
                 info,
                 _driver=driver,
@@ -308,11 +300,8 @@ class AsyncLocalSandbox(SandboxBase):
         self,
         path: str | os.PathLike[str],
         *,
-        ignore: Sequence[str] = (),
-        gitignore: bool = True,
-        max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
-        preserve_mtime: bool = False,
         progress: bool | None = None,
+        **rules: Unpack[FolderOptions],
     ) -> int:
         """Add a local folder's files to the workspace, streamed from disk.
 
@@ -331,16 +320,10 @@ class AsyncLocalSandbox(SandboxBase):
         """
         import asyncio
 
-        from ._seed import plan_directory
+        from ._seed import FolderRules
 
-        entries = await asyncio.to_thread(
-            plan_directory,
-            path,
-            ignore=ignore,
-            gitignore=gitignore,
-            max_file_size=max_file_size,
-            preserve_mtime=preserve_mtime,
-        )
+        read = FolderRules.of("seed_directory", rules)
+        entries = await asyncio.to_thread(read.plan, path)
         await self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
 
@@ -558,8 +541,7 @@ class AsyncLocalSandbox(SandboxBase):
         if self._released:
             return False
         result = await self._driver.run(self._release_flow())
-        self._released = True
-        disown(self.id, self.settings, self._ledger)
+        self._settle_released()
         if self._owns_driver:
             await self._driver.aclose()
         return result

@@ -30,11 +30,11 @@ import contracts: the recipes' layer).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypedDict
+from functools import partial
+from typing import Any, TypedDict
 
 from workflows._acquire import Unpack, check_keywords
 from workflows._config import ApiKey, Settings, resolve_settings
@@ -47,6 +47,7 @@ from workflows._ownership._ledger import AcquireAttempt, Ledger, LedgerEntry, de
 from workflows._ownership._reach import Reach, probe, probe_all
 from workflows._recipes import ReleaseResult, async_bulk_release, bulk_release
 from workflows._state_files import process_running
+from workflows._steps import Act, Blocking, Flow
 
 log = logging.getLogger("workflows")
 
@@ -343,6 +344,39 @@ def _would_release(ids: list[str]) -> list[ReleaseResult]:
     return [ReleaseResult(sid, False) for sid in ids]
 
 
+def _release_keywords(plan: _Plan, options: ReapOptions) -> dict[str, Any]:
+    """The keywords of the bulk release a reap ends with."""
+    return {
+        "concurrency": options.get("concurrency", 16),
+        "progress": options.get("progress"),
+        "api_key": plan.settings.api_key,
+        "base_url": plan.settings.base_url,
+        "ledger": plan.book,
+    }
+
+
+def _reap_flow(plan: _Plan, release: Callable[..., Any]) -> Flow[ReapResults]:
+    """What :func:`reap` and :func:`async_reap` do once planned, written once: list the
+    service, probe the other base URLs, release (``release``: :func:`bulk_release` or
+    :func:`async_bulk_release`, its keywords given, run as an :class:`Act`) and settle.
+    The probes are :class:`Blocking` steps: the async driver moves them to a thread."""
+    try:
+        listed = yield from list_flow()
+    except ApiConnectionError as exc:
+        reach = _listing_failed((yield Blocking(probe, (plan.settings.base_url,))), exc)
+        unanswered: ReapResults = yield Blocking(_unanswered, (plan, reach))
+        return unanswered
+    adopted = _adopted(plan, listed)
+    ids = _to_release(plan, listed, adopted)
+    reaches = yield Blocking(probe_all, (list(plan.elsewhere),))
+    unreleased = _unreleased(plan, adopted, reaches)
+    if plan.dry_run:
+        return ReapResults(_would_release(ids), unreleased, plan.detached)
+    results: list[ReleaseResult] = yield Act(release, (ids,))
+    _settle_adopted(plan, adopted, results)
+    return ReapResults(results, unreleased, plan.detached)
+
+
 def reap(**options: Unpack[ReapOptions]) -> ReapResults:
     """Release every sandbox the ledger holds for this key and base URL (sandboxes already gone
     count as released), those recorded for another base URL that this service lists by id,
@@ -367,26 +401,8 @@ def reap(**options: Unpack[ReapOptions]) -> ReapResults:
     plan = _plan(options, "reap")
     if plan.empty:
         return ReapResults(detached=plan.detached)
-    try:
-        listed = sync_driver_for(plan.settings).run(list_flow())
-    except ApiConnectionError as exc:
-        return _unanswered(plan, _listing_failed(probe(plan.settings.base_url), exc))
-    adopted = _adopted(plan, listed)
-    ids = _to_release(plan, listed, adopted)
-    reaches = probe_all(url for url in plan.elsewhere)
-    unreleased = _unreleased(plan, adopted, reaches)
-    if plan.dry_run:
-        return ReapResults(_would_release(ids), unreleased, plan.detached)
-    results = bulk_release(
-        ids,
-        concurrency=options.get("concurrency", 16),
-        progress=options.get("progress"),
-        api_key=plan.settings.api_key,
-        base_url=plan.settings.base_url,
-        ledger=plan.book,
-    )
-    _settle_adopted(plan, adopted, results)
-    return ReapResults(results, unreleased, plan.detached)
+    release = partial(bulk_release, **_release_keywords(plan, options))
+    return sync_driver_for(plan.settings).run(_reap_flow(plan, release))
 
 
 async def async_reap(**options: Unpack[ReapOptions]) -> ReapResults:
@@ -413,27 +429,9 @@ async def async_reap(**options: Unpack[ReapOptions]) -> ReapResults:
     plan = _plan(options, "async_reap")
     if plan.empty:
         return ReapResults(detached=plan.detached)
+    release = partial(async_bulk_release, **_release_keywords(plan, options))
     driver = AsyncDriver(plan.settings)
     try:
-        listed = await driver.run(list_flow())
-    except ApiConnectionError as exc:
-        reach = _listing_failed(await asyncio.to_thread(probe, plan.settings.base_url), exc)
-        return await asyncio.to_thread(_unanswered, plan, reach)
+        return await driver.run(_reap_flow(plan, release))
     finally:
         await driver.aclose()
-    adopted = _adopted(plan, listed)
-    ids = _to_release(plan, listed, adopted)
-    reaches = await asyncio.to_thread(probe_all, list(plan.elsewhere))
-    unreleased = _unreleased(plan, adopted, reaches)
-    if plan.dry_run:
-        return ReapResults(_would_release(ids), unreleased, plan.detached)
-    results = await async_bulk_release(
-        ids,
-        concurrency=options.get("concurrency", 16),
-        progress=options.get("progress"),
-        api_key=plan.settings.api_key,
-        base_url=plan.settings.base_url,
-        ledger=plan.book,
-    )
-    _settle_adopted(plan, adopted, results)
-    return ReapResults(results, unreleased, plan.detached)

@@ -10,7 +10,6 @@ first (``scripts/bench`` measures ``import workflows``: ``import_time_s``).
 from __future__ import annotations
 
 import builtins
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -26,11 +25,10 @@ from ._acquire import (
     resolve_acquire,
     resolve_connection,
 )
-from ._config import DEFAULT_MAX_FILE_SIZE, DEFAULT_MCP_TIMEOUT
+from ._config import DEFAULT_MCP_TIMEOUT
 from ._handle import SandboxHandle, settings_for
 from ._models import SandboxInfo, ServerNames, check_sandbox_id
-from ._ownership import disown, own, own_detached
-from ._sandbox_base import SandboxBase
+from ._sandbox_base import SandboxBase, settle_acquired
 from ._tracing import mcp_start, traced_call
 
 if TYPE_CHECKING:
@@ -42,14 +40,12 @@ if TYPE_CHECKING:
     from ._execution_input import ExecutionFiles, Requirements
     from ._mcp import McpSession, ToolInfo, ToolResult
     from ._ownership import Ledger
-    from ._seed import SourceFile
+    from ._seed import FolderOptions, SourceFile
     from ._server_data import ServerData
     from ._snapshot import Snapshot
     from ._template import SeedTemplate
 
 __all__ = ["LocalSandbox", "list_sandboxes"]
-
-log = logging.getLogger("workflows")
 
 
 def list_sandboxes(**options: Unpack[ConnectionOptions]) -> list[SandboxInfo]:
@@ -132,12 +128,10 @@ class LocalSandbox(SandboxBase):
                 on=retry_acquire,
             )
             slot.keep(info.id)
-        if detach:
-            ttl = wanted.request.ttl_seconds
-            own_detached(info.id, wanted.settings, wanted.ledger, ttl_seconds=ttl, attempt=attempt)
-        else:
-            own(info.id, wanted.settings, wanted.ledger, attempt=attempt)
-        log.info("acquired sandbox %s (%s)", info.id, ", ".join(s.name for s in info.servers))
+        ttl = wanted.request.ttl_seconds
+        settle_acquired(
+            info, wanted.settings, wanted.ledger, attempt, detach=detach, ttl_seconds=ttl
+        )
         return cls(
             info,
             _driver=driver,
@@ -245,11 +239,8 @@ class LocalSandbox(SandboxBase):
         self,
         path: str | os.PathLike[str],
         *,
-        ignore: Sequence[str] = (),
-        gitignore: bool = True,
-        max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
-        preserve_mtime: bool = False,
         progress: bool | None = None,
+        **rules: Unpack[FolderOptions],
     ) -> int:
         """Add a local folder's files to the workspace, streamed from disk.
 
@@ -266,15 +257,9 @@ class LocalSandbox(SandboxBase):
 
         >>> sb.seed_directory("./project", ignore=["*.log"])  # doctest: +SKIP
         """
-        from ._seed import plan_directory
+        from ._seed import FolderRules
 
-        entries = plan_directory(
-            path,
-            ignore=ignore,
-            gitignore=gitignore,
-            max_file_size=max_file_size,
-            preserve_mtime=preserve_mtime,
-        )
+        entries = FolderRules.of("seed_directory", rules).plan(path)
         self._upload(entries, progress)
         return sum(1 for e in entries if not e.is_dir)
 
@@ -501,9 +486,7 @@ class LocalSandbox(SandboxBase):
         if self._released:
             return False
         result = self._driver.run(self._release_flow())
-        self._released = True
-        disown(self.id, self.settings, self._ledger)
-        log.info("released sandbox %s", self.id)
+        self._settle_released()
         return result
 
     def __enter__(self) -> LocalSandbox:

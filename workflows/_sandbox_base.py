@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._dump._limits import ArchiveLimits
 from ._errors import InvalidInputError
 from ._handle import handle_of, restore
-from ._ownership import unwind_on_sigterm
+from ._ownership import disown, own, own_detached, unwind_on_sigterm
 from ._tracing import release_end, sandbox_start, traced_flow
 
 if TYPE_CHECKING:
@@ -30,9 +30,28 @@ if TYPE_CHECKING:
     from ._steps import Flow
     from ._template import SeedTemplate
 
-__all__ = ["SandboxBase"]
+__all__ = ["SandboxBase", "settle_acquired"]
 
 log = logging.getLogger("workflows")
+
+
+def settle_acquired(
+    info: SandboxInfo,
+    settings: Settings,
+    ledger: Ledger | None,
+    attempt: str | None,
+    *,
+    detach: bool,
+    ttl_seconds: int | None,
+) -> None:
+    """What acquire does, on either face, once the service granted ``info``: own it here (or,
+    with ``detach``, record it to outlive this process, its TTL ``ttl_seconds``), settling
+    ``attempt``, and log it with its servers."""
+    if detach:
+        own_detached(info.id, settings, ledger, ttl_seconds=ttl_seconds, attempt=attempt)
+    else:
+        own(info.id, settings, ledger, attempt=attempt)
+    log.info("acquired sandbox %s (%s)", info.id, ", ".join(s.name for s in info.servers))
 
 
 class SandboxBase:
@@ -109,6 +128,13 @@ class SandboxBase:
     def released(self) -> bool:
         """Whether ``release()`` has run."""
         return self._released
+
+    def _settle_released(self) -> None:
+        """What release does, on either face, once the service released the sandbox: mark it,
+        forget it here and in the ledger, and log it."""
+        self._released = True
+        disown(self.id, self.settings, self._ledger)
+        log.info("released sandbox %s", self.id)
 
     def mcp_url(self, server_name: str) -> str:
         """The MCP Streamable HTTP URL of one of the sandbox's servers."""

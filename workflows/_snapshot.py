@@ -8,24 +8,27 @@ import os
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, NamedTuple, Protocol
+from typing import IO, TYPE_CHECKING, NamedTuple, Protocol
 
 from workflows._errors import InvalidInputError
 from workflows._git_index import UnreadableIndex, index_digest, is_git_index
 from workflows._paths import link_target_in_tree
 from workflows._seed import (
-    DEFAULT_MAX_FILE_SIZE,
     ExactReader,
+    FolderOptions,
+    FolderRules,
     LinkedFiles,
     PlannedFiles,
     SeedContent,
-    plan_directory,
     plan_mapping,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
 
@@ -163,15 +166,14 @@ class Snapshot(Mapping[str, bytes], LinkedFiles):
     def from_directory(
         cls,
         path: str | os.PathLike[str],
-        *,
-        ignore: Sequence[str] = (),
-        gitignore: bool = True,
-        max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
+        **rules: Unpack[FolderOptions],
     ) -> Snapshot:
         """A snapshot of a local folder, read with the rules of ``sb.seed_directory(path, ...)``.
 
         The same arguments select the same files (``.gitignore``, ``.sandboxignore``,
-        ``ignore=``; links kept only inside the folder; a file over ``max_file_size`` refused):
+        ``ignore=``; links kept only inside the folder; a file over ``max_file_size`` refused;
+        ``preserve_mtime`` is taken too, so that the keywords of a ``seed_directory`` call can
+        be passed here as they are, and changes nothing, since a snapshot holds no times):
         what this snapshot holds is what seeding the folder would send, read as seeding reads
         it (no link followed; a file changed since the folder was listed raises
         :class:`~workflows.SourceChangedError`). So a dump compares
@@ -188,9 +190,7 @@ class Snapshot(Mapping[str, bytes], LinkedFiles):
         takes a while: async code runs it in a thread,
         ``await asyncio.to_thread(Snapshot.from_directory, path)``.
         """
-        entries = plan_directory(
-            path, ignore=ignore, gitignore=gitignore, max_file_size=max_file_size
-        )
+        entries = FolderRules.of("from_directory", rules).plan(path)
         writer = _SnapshotWriter()
         try:
             with PlannedFiles() as files:

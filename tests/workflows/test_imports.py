@@ -185,3 +185,12 @@ def test_type_checkers_see_exactly_the_lazy_names() -> None:
         for alias in statement.names
     }
     assert seen == workflows._LAZY
+
+
+def test_the_lazy_map_takes_whole_packages_whole() -> None:
+    """A module whose every public name ``workflows`` exports lazily (the pools, the recipes)
+    is named in ``_LAZY`` with exactly its ``__all__``: a lazy map must name each name before
+    its module is imported, so the two lists are written twice, and this keeps them one."""
+    for module in ("_pool", "_recipes", "_reap", "_snapshot"):
+        names = {name for name, where in workflows._LAZY.items() if where == module}
+        assert names == set(importlib.import_module(f"workflows.{module}").__all__), module

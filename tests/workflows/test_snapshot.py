@@ -380,3 +380,35 @@ def test_from_directory_refuses_what_seeding_refuses(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="no such folder"):
         Snapshot.from_directory(tmp_path / "missing")
     assert Snapshot.from_directory(tmp_path, ignore=["out"]) == {}
+
+
+def test_every_way_of_reading_a_folder_takes_the_same_rules(tmp_path: Path) -> None:
+    """``seed_directory`` (both faces), ``SeedTemplate.from_folder`` and
+    ``Snapshot.from_directory`` take the folder rules as one ``FolderOptions``, so the keywords
+    of one call can be passed to another (issue 33: ``preserve_mtime`` was missing from
+    ``Snapshot.from_directory``), and refuse any other keyword in their own name."""
+    import inspect
+
+    from workflows import AsyncLocalSandbox, FolderOptions, LocalSandbox, SeedTemplate
+
+    assert set(FolderOptions.__optional_keys__) == {
+        "ignore",
+        "gitignore",
+        "max_file_size",
+        "preserve_mtime",
+    }
+    readers = {
+        "seed_directory": (LocalSandbox.seed_directory, AsyncLocalSandbox.seed_directory),
+        "from_folder": (SeedTemplate.from_folder,),
+        "from_directory": (Snapshot.from_directory,),
+    }
+    for reader in [r for group in readers.values() for r in group]:
+        *_, last = inspect.signature(reader).parameters.values()
+        assert (last.kind, last.annotation) == (last.VAR_KEYWORD, "Unpack[FolderOptions]")
+    (tmp_path / "a.txt").write_text("A")
+    (tmp_path / "b.log").write_text("B")
+    keywords: FolderOptions = {"ignore": "*.log", "gitignore": False, "preserve_mtime": True}
+    assert Snapshot.from_directory(tmp_path, **keywords) == {"a.txt": b"A"}
+    assert SeedTemplate.from_folder(tmp_path, cache_dir=tmp_path / "c", **keywords).files == 1
+    with pytest.raises(TypeError, match=r"from_directory\(\) got an unexpected keyword .*'nope'"):
+        Snapshot.from_directory(tmp_path, nope=True)  # type: ignore[call-arg]

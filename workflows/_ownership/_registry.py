@@ -129,12 +129,18 @@ def ledger_of(ledger: Ledger | bool) -> Ledger | None:
     return ledger
 
 
-def own(
-    sandbox_id: str, settings: Settings, ledger: Ledger | None, *, attempt: str | None = None
+def _record_acquired(
+    sandbox_id: str,
+    settings: Settings,
+    ledger: Ledger | None,
+    attempt: str | None,
+    *,
+    detached: bool = False,
+    ttl_seconds: int | None = None,
 ) -> None:
-    """Record that this process must release ``sandbox_id``: in the ledger (settling the
-    ``attempt`` record that announced it, which is in flight until then) and for interpreter
-    exit and SIGTERM."""
+    """Record ``sandbox_id`` as acquired in ``ledger`` (if any; ``detached``, its TTL ending
+    ``ttl_seconds`` from now) and settle its ``attempt``: what :func:`own` and
+    :func:`own_detached` both do first."""
     if ledger is not None:
         ledger.record(
             "acquired",
@@ -142,9 +148,20 @@ def own(
             base_url=settings.base_url,
             key=settings.api_key.fingerprint,
             attempt=attempt,
+            detached=detached,
+            ttl_seconds=ttl_seconds,
         )
     if attempt is not None:
         attempt_ended(attempt)
+
+
+def own(
+    sandbox_id: str, settings: Settings, ledger: Ledger | None, *, attempt: str | None = None
+) -> None:
+    """Record that this process must release ``sandbox_id``: in the ledger (settling the
+    ``attempt`` record that announced it, which is in flight until then) and for interpreter
+    exit and SIGTERM."""
+    _record_acquired(sandbox_id, settings, ledger, attempt)
     _load_http_layer()
     with _lock:
         _owned[(settings.base_url, sandbox_id)] = Owned(sandbox_id, settings, ledger)
@@ -163,18 +180,7 @@ def own_detached(
     ``acquire(..., detach=True)``): in the ledger, detached, with when its TTL ends (None:
     never), settling its ``attempt``; never released at exit or on SIGTERM, and spared by
     ``reap`` until its TTL ends. A release by name (:func:`disown`) settles it as any other."""
-    if ledger is not None:
-        ledger.record(
-            "acquired",
-            sandbox_id,
-            base_url=settings.base_url,
-            key=settings.api_key.fingerprint,
-            attempt=attempt,
-            detached=True,
-            ttl_seconds=ttl_seconds,
-        )
-    if attempt is not None:
-        attempt_ended(attempt)
+    _record_acquired(sandbox_id, settings, ledger, attempt, detached=True, ttl_seconds=ttl_seconds)
 
 
 def disown(sandbox_id: str, settings: Settings, ledger: Ledger | None) -> None:

@@ -19,13 +19,15 @@ from __future__ import annotations
 from workflows._config import DEFAULT_MAX_FILE_SIZE
 
 from ._entries import OnDisk, SourceFile
-from ._from_folder import plan_directory
+from ._from_folder import FolderOptions, FolderRules, plan_directory
 from ._from_mapping import LinkedFiles, SeedContent, plan_mapping
 from ._opening import ExactReader, PlannedFiles
 
 __all__ = [
     "DEFAULT_MAX_FILE_SIZE",
     "ExactReader",
+    "FolderOptions",
+    "FolderRules",
     "LinkedFiles",
     "OnDisk",
     "PlannedFiles",

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from workflows._config import DEFAULT_MAX_FILE_SIZE
 from workflows._errors import FileTooLargeError, InvalidInputError
@@ -228,3 +230,59 @@ def plan_directory(
     walk(os.fspath(root), "", [], False)
     planned.sort(key=lambda f: f.name)
     return planned
+
+
+class FolderOptions(TypedDict, total=False):
+    """The keywords that say how a local folder is read, the same for every reader of one
+    (``sb.seed_directory``, ``SeedTemplate.from_folder``, ``Snapshot.from_directory``), so the
+    keywords of one call can be passed to another (each optional):
+
+    * ``ignore`` (``()``): more gitignore patterns, relative to the folder (a single string
+      is one pattern);
+    * ``gitignore`` (True): follow the ``.gitignore`` files (``.sandboxignore`` files are
+      followed whatever this says);
+    * ``max_file_size`` (200 MiB): a larger file raises
+      :class:`~workflows.FileTooLargeError` naming it (None: no limit);
+    * ``preserve_mtime`` (False): pack each file's modification time from disk instead of
+      the fixed one (2000-01-01) that makes the same folder pack to the same bytes.
+    """
+
+    ignore: Sequence[str] | str
+    gitignore: bool
+    max_file_size: int | None
+    preserve_mtime: bool
+
+
+@dataclass(frozen=True)
+class FolderRules:
+    """The rules a local folder is read with (:class:`FolderOptions`, with their defaults),
+    held once for every place that reads a folder the way seeding does: ``seed_directory``
+    (both faces), ``SeedTemplate.from_folder``, ``Snapshot.from_directory``.
+
+    >>> FolderRules(ignore=["*.log"]).plan("./project")  # doctest: +SKIP
+    [SourceFile(name='README.md', ...)]
+    """
+
+    ignore: Sequence[str] | str = ()
+    gitignore: bool = True
+    max_file_size: int | None = DEFAULT_MAX_FILE_SIZE
+    preserve_mtime: bool = False
+
+    @classmethod
+    def of(cls, where: str, options: Mapping[str, Any]) -> FolderRules:
+        """The rules the keywords ``options`` of ``where`` (e.g. ``"seed_directory"``) give;
+        any other keyword is a ``TypeError``, as Python says it of a signature."""
+        for name in options:
+            if name not in FolderOptions.__optional_keys__:
+                raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+        return cls(**options)
+
+    def plan(self, root: str | os.PathLike[str]) -> list[SourceFile]:
+        """:func:`plan_directory` of ``root`` with these rules."""
+        return plan_directory(
+            root,
+            ignore=self.ignore,
+            gitignore=self.gitignore,
+            max_file_size=self.max_file_size,
+            preserve_mtime=self.preserve_mtime,
+        )

@@ -23,22 +23,25 @@ import os
 import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from klavis_archive import CORRUPT, igzip_file, open_tar
 from workflows import _pack
 from workflows._errors import InvalidInputError, SeedTemplateError
 from workflows._progress import progress_bar
 from workflows._seed import (
-    DEFAULT_MAX_FILE_SIZE,
+    FolderOptions,
+    FolderRules,
     SeedContent,
     SourceFile,
-    plan_directory,
     plan_mapping,
 )
 from workflows._snapshot import Snapshot
 
 from . import _cache
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["SeedTemplate"]
 
@@ -117,12 +120,9 @@ class SeedTemplate:
         cls,
         path: str | os.PathLike[str],
         *,
-        ignore: Sequence[str] | str = (),
-        gitignore: bool = True,
-        max_file_size: int | None = DEFAULT_MAX_FILE_SIZE,
-        preserve_mtime: bool = False,
         progress: bool | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
+        **rules: Unpack[FolderOptions],
     ) -> SeedTemplate:
         """Plan and pack the folder ``path`` once, as ``sb.seed_directory(path, ...)`` would
         (``.gitignore`` when ``gitignore``, ``.sandboxignore``, ``ignore=`` patterns; no link
@@ -138,13 +138,7 @@ class SeedTemplate:
         Packing a big folder takes a while: async code runs it in a thread,
         ``await asyncio.to_thread(SeedTemplate.from_folder, path)``.
         """
-        entries = plan_directory(
-            path,
-            ignore=ignore,
-            gitignore=gitignore,
-            max_file_size=max_file_size,
-            preserve_mtime=preserve_mtime,
-        )
+        entries = FolderRules.of("from_folder", rules).plan(path)
         return cls._packed(entries, _cache.cache_folder(cache_dir), progress)
 
     @classmethod

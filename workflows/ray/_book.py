@@ -21,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._async_sandbox import AsyncLocalSandbox
-from ._types import Lease, LeaseState, WarmKey
+from ._types import Lease, LeaseState, WarmKey, lease_key
 
 __all__ = ["Book", "Entry", "Idle", "Session"]
 
@@ -79,6 +80,23 @@ class Entry:
     adopted: bool = False  # taken over from a dead broker, its holder not back yet
     slot_at: float = 0.0  # time.monotonic() at which it took its slot (or warm sandbox)
     warm: bool = False  # its sandbox was an idle warm one
+
+    @classmethod
+    def new(
+        cls,
+        ids: tuple[str, str, str],
+        names: Any,
+        options: Mapping[str, Any],
+        base_url: str,
+        **state: Any,
+    ) -> Entry:
+        """A lease (``ids``: its lease id, session id and holder) of ``names`` with ``options``
+        at ``base_url``, created and queued now, its warm key made here: the one way the
+        broker's enqueue and its recovery (an adopted lease) make an entry."""
+        key = lease_key(names, options, base_url)
+        return cls(
+            *ids, names, dict(options), base_url, key, time.time(), time.monotonic(), **state
+        )
 
     def public(self, session: Session | None, beat: float) -> Lease:
         return Lease(

@@ -55,7 +55,7 @@ from .._errors import ConfigurationError, InvalidInputError
 from ._book import Entry, Session
 from ._recovery import Recovery
 from ._store import Store
-from ._types import BrokerStats, Lease, Leased, Settings, describe, lease_key
+from ._types import BrokerStats, Lease, Leased, Settings, describe
 
 __all__ = ["Broker"]
 
@@ -187,7 +187,7 @@ class Broker(Recovery):
         for request in waiting:
             entry = book.entries.get(request["lease_id"])
             if entry is None:
-                self._enqueue(session_id, **request)
+                self._enqueue(session_id, request)
             elif entry.session_id == session_id and entry.state == "held" and entry.adopted:
                 entry.adopted = False  # acquired for it just before the last broker died
                 assert entry.sandbox is not None
@@ -276,36 +276,19 @@ class Broker(Recovery):
         return {**answer, "events": sorted(session.events.items())}
 
     # ----------------------------------------------------------------- leases
-    def _enqueue(
-        self,
-        session_id: str,
-        *,
-        lease_id: str,
-        server_names: Any,
-        options: Mapping[str, Any],
-        base_url: str,
-        holder: str,
-    ) -> Entry:
+    def _enqueue(self, session_id: str, request: Mapping[str, Any]) -> Entry:
+        """Queue the lease ``request`` (its ``lease_id``, ``server_names``, ``options``,
+        ``base_url`` and ``holder``, as :meth:`acquire` takes them) for the session."""
+        lease_id, holder, base_url = request["lease_id"], request["holder"], request["base_url"]
+        server_names, options = request["server_names"], request["options"]
         unknown = set(options) - _ACQUIRE_KEYS
         if unknown:
             raise InvalidInputError(f"the broker does not take {sorted(unknown)}")
         names: Any = server_names if isinstance(server_names, str) else tuple(server_names)
-        key = lease_key(names, options, base_url)
-        now = time.monotonic()
-        entry = Entry(
-            lease_id,
-            session_id,
-            holder,
-            names,
-            dict(options),
-            base_url,
-            key,
-            time.time(),
-            now,
-        )
+        entry = Entry.new((lease_id, session_id, holder), names, options, base_url)
         warm = set(self._warm_specs())
-        if key in warm:
-            self._last_use[key] = now
+        if entry.key in warm:
+            self._last_use[entry.key] = entry.queued
         self._book.enqueue(entry, warm)
         return entry
 
@@ -333,14 +316,14 @@ class Broker(Recovery):
             return None  # asked again (a retry after a lost answer): its grant comes by poll
         if lease_id in book.ended:
             raise InvalidInputError(f"lease {lease_id} ended already: {book.ended[lease_id][0]}")
-        entry = self._enqueue(
-            session_id,
-            lease_id=lease_id,
-            server_names=server_names,
-            options=options,
-            base_url=base_url,
-            holder=holder,
-        )
+        request = {
+            "lease_id": lease_id,
+            "server_names": server_names,
+            "options": options,
+            "base_url": base_url,
+            "holder": holder,
+        }
+        entry = self._enqueue(session_id, request)
         if book.head_of(entry.key) is entry and book.idle_count(entry.key):
             idle = book.take_idle(entry.key)
             assert idle is not None

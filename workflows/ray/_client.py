@@ -26,9 +26,11 @@ import ray.exceptions
 
 from .._acquire import Acquire, AcquireOptions, Unpack, resolve_acquire
 from .._config import ApiKey
+from .._drivers import drive, drive_async, perform_act, perform_act_async
 from .._errors import ConfigurationError, InvalidInputError
 from .._models import ServerNames
 from .._pool import AcquireAbandoned
+from .._steps import Act, Flow
 from ._broker import Broker, _SessionUnknown
 from ._key import refuse_key_in_options, warn_if_the_job_carries_the_key
 from ._leased import (
@@ -312,44 +314,30 @@ class SandboxBroker:
         lease_id: str,
         request: dict[str, Any],
         future: concurrent.futures.Future[Leased],
-    ) -> Leased | None:
+        *,
+        awaited: bool,
+    ) -> Flow[Leased | None]:
         """Send the lease's request: its grant when a warm sandbox was there, else None (it
         comes by the session's poll). A broker that does not know the session (it restarted,
         or the session expired) is asked again once the session is open there (which may
-        itself ask for this lease: the broker takes a lease once)."""
+        itself ask for this lease: the broker takes a lease once). Written once for
+        :meth:`_lease` and :meth:`_lease_async` (``awaited``): the broker's call and the pause
+        are :class:`Act` steps (the link's ``call`` and ``time.sleep``, or ``call_async`` and
+        ``asyncio.sleep``)."""
         deadline = time.monotonic() + self.broker_wait
+        call = self._link.call_async if awaited else self._link.call
+        sleep = asyncio.sleep if awaited else time.sleep
         while True:
             try:
-                leased: Leased | None = self._link.call(
-                    "acquire", *session.request_args(lease_id, request)
+                leased: Leased | None = yield Act(
+                    call, ("acquire", *session.request_args(lease_id, request))
                 )
                 return leased
             except _SessionUnknown:
                 if future.done() or time.monotonic() > deadline:
                     return None
                 session.reopen()
-                time.sleep(0.2)
-
-    async def _ask_async(
-        self,
-        session: Session,
-        lease_id: str,
-        request: dict[str, Any],
-        future: concurrent.futures.Future[Leased],
-    ) -> Leased | None:
-        """:meth:`_ask`, awaited."""
-        deadline = time.monotonic() + self.broker_wait
-        while True:
-            try:
-                leased: Leased | None = await self._link.call_async(
-                    "acquire", *session.request_args(lease_id, request)
-                )
-                return leased
-            except _SessionUnknown:
-                if future.done() or time.monotonic() > deadline:
-                    return None
-                session.reopen()
-                await asyncio.sleep(0.2)
+                yield Act(sleep, (0.2,))
 
     def _lease(
         self, session: Session, request: dict[str, Any], give_up: Callable[[], bool] | None = None
@@ -359,7 +347,8 @@ class SandboxBroker:
         lease_id = _lease_id()
         future = session.expect(lease_id, request)
         try:
-            leased = self._ask(session, lease_id, request, future)
+            asked = self._ask(session, lease_id, request, future, awaited=False)
+            leased = drive(asked, perform_act)
             if leased is not None:
                 session.granted_now(lease_id, leased)
                 return leased
@@ -377,7 +366,8 @@ class SandboxBroker:
         lease_id = _lease_id()
         future = session.expect(lease_id, request)
         try:
-            leased = await self._ask_async(session, lease_id, request, future)
+            asked = self._ask(session, lease_id, request, future, awaited=True)
+            leased = await drive_async(asked, perform_act_async)
             if leased is not None:
                 session.granted_now(lease_id, leased)
                 return leased

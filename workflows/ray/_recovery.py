@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 from .._async_sandbox import AsyncLocalSandbox
@@ -32,7 +31,6 @@ from .._ownership import AcquireAttempt, orphans
 from ._book import Entry, Session
 from ._grants import Grants
 from ._store import decode_handle
-from ._types import lease_key
 
 __all__ = ["Recovery"]
 
@@ -112,24 +110,18 @@ class Recovery(Grants):
         names = names if isinstance(names, str) else tuple(names)
         options = record.get("options") if isinstance(record.get("options"), dict) else {}
         holder = str(record.get("holder") or session_id)
-        now = time.monotonic()
-        entry = Entry(
-            lease_id,
-            session_id,
-            holder,
+        entry = Entry.new(
+            (lease_id, session_id, holder),
             names,
-            dict(options or {}),
+            options or {},
             base_url,
-            lease_key(names, options or {}, base_url),
-            time.time(),
-            now,
             state="held",
             sandbox=sandbox,
             adopted=True,
         )
         book.entries[lease_id] = entry
         if session_id not in book.sessions:
-            book.sessions[session_id] = Session(session_id, holder, now, attached=False)
+            book.sessions[session_id] = Session(session_id, holder, entry.queued, attached=False)
 
     async def _reconcile(self, attempts: list[tuple[str, dict[str, Any]]]) -> None:
         """Release what interrupted (or ambiguous) acquires made; their slots are counted

@@ -720,7 +720,7 @@ def test_a_file_that_vanishes_before_packing_is_named(
     project.mkdir()
     (project / "a.txt").write_text("a")
     (project / "gone.txt").write_text("soon gone")
-    import workflows._seed as seed_plan
+    import workflows._seed._from_folder as seed_plan
 
     planned = seed_plan.plan_directory
 
@@ -729,8 +729,8 @@ def test_a_file_that_vanishes_before_packing_is_named(
         (project / "gone.txt").unlink()  # deleted between planning and packing
         return entries
 
-    import_the_library()  # the face imports the planner when called: from workflows._seed
-    monkeypatch.setattr("workflows._seed.plan_directory", plan_then_delete)
+    import_the_library()  # the faces plan through workflows._seed._from_folder.FolderRules
+    monkeypatch.setattr("workflows._seed._from_folder.plan_directory", plan_then_delete)
     with real.acquire() as sandbox:
         _raised(lambda: sandbox.seed_directory(project), SourceChangedError, "gone.txt")
         assert not any(real.workspace(sandbox.id).iterdir())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tarfile
 from pathlib import Path
@@ -32,6 +33,19 @@ def test_acquire_seed_dump_release(face: Face, conn: dict[str, str], token: str)
         assert dict(snap) == {"data/x.bin": b"\x00\xff", "hello.txt": b"hi"}
     assert sb.released
     assert listed_sandboxes(conn["base_url"], token) == []
+
+
+def test_acquire_and_release_log_the_same_lines_on_both_faces(
+    face: Face, conn: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both faces log through one function (issue 33: the async acquire did not name the
+    servers, and its release logged nothing)."""
+    caplog.set_level(logging.INFO, logger="workflows")
+    with face.acquire(["filesystem", "git"], **conn) as sb:
+        pass
+    lines = [r.getMessage() for r in caplog.records if r.name == "workflows"]
+    assert f"acquired sandbox {sb.id} (filesystem, git)" in lines
+    assert f"released sandbox {sb.id}" in lines
 
 
 def test_seed_merges_and_reset_empties(face: Face, conn: dict[str, str]) -> None:

@@ -299,7 +299,7 @@ def test_a_folder_changed_while_a_template_is_made_leaves_nothing(
         (task / "run.sh").symlink_to(tmp_path / "host.txt")
         return planned
 
-    monkeypatch.setattr("workflows._template._template.plan_directory", plan_then_swap)
+    monkeypatch.setattr("workflows._seed._from_folder.plan_directory", plan_then_swap)
     with pytest.raises(SourceChangedError, match=r"run\.sh"):
         SeedTemplate.from_folder(task)
     assert list((tmp_path / "cache" / "templates").iterdir()) == []  # no archive, no partial

@@ -140,7 +140,7 @@ def test_seed_directory_packs_what_it_planned_or_nothing(
     named: list[str] = []
     _swap_after_planning(
         monkeypatch,
-        ["workflows._seed:plan_directory"],
+        ["workflows._seed._from_folder:plan_directory"],
         lambda: named.append(SWAPS[swap](project, host)),
     )
     with face.acquire(["filesystem"], **conn) as sb:
@@ -188,7 +188,7 @@ def test_a_snapshot_of_a_folder_reads_what_it_planned_or_nothing(
     named: list[str] = []
     _swap_after_planning(
         monkeypatch,
-        ["workflows._snapshot:plan_directory"],
+        ["workflows._seed._from_folder:plan_directory"],
         lambda: named.append(SWAPS[swap](project, host)),
     )
     _refused(lambda: workflows.Snapshot.from_directory(project), named)
