@@ -133,3 +133,22 @@ def test_the_arrows_between_the_three_packages_are_those_the_map_states() -> Non
             wrong.append("workflows/_cli/_demo.py imports klavis_emulator at its top, not lazily")
     if wrong:
         pytest.fail("imports against ARCHITECTURE.md's layers:\n" + "\n".join(wrong), pytrace=False)
+
+
+MAX_MODULE_LINES = 600
+"""The house's limit on a hand-written module (``generated/`` is the generator's)."""
+
+
+def test_no_hand_written_module_is_over_600_lines() -> None:
+    over = [
+        f"{path.relative_to(ROOT).as_posix()}: {count} lines"
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
+    if over:
+        pytest.fail(
+            f"modules over {MAX_MODULE_LINES} lines (split them by what they hold):\n"
+            + "\n".join(over),
+            pytrace=False,
+        )
