@@ -12,11 +12,6 @@ from collections.abc import Mapping, Set
 import grimp
 import pytest
 
-# The one edge left in a cycle (workflows.ray's session calls the client's _send, the one place
-# a test captures to check the key is never sent); the same edge is ignored by the no-cycles
-# contract of pyproject.toml. Remove it from both once the ray package unties it.
-KNOWN_CYCLE_EDGES = {("workflows.ray._session", "workflows.ray._client")}
-
 
 @pytest.fixture(scope="module")
 def graph() -> grimp.ImportGraph:
@@ -87,17 +82,7 @@ def test_the_graph_counts_deferred_and_type_only_imports(graph: grimp.ImportGrap
 
 
 def test_workflows_has_no_import_cycle(graph: grimp.ImportGraph) -> None:
-    edges = imports_within(graph)
-    for importer, imported in KNOWN_CYCLE_EDGES:
-        edges[importer].discard(imported)
-    found = cycles(edges)
+    found = cycles(imports_within(graph))
     assert found == [], "import cycles in workflows (each line one cycle's modules):\n" + "\n".join(
         ", ".join(component) for component in found
     )
-
-
-def test_the_known_cycle_edges_still_exist(graph: grimp.ImportGraph) -> None:
-    # once the ray package unties its cycle, the exception above (and in pyproject.toml) goes
-    edges = imports_within(graph)
-    for importer, imported in KNOWN_CYCLE_EDGES:
-        assert imported in edges[importer], f"{importer} -> {imported} is gone: drop it from both"

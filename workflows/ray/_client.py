@@ -1,11 +1,11 @@
 """The client of the broker: :class:`SandboxBroker` and :func:`reap`.
 
-Every call to the broker goes through :func:`_send` (one place, so a test can capture what is
-sent and check that the key is never in it). A client never sends its key: it sends the acquire
-request (server names, benchmark, TTL, test account, timeout) and the base URL, and compares
-its key's fingerprint with the broker's before the first lease. Leases travel through this
-process's session (:mod:`workflows.ray._session`): asked with one call, granted through the
-session's long poll, renewed by its thread.
+Every call to the broker goes through :func:`workflows.ray._wire.send` (one place, so a test
+can capture what is sent and check that the key is never in it). A client never sends its key:
+it sends the acquire request (server names, benchmark, TTL, test account, timeout) and the base
+URL, and compares its key's fingerprint with the broker's before the first lease. Leases travel
+through this process's session (:mod:`workflows.ray._session`): asked with one call, granted
+through the session's long poll, renewed by its thread.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
-import inspect
 import logging
 import time
 import uuid
@@ -31,6 +30,7 @@ from .._errors import ConfigurationError, InvalidInputError
 from .._models import ServerNames
 from .._pool import AcquireAbandoned
 from .._steps import Act, Flow
+from . import _wire
 from ._broker import Broker, _SessionUnknown
 from ._key import refuse_key_in_options, warn_if_the_job_carries_the_key
 from ._leased import (
@@ -64,46 +64,6 @@ DEFAULT_BROKER_WAIT = 60.0
 """Seconds a client waits for a dead broker to come back before BrokerUnavailableError."""
 _MAX_CONCURRENCY = 10_000
 """The broker actor's concurrent calls: two parked per holder process, the rest never park."""
-
-
-@functools.cache
-def _parameters(method: str) -> tuple[str, ...]:
-    """The names of the broker method's parameters (``self`` left out)."""
-    return tuple(inspect.signature(getattr(Broker, method)).parameters)[1:]
-
-
-def _call(actor: Any, method: str, args: tuple[Any, ...]) -> Any:
-    """Submit the call, its arguments by name. A handle found by name (``ray.get_actor``)
-    after the job that made the broker ended has no signatures (Ray could not load the
-    class that job exported, and takes every method as ``(**kwargs)``): arguments by
-    position would be refused there (``TypeError: too many positional arguments``)."""
-    return getattr(actor, method).remote(**dict(zip(_parameters(method), args, strict=False)))
-
-
-def _send(actor: Any, method: str, *args: Any) -> Any:
-    """Call ``method`` of the broker ``actor`` and wait for its answer (the broker's own error,
-    such as a :class:`~workflows.ServerError` from its acquire, is raised as itself). Waited
-    for through the ref's ``future()``, as ``ray.get`` would: the session's thread waits so
-    inside async actors, where ``ray.get`` warns that it blocks the loop (it does not, there)."""
-    ref = _call(actor, method, args)
-    try:
-        return ref.future().result()
-    except ray.exceptions.RayTaskError as exc:
-        raise _cause(exc) from None
-
-
-async def _send_async(actor: Any, method: str, *args: Any) -> Any:
-    """:func:`_send`, awaited (the event loop is never blocked)."""
-    ref = _call(actor, method, args)
-    try:
-        return await ref
-    except ray.exceptions.RayTaskError as exc:
-        raise _cause(exc) from None
-
-
-def _cause(exc: ray.exceptions.RayTaskError) -> BaseException:
-    cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, BaseException) else exc
 
 
 @functools.cache
@@ -533,5 +493,5 @@ def reap(
         raise InvalidInputError(
             f"no sandbox broker named {name!r} in the Ray namespace {namespace!r}"
         ) from None
-    released: list[str] = _send(actor, "reap", everything)
+    released: list[str] = _wire.send(actor, "reap", everything)
     return released

@@ -39,6 +39,7 @@ import ray
 import ray.exceptions
 
 from .._errors import BrokerUnavailableError, LeaseExpiredError
+from . import _wire
 from ._types import DEFAULT_LEASE_TIMEOUT, Leased
 
 __all__ = ["Link", "Session", "session_for"]
@@ -47,20 +48,6 @@ log = logging.getLogger("workflows")
 
 _RETRY_PAUSE = 0.5  # seconds between two tries of a broker that died
 _ENDED_KEPT = 10_000
-
-
-def _send(actor: Any, method: str, *args: Any) -> Any:
-    """Every call to the broker goes through ``workflows.ray._client._send`` (the one place a
-    test captures to check that the key is never sent)."""
-    from . import _client
-
-    return _client._send(actor, method, *args)
-
-
-async def _send_async(actor: Any, method: str, *args: Any) -> Any:
-    from . import _client
-
-    return await _client._send_async(actor, method, *args)
 
 
 class Link:
@@ -97,7 +84,7 @@ class Link:
         while True:
             actor = self.actor
             try:
-                return _send(actor, method, *args)
+                return _wire.send(actor, method, *args)
             except ray.exceptions.RayActorError as exc:
                 if time.monotonic() - started > (self.broker_wait if wait is None else wait):
                     raise self._unavailable(method, started, exc) from None
@@ -110,7 +97,7 @@ class Link:
         while True:
             actor = self.actor
             try:
-                return await _send_async(actor, method, *args)
+                return await _wire.send_async(actor, method, *args)
             except ray.exceptions.RayActorError as exc:
                 if time.monotonic() - started > (self.broker_wait if wait is None else wait):
                     raise self._unavailable(method, started, exc) from None
@@ -253,7 +240,7 @@ class Session:
                 continue
             if self._idle_long():
                 with contextlib.suppress(Exception):  # the broker forgets it (else it expires)
-                    _send(actor, "close_session", self.session_id)
+                    _wire.send(actor, "close_session", self.session_id)
                 self._idle_since = None
                 self._retire("it held nothing for lease_timeout")
 
@@ -294,7 +281,7 @@ class Session:
         time.sleep(min(_RETRY_PAUSE * 2 ** ((now - self._down_since) // 10), 5.0))
 
     def _open(self, actor: Any) -> None:
-        watch = actor.park.remote(session_id=self.session_id)  # by name: see _client._call
+        watch = actor.park.remote(session_id=self.session_id)  # by name: see _wire._call
         with self._lock:
             held = list(self._held)
             waiting = [item.request for item in self._waiting.values()]
@@ -303,8 +290,8 @@ class Session:
             if releases:
                 for reason in set(releases.values()):
                     ids = [lease for lease, why in releases.items() if why == reason]
-                    _send(actor, "release_many", ids, reason)
-            answer = _send(
+                    _wire.send(actor, "release_many", ids, reason)
+            answer = _wire.send(
                 actor, "open_session", self.session_id, [watch], self.holder, held, waiting
             )
         except BaseException:
@@ -323,7 +310,7 @@ class Session:
         )
 
     def _poll(self, actor: Any) -> None:
-        answer = _send(actor, "poll", self.session_id, self._ack, self.lease_timeout / 3)
+        answer = _wire.send(actor, "poll", self.session_id, self._ack, self.lease_timeout / 3)
         self.lease_timeout = float(answer["lease_timeout"])
         if answer.get("unknown"):
             self._opened.clear()

@@ -14,6 +14,7 @@ import pytest
 import ray
 
 import workflows.ray
+import workflows.ray._wire
 from tests.helpers import RayCluster, listed_sandboxes, wait_until
 from workflows import AsyncLocalSandbox, ConfigurationError, InvalidInputError, LocalSandbox
 from workflows.ray import SandboxBroker
@@ -79,14 +80,14 @@ def test_a_sandbox_passed_between_two_tasks_works_and_carries_no_key(
     ray_cluster: RayCluster, broker_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[bytes] = []
-    original = workflows.ray._client._send
+    original = workflows.ray._wire.send
 
     def capture(actor: Any, method: str, *args: Any) -> Any:
         answer = original(actor, method, *args)
         sent.append(ray.cloudpickle.dumps((method, args, answer)))  # type: ignore[no-untyped-call]
         return answer
 
-    monkeypatch.setattr(workflows.ray._client, "_send", capture)
+    monkeypatch.setattr(workflows.ray._wire, "send", capture)
     broker = SandboxBroker.connect(broker_name, max_sandboxes=2)
     got = ray.get(seed_then_hand_over.remote(broker, ray_cluster.token))
     assert got["read"] == "seeded by task A"
