@@ -135,7 +135,7 @@ def test_infrastructure_failures_are_retried_and_task_failures_only_when_asked(
             "ValueError",
             attempts,
         )
-    assert "infrastructure 1" in without_retries.summary()
+    assert "infrastructure: ApiConnectionError in task #0" in without_retries.summary()
     assert rig.listed() == []
 
 
