@@ -315,6 +315,27 @@ def listed_sandboxes(base_url: str, token: str) -> list[str]:
     return [s["local_sandbox_id"] for s in response.json()["local_sandboxes"]]
 
 
+class Poller:
+    """Counts the emulator's sandboxes of the cluster's tenant in a thread, keeping the most."""
+
+    def __init__(self, cluster: RayCluster) -> None:
+        self.cluster, self.most, self._stop = cluster, 0, threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            count = len(listed_sandboxes(self.cluster.base_url, self.cluster.token))
+            self.most = max(self.most, count)
+
+    def __enter__(self) -> Poller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def read_tar_gz(archive: bytes) -> dict[str, bytes | None]:
     """Member name -> content (None for non-files) of a tar.gz."""
     members: dict[str, bytes | None] = {}

@@ -10,14 +10,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import threading
 import time
 from collections import Counter
 from typing import Any
 
 import ray
 
-from tests.helpers import RayCluster, listed_sandboxes
 from workflows import failure_kind
 from workflows.ray import SandboxBroker
 
@@ -120,24 +118,3 @@ class Keeper:
 
     async def leave(self) -> None:
         await self.block.__aexit__(None, None, None)
-
-
-class Poller:
-    """Counts the emulator's sandboxes of the cluster's tenant in a thread, keeping the most."""
-
-    def __init__(self, cluster: RayCluster) -> None:
-        self.cluster, self.most, self._stop = cluster, 0, threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            count = len(listed_sandboxes(self.cluster.base_url, self.cluster.token))
-            self.most = max(self.most, count)
-
-    def __enter__(self) -> Poller:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()

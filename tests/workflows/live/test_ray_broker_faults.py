@@ -16,8 +16,8 @@ import pytest
 import ray
 
 import workflows.ray
-from tests.helpers import RayCluster, listed_sandboxes, wait_until
-from tests.workflows.live.broker_actors import Episodes, Gate, Keeper, Poller
+from tests.helpers import Poller, RayCluster, listed_sandboxes, wait_until
+from tests.workflows.live.broker_actors import Episodes, Gate, Keeper
 from workflows.ray import SandboxBroker
 
 pytestmark = pytest.mark.slow

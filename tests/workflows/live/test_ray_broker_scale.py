@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 import ray
 
-from tests.helpers import RayCluster, listed_sandboxes, wait_until
+from tests.helpers import Poller, RayCluster, listed_sandboxes, wait_until
 from tests.ray_helpers import start_cluster, with_environment
-from tests.workflows.live.broker_actors import Episodes, Gate, Poller
+from tests.workflows.live.broker_actors import Episodes, Gate
 from workflows.ray import SandboxBroker
 
 pytestmark = [pytest.mark.slow, pytest.mark.scale]

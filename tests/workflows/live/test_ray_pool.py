@@ -26,6 +26,7 @@ import ray
 import workflows.ray
 from tests.helpers import (
     RAY_TEST_TIMEOUT,
+    Poller,
     RayCluster,
     expect_children_to_get_sigint,
     listed_sandboxes,
@@ -68,27 +69,6 @@ def _lease_and_wait(broker: SandboxBroker, gate: Any) -> str:
 
 
 lease_and_wait: Any = ray.remote(num_cpus=0)(_lease_and_wait)
-
-
-class Poller:
-    """Counts the emulator's sandboxes of the cluster's tenant in a thread, keeping the most."""
-
-    def __init__(self, cluster: RayCluster) -> None:
-        self.cluster, self.most, self._stop = cluster, 0, threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            count = len(listed_sandboxes(self.cluster.base_url, self.cluster.token))
-            self.most = max(self.most, count)
-
-    def __enter__(self) -> Poller:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 @pytest.fixture
