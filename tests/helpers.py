@@ -430,6 +430,22 @@ def run_cli(
     )
 
 
+def run_installed_cli(
+    env: Mapping[str, str], *argv: str, cwd: Path | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``klavis-sandbox`` command (found on ``env``'s PATH, as a user's shell
+    finds it) with exactly ``env`` as its environment; its status, stdout and stderr."""
+    return subprocess.run(
+        ["klavis-sandbox", *argv],
+        capture_output=True,
+        text=True,
+        env=dict(env),
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )
+
+
 @contextlib.contextmanager
 def emulator_process(python: str, data_dir: Path) -> Iterator[str]:
     """``python -m klavis_emulator`` on a free port, its state in ``data_dir``: its base URL.

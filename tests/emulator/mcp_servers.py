@@ -12,7 +12,7 @@ import secrets
 import shutil
 import tarfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -21,6 +21,7 @@ import pytest
 from klavis_emulator import EmulatorConfig, EmulatorServer
 from klavis_emulator._exec.confinement import CONFINE_ENV, confine_setting_from_env
 from klavis_emulator._mcp.host import McpHost
+from klavis_emulator._mcp.setup import find_tools
 
 __all__ = [
     "MODES",
@@ -49,6 +50,15 @@ def hosting_emulator(mode: str, *, mcp_at_acquire: bool = True) -> Iterator[Emul
     finally:
         host(server).shutdown(wait=15)
         server.stop()
+
+
+def skip_without(servers: Sequence[str]) -> None:
+    """Skip, naming what is missing, when a server lacks what the project cannot install here
+    (Node.js, a program of the distribution, a Python version)."""
+    tools = find_tools()
+    missing = [f"{s}: {why}" for s in servers if (why := tools.missing_outside(s))]
+    if missing:
+        pytest.skip("; ".join(missing))
 
 
 def host(server: EmulatorServer) -> McpHost:

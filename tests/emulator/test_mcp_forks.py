@@ -22,12 +22,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from klavis_emulator import EmulatorConfig, EmulatorServer
+from klavis_emulator import EmulatorServer
 from klavis_emulator._exec import sandbox_processes
-from klavis_emulator._exec.confinement import CONFINE_ENV
 from klavis_emulator._mcp.host import McpHost
-from klavis_emulator._mcp.setup import find_tools
-from tests.emulator.test_reset_servers import DAEMON, Box, box
+from tests.emulator.mcp_servers import skip_without
+from tests.emulator.test_reset_servers import DAEMON, Box, box, emulator_with_spares
 from tests.helpers import require_confinement, wait_until
 from workflows import _mcp as client
 
@@ -68,40 +67,20 @@ KNOCK = (
 )
 
 
-def _skip_without_servers() -> None:
-    tools = find_tools()
-    missing = [f"{s}: {why}" for s in FORKED if (why := tools.missing_outside(s))]
-    if missing:
-        pytest.skip("; ".join(missing))
-
-
-@contextlib.contextmanager
-def _emulator(tmp: Path, *, confined: bool) -> Iterator[EmulatorServer]:
-    with pytest.MonkeyPatch.context() as patch:
-        if not confined:
-            patch.setenv(CONFINE_ENV, "0")
-        patch.delenv("KLAVIS_EMULATOR_MCP_FORK", raising=False)
-        server = EmulatorServer(EmulatorConfig(data_dir=tmp / "data", mcp_spares=1)).start()
-    try:
-        assert host(server).confined is confined
-        yield server
-    finally:
-        host(server).shutdown(wait=30)
-        server.stop()
-
-
 @pytest.fixture(scope="module")
 def confined(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
     require_confinement()
-    _skip_without_servers()
-    with _emulator(tmp_path_factory.mktemp("forks-confined"), confined=True) as server:
+    skip_without(FORKED)
+    with emulator_with_spares(tmp_path_factory.mktemp("forks-confined"), confined=True) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def unconfined(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
-    _skip_without_servers()
-    with _emulator(tmp_path_factory.mktemp("forks-unconfined"), confined=False) as server:
+    skip_without(FORKED)
+    with emulator_with_spares(
+        tmp_path_factory.mktemp("forks-unconfined"), confined=False
+    ) as server:
         yield server
 
 
@@ -264,10 +243,10 @@ def test_acquire_starts_the_fork_server_and_the_first_call_forks(
 def test_a_dead_fork_server_leaves_its_servers_to_processes_of_their_own(tmp_path: Path) -> None:
     # the server's command (the fork client) finds no fork server: it runs the server itself
     require_confinement()
-    _skip_without_servers()
+    skip_without(FORKED)
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    with _emulator(tmp_path, confined=True) as server, box(server, ["git"]) as sb:
+    with emulator_with_spares(tmp_path, confined=True) as server, box(server, ["git"]) as sb:
         host(server).wait_warm(sb.id, timeout=300)
         fork_server = psutil.Process(host(server).processes.forks.pids()["git"])
         fork_server.kill()

@@ -31,11 +31,10 @@ from klavis_emulator import EmulatorConfig, EmulatorServer
 from klavis_emulator._exec import sandbox_processes
 from klavis_emulator._exec.confinement import CONFINE_ENV
 from klavis_emulator._mcp.host import McpHost
-from klavis_emulator._mcp.setup import find_tools
+from tests.emulator.mcp_servers import skip_without
 from tests.helpers import Executions, require_confinement, wait_until
 from workflows import _mcp as client
 
-TOOLS = find_tools()
 STATEFUL = ("filesystem", "terminal", "localmemory", "desktop-commander", "code-runner")
 PACK = {"task.md": "Find the answer.\n", "data/input.csv": "a,b\n1,2\n"}
 
@@ -59,18 +58,14 @@ EXECUTION = (
 )
 
 
-def _skip_without(servers: Sequence[str]) -> None:
-    """Skip when a server lacks what the project cannot install here (Node.js, ...)."""
-    missing = [f"{s}: {why}" for s in servers if (why := TOOLS.missing_outside(s))]
-    if missing:
-        pytest.skip("; ".join(missing))
-
-
 @contextlib.contextmanager
-def _emulator(tmp: Path, *, confined: bool) -> Iterator[EmulatorServer]:
+def emulator_with_spares(tmp: Path, *, confined: bool) -> Iterator[EmulatorServer]:
+    """An emulator of its own keeping one spare server set per shape, confined or not (fork
+    servers as by default), its MCP-Atlas data a small pack."""
     with pytest.MonkeyPatch.context() as patch:
         if not confined:
             patch.setenv(CONFINE_ENV, "0")
+        patch.delenv("KLAVIS_EMULATOR_MCP_FORK", raising=False)
         config = EmulatorConfig(
             data_dir=tmp / "data", mcp_spares=1, benchmark_data={"MCP_Atlas": _pack(tmp)}
         )
@@ -95,14 +90,14 @@ def _pack(tmp: Path) -> Path:
 def confined(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
     """A confined emulator that keeps one spare per shape (this module's own)."""
     require_confinement()
-    with _emulator(tmp_path_factory.mktemp("confined"), confined=True) as server:
+    with emulator_with_spares(tmp_path_factory.mktemp("confined"), confined=True) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def unconfined(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
     """An unconfined emulator (``KLAVIS_EMULATOR_CONFINE=0``): no spares there."""
-    with _emulator(tmp_path_factory.mktemp("unconfined"), confined=False) as server:
+    with emulator_with_spares(tmp_path_factory.mktemp("unconfined"), confined=False) as server:
         yield server
 
 
@@ -169,7 +164,7 @@ class Box:
 def box(
     server: EmulatorServer, servers: Sequence[str], benchmark: str | None = None
 ) -> Iterator[Box]:
-    _skip_without(servers)
+    skip_without(servers)
     made = Box(server, servers, benchmark)
     try:
         yield made

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import tiny_wheel
+from tests.helpers import run_installed_cli, tiny_wheel
 from workflows import LocalSandbox
 
 BIN = Path(sys.executable).parent  # where the install put `klavis-sandbox`
@@ -42,20 +42,6 @@ def sandbox(conn: dict[str, Any]) -> Iterator[LocalSandbox]:
         yield sb
 
 
-def _cli(
-    env: dict[str, str], *argv: str, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["klavis-sandbox", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=180,
-        check=False,
-    )
-
-
 def test_exec_exits_with_the_scripts_status_and_stdout_is_the_scripts_alone(
     env: dict[str, str], sandbox: LocalSandbox, tmp_path: Path
 ) -> None:
@@ -70,7 +56,7 @@ def test_exec_exits_with_the_scripts_status_and_stdout_is_the_scripts_alone(
         "sys.exit(3)\n"
     )
     argv = ["exec", sandbox.id, "job.py", "-r", "reqs.txt", "--file", "wheels", "--name", "j1"]
-    ran = _cli(env, *argv, cwd=tmp_path)
+    ran = run_installed_cli(env, *argv, cwd=tmp_path)
     assert ran.returncode == 3, ran.stderr
     assert ran.stdout == "value 42\nno newline at the end"
     assert "a warning\n" in ran.stderr
@@ -81,10 +67,10 @@ def test_exec_exits_with_the_scripts_status_and_stdout_is_the_scripts_alone(
     assert "the script exited with status 3" in ran.stderr
 
     # read again afterwards: by the CLI, split and with the status, and by the library
-    again = _cli(env, "logs", f"{sandbox.id}/j1")
+    again = run_installed_cli(env, "logs", f"{sandbox.id}/j1")
     assert (again.returncode, again.stdout) == (3, ran.stdout), again.stderr
     assert "a warning\n" in again.stderr
-    quiet = _cli(env, "logs", f"{sandbox.id}/j1", "-q")
+    quiet = run_installed_cli(env, "logs", f"{sandbox.id}/j1", "-q")
     assert (quiet.returncode, quiet.stdout, quiet.stderr) == (3, ran.stdout, "a warning\n")
     run = sandbox.execution("j1")
     text = "".join(run.logs())  # the two streams merged again (in the order they were read)
@@ -104,15 +90,15 @@ def test_exec_statuses_a_signal_and_none_known(
     env: dict[str, str], sandbox: LocalSandbox, tmp_path: Path
 ) -> None:
     (tmp_path / "ok.py").write_text("print('fine')\n")
-    ran = _cli(env, "exec", sandbox.id, "ok.py", "-q", cwd=tmp_path)
+    ran = run_installed_cli(env, "exec", sandbox.id, "ok.py", "-q", cwd=tmp_path)
     assert (ran.returncode, ran.stdout, ran.stderr) == (0, "fine\n", "")
     (tmp_path / "killed.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
-    ran = _cli(env, "exec", sandbox.id, "killed.py", "-q", cwd=tmp_path)
+    ran = run_installed_cli(env, "exec", sandbox.id, "killed.py", "-q", cwd=tmp_path)
     assert ran.returncode == 128 + 9
     assert "the script was killed by signal 9" in ran.stderr
     # pip fails: main.py never runs, and nothing tells a status; a documented code, a line
     (tmp_path / "missing.txt").write_text("--no-index\nno-such-package-xyz==1\n")
-    ran = _cli(env, "exec", sandbox.id, "ok.py", "-r", "missing.txt", cwd=tmp_path)
+    ran = run_installed_cli(env, "exec", sandbox.id, "ok.py", "-r", "missing.txt", cwd=tmp_path)
     assert ran.returncode == 125, ran.stderr
     assert ran.stdout == ""
     assert "no exit status is known" in ran.stderr
@@ -124,10 +110,10 @@ def test_logs_of_an_execution_started_by_the_library_go_whole_to_stdout(
 ) -> None:
     run = sandbox.execute("import sys\nprint('plain')\nsys.exit(4)\n", name="plain-1")
     assert run.wait() == "failed"
-    ran = _cli(env, "logs", run.id)
+    ran = run_installed_cli(env, "logs", run.id)
     assert ran.returncode == 4, ran.stderr
     assert ran.stdout.startswith("plain\n")
-    bad = _cli(env, "logs", "no-slash")
+    bad = run_installed_cli(env, "logs", "no-slash")
     assert (bad.returncode, "is not SANDBOX_ID/NAME" in bad.stderr) == (2, True)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import run_installed_cli
 from workflows import list_sandboxes
 
 BIN = Path(sys.executable).parent  # where the install put `klavis-sandbox`
@@ -40,15 +41,7 @@ def _quiet(env: dict[str, str], cwd: Path, *argv: str, first: bool) -> str:
     """Run ``klavis-sandbox -q ARGV`` (``first``) or ``klavis-sandbox ARGV -q``; its stdout.
     It must succeed and write nothing on stderr."""
     args = ["-q", *argv] if first else [*argv, "-q"]
-    done = subprocess.run(
-        ["klavis-sandbox", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=300,
-        check=False,
-    )
+    done = run_installed_cli(env, *args, cwd=cwd, timeout=300)
     assert (done.returncode, done.stderr) == (0, ""), args
     return done.stdout
 

@@ -6,7 +6,6 @@ the README's tracing inside workers (``worker_process_setup_hook``, the emulator
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import re
@@ -32,6 +31,7 @@ from tests.helpers import (
     listed_sandboxes,
     wait_until,
 )
+from tests.workflows.live.broker_actors import Gate
 from workflows import LocalSandbox, TaskTimeoutError, WorkerDiedError
 from workflows.ray import RaySandboxPool, SandboxBroker
 
@@ -40,25 +40,6 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(RAY_TEST_TIMEOUT)]  # a cluster's start
 DRIVER = Path(__file__).with_name("ray_driver.py")
-
-
-@ray.remote(num_cpus=0)
-class Gate:
-    """What the tasks wait for, on the cluster: opened by the test."""
-
-    def __init__(self) -> None:
-        self.event: asyncio.Event | None = None
-
-    def _event(self) -> asyncio.Event:
-        if self.event is None:  # made on the actor's event loop
-            self.event = asyncio.Event()
-        return self.event
-
-    async def wait(self) -> None:
-        await self._event().wait()
-
-    async def open(self) -> None:
-        self._event().set()
 
 
 def _lease_and_wait(broker: SandboxBroker, gate: Any) -> str:
