@@ -11,11 +11,10 @@ editors see every keyword and its type (PEP 692); :func:`resolve_acquire` and
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from ._config import Settings, resolve_settings
+from ._config import Settings, check_keywords, resolve_settings
 from ._models import AcquireRequest, Benchmark, ServerNames, check_acquire
 from ._ownership import ledger_of
 
@@ -37,6 +36,7 @@ __all__ = [
     "ConnectionOptions",
     "ReleaseOptions",
     "Unpack",
+    "check_keywords",
     "resolve_acquire",
     "resolve_connection",
 ]
@@ -124,15 +124,6 @@ class Acquire:
             limits=self.limits,
             host_limits=self.host_limits or HostLimits(),
         )
-
-
-def check_keywords(where: str, options: Mapping[str, Any], kind: Any) -> None:
-    """A ``TypeError`` naming the first keyword ``options`` holds that the TypedDict ``kind``
-    has not, as Python says it of a signature."""
-    known = kind.__required_keys__ | kind.__optional_keys__
-    for name in options:
-        if name not in known:
-            raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
 
 
 def resolve_connection(where: str, options: ConnectionOptions, kind: Any) -> Settings:

@@ -15,13 +15,16 @@ import logging
 import math
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from ._errors import ConfigurationError
 
 __all__ = [
+    "check_keywords",
     "API_KEY_ENV",
     "API_KEY_FILE_ENV",
     "BASE_URL_ENV",
@@ -340,3 +343,12 @@ def resolve_settings(
         retry_attempts=defaults.retry_attempts if retry_attempts is None else retry_attempts,
         retry_deadline=defaults.retry_deadline if retry_deadline is None else retry_deadline,
     )
+
+
+def check_keywords(where: str, options: Mapping[str, Any], kind: Any) -> None:
+    """A ``TypeError`` naming the first keyword ``options`` holds that the TypedDict ``kind``
+    has not, as Python says it of a signature."""
+    known = kind.__required_keys__ | kind.__optional_keys__
+    for name in options:
+        if name not in known:
+            raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")

@@ -26,7 +26,6 @@ from ._exec_launcher import PREFIX, SCRIPT
 from ._seed import SourceFile, plan_mapping
 
 __all__ = [
-    "LAUNCHED_SCRIPT",
     "LogSplitter",
     "Piece",
     "Stream",
@@ -37,9 +36,6 @@ __all__ = [
 
 Stream = Literal["stdout", "stderr", "log"]
 Piece = tuple[Stream, str]
-
-LAUNCHED_SCRIPT = SCRIPT
-"""The name the user's ``main.py`` travels under beside the launcher."""
 
 _KINDS: dict[str, tuple[Stream, str]] = {
     "o": ("stdout", "\n"),
@@ -65,8 +61,7 @@ def with_launcher(entries: Sequence[SourceFile]) -> list[SourceFile]:
 class LogSplitter:
     """Reads a log in the pieces it arrives in; :meth:`feed` and :meth:`end` return its text as
     ``(stream, text)`` pieces, in order. After the launcher's last record, :attr:`exit_code`
-    is the script's exit status (``-N``: killed by signal N); :attr:`framed` says whether any
-    record was seen.
+    is the script's exit status (``-N``: killed by signal N).
 
     >>> split = LogSplitter()
     >>> split.feed("Collecting httpx\\n##klavis-exec o 42\\n##klavis-exec e oops\\n##klav")
@@ -77,7 +72,6 @@ class LogSplitter:
 
     def __init__(self) -> None:
         self.exit_code: int | None = None
-        self.framed = False
         self._held = ""  # the start of a line that may be a record: kept until its newline
         self._mid_line = False  # inside a line that is not a record
 
@@ -116,7 +110,6 @@ class LogSplitter:
         if line.startswith(PREFIX) and line[len(PREFIX) + 1 : len(PREFIX) + 2] == " ":
             kind, payload = line[len(PREFIX)], line[len(PREFIX) + 2 :]
             if kind in _KINDS:
-                self.framed = True
                 stream, ending = _KINDS[kind]
                 return stream, payload + ending
             if kind == "x":
@@ -125,7 +118,6 @@ class LogSplitter:
                 except ValueError:
                     pass
                 else:
-                    self.framed = True
                     return "log", ""
         return "log", line + "\n"
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._dump._archive import ArchiveLimits, read_snapshot
 from ._errors import ApiError, ExecutionTimeoutError, InvalidInputError, NotFoundError
-from ._exec_streams import LogSplitter, Piece
+from ._exec_streams import LogSplitter, Piece, execution_id
 from ._flows import Blocking, Call, Flow, Sleep, download_signed, upload_signed
 from ._models import body_dict
 from ._ownership import is_ambiguous
@@ -307,7 +307,7 @@ class _ExecutionBase:
     @property
     def id(self) -> str:
         """``SANDBOX_ID/NAME``: how ``klavis-sandbox logs ID`` names this execution."""
-        return f"{self.sandbox_id}/{self.name}"
+        return execution_id(self.sandbox_id, self.name)
 
     def _pieces(self, split: LogSplitter, text: str | None) -> list[Piece]:
         """The next pieces of the log (``text``), or what was held back once it ended (None);

@@ -115,6 +115,10 @@ class ServerInfo:
     tags: tuple[str, ...] | None = None
 
 
+HEALTHY_STATUS = "occupied"
+"""The status of an acquired sandbox whose servers answer (what a pool's health check wants)."""
+
+
 @dataclass(frozen=True)
 class SandboxInfo:
     """What the API says about a sandbox: id, status, benchmark, creation time and servers."""

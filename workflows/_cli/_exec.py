@@ -152,7 +152,7 @@ def start_launched(sb: LocalSandbox, entries: list[SourceFile], name: str) -> Ex
     """Start the execution archive ``entries`` (with exec's launcher) as ``name``."""
     start, run_name, _ = sb._start_entries(entries, name, False)
     sb._driver.run(start)
-    return Execution(sb._driver, sb.id, run_name, limits=sb.limits, progress=False)
+    return sb.execution(run_name)
 
 
 def cmd_exec(args: argparse.Namespace, ui: Output) -> int:

@@ -21,7 +21,7 @@ from .._config import Settings
 from .._drivers import AsyncDriver
 from .._errors import TaskTimeoutError
 from .._host_limits import SlotWaitAbandoned, giving_up_when
-from .._models import ServerNames
+from .._models import HEALTHY_STATUS, ServerNames
 from .._recipes import ReleaseResult, async_bulk_release, bulk_release
 from .._sandbox import LocalSandbox
 from ._async import AsyncBackendPool
@@ -33,9 +33,6 @@ from ._sync import BackendPool
 __all__ = ["AsyncLocalBackend", "AsyncSandboxPool", "LocalBackend", "SandboxPool"]
 
 R = TypeVar("R")
-
-HEALTHY_STATUS = "occupied"
-"""The status of a sandbox that is held and working."""
 
 
 class _Acquires:

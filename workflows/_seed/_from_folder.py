@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from workflows._config import DEFAULT_MAX_FILE_SIZE
+from workflows._config import DEFAULT_MAX_FILE_SIZE, check_keywords
 from workflows._errors import FileTooLargeError, InvalidInputError
 from workflows._paths import check_name_length, shown_path
 
@@ -272,9 +272,7 @@ class FolderRules:
     def of(cls, where: str, options: Mapping[str, Any]) -> FolderRules:
         """The rules the keywords ``options`` of ``where`` (e.g. ``"seed_directory"``) give;
         any other keyword is a ``TypeError``, as Python says it of a signature."""
-        for name in options:
-            if name not in FolderOptions.__optional_keys__:
-                raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+        check_keywords(where, options, FolderOptions)
         return cls(**options)
 
     def plan(self, root: str | os.PathLike[str]) -> list[SourceFile]:

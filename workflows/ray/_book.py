@@ -45,7 +45,6 @@ class Session:
     events: dict[int, tuple[Any, ...]] = field(default_factory=dict)  # seq -> undelivered
     next_seq: int = 1
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    closed: asyncio.Event = field(default_factory=asyncio.Event)  # its park call returns
     watch: asyncio.Task[None] | None = None
     attached: bool = True  # False: known only from a dead broker's records, not back yet
 

@@ -271,14 +271,17 @@ class Grants:
         finally:
             current_lease.reset(token)
         book.warming[key] -= 1
-        self._keep_idle(key, sandbox)
+        self._keep_idle(key, sandbox, recorded=True)
 
-    def _keep_idle(self, key: WarmKey, sandbox: AsyncLocalSandbox) -> None:
+    def _keep_idle(self, key: WarmKey, sandbox: AsyncLocalSandbox, *, recorded: bool) -> None:
+        """``sandbox`` idle and warm for leases of ``key`` (released instead when closing);
+        its record written as a warm one unless it already is (``recorded``)."""
         if self._closing:
             self._spawn(self._release_then_free(sandbox))
             return
         self._book.idle.setdefault(key, []).append(Idle(sandbox, time.monotonic()))
-        self._record(sandbox, None)
+        if not recorded:
+            self._record(sandbox, None)
         self.dispatch()
 
     # ----------------------------------------------------------------- giving back
@@ -301,7 +304,7 @@ class Grants:
             else:
                 book.warming[key] -= 1
                 book.counts["warm_resets"] += 1
-                self._keep_idle(key, sandbox)
+                self._keep_idle(key, sandbox, recorded=False)  # a lease's until now
                 return
             book.warming[key] -= 1
         await self._release_sandbox(sandbox)

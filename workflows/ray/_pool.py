@@ -44,11 +44,12 @@ import ray.exceptions
 from .._acquire import Unpack, resolve_acquire
 from .._errors import InvalidInputError, TaskTimeoutError, WorkerDiedError
 from .._handle import SandboxHandle
-from .._models import ServerNames
+from .._models import HEALTHY_STATUS, ServerNames
 from .._pool import Attempt, AttemptOutcome, BackendPool, SandboxPoolOptions
 from .._pool._options import resolve_pool, split_pool_options
 from .._recipes import ReleaseResult
 from .._sandbox import LocalSandbox
+from . import _wire
 from ._client import DEFAULT_BROKER_NAME, DEFAULT_NAMESPACE, Leases, SandboxBroker, leases_of
 from ._key import refuse_key_in_options
 from ._leased import LeasedSandbox
@@ -69,9 +70,6 @@ DIED: tuple[type[BaseException], ...] = (
 )
 """What ``ray.get`` raises when the process running a task died (or the task was cancelled by
 someone else): the task did nothing wrong."""
-
-HEALTHY_STATUS = "occupied"
-"""The status of a sandbox that is held and working (the service's word)."""
 
 
 def _run_task(fn: Any, handle: SandboxHandle, task: Any) -> Any:
@@ -232,8 +230,7 @@ class RayBackend:
             )
             return AttemptOutcome(error=error, timed_out=True)
         except ray.exceptions.RayTaskError as exc:
-            cause = getattr(exc, "cause", None)
-            return AttemptOutcome(error=cause if isinstance(cause, BaseException) else exc)
+            return AttemptOutcome(error=_wire.cause(exc))
         except DIED as exc:
             died = WorkerDiedError(
                 f"the Ray worker running task {attempt.index} died ({type(exc).__name__}: "

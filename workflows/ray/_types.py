@@ -89,9 +89,8 @@ class Warm:
         _positive("Warm's idle_timeout", self.idle_timeout)
         if self.template is not None and not isinstance(self.template, (Mapping, SeedTemplate)):
             raise InvalidInputError(
-                f"Warm's template must be a mapping of files or a SeedTemplate (as sb.seed "
-                f"takes), got "
-                f"{type(self.template).__name__}"
+                "Warm's template must be a mapping of files or a SeedTemplate (as sb.seed "
+                f"takes), got {type(self.template).__name__}"
             )
 
     def key(self, default_base_url: str) -> WarmKey:

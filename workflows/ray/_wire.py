@@ -16,7 +16,7 @@ import ray.exceptions
 
 from ._broker import Broker
 
-__all__ = ["send", "send_async"]
+__all__ = ["cause", "send", "send_async"]
 
 
 @functools.cache
@@ -42,7 +42,7 @@ def send(actor: Any, method: str, *args: Any) -> Any:
     try:
         return ref.future().result()
     except ray.exceptions.RayTaskError as exc:
-        raise _cause(exc) from None
+        raise cause(exc) from None
 
 
 async def send_async(actor: Any, method: str, *args: Any) -> Any:
@@ -51,9 +51,10 @@ async def send_async(actor: Any, method: str, *args: Any) -> Any:
     try:
         return await ref
     except ray.exceptions.RayTaskError as exc:
-        raise _cause(exc) from None
+        raise cause(exc) from None
 
 
-def _cause(exc: ray.exceptions.RayTaskError) -> BaseException:
+def cause(exc: ray.exceptions.RayTaskError) -> BaseException:
+    """What a Ray task raised: its own exception where Ray kept it, else Ray's error."""
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, BaseException) else exc
