@@ -5,6 +5,7 @@ library's process-wide bookkeeping per test, tar.gz and execution helpers (their
 from __future__ import annotations
 
 import secrets
+import signal
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ import pytest
 
 from workflows import EmulatorProcess, _ownership
 
-from .helpers import Executions, Face, LoopThread, MakeTarGz, build_tar_gz
+from .helpers import Executions, Face, LoopThread, MakeTarGz, build_tar_gz, sigint_state
 
 if TYPE_CHECKING:  # imported where used: see emulator_url
     from klavis_emulator import EmulatorServer
@@ -24,6 +25,28 @@ def _fresh_ownership() -> None:
     """Each test starts with nothing owned, claimed or in flight in this process (the
     library's process-wide registries; see ``workflows._ownership``)."""
     _ownership.clear()
+
+
+@pytest.fixture(autouse=True)
+def _sigint_left_as_found() -> Iterator[None]:
+    """A test that leaves SIGINT ignored in this process (or blocked in its main thread)
+    fails itself, and the state is put back: every child the next tests start would inherit
+    it and never answer Ctrl-C (a full run once saw 21 later tests of one worker fail
+    ``expect_children_to_get_sigint``, none of them the cause)."""
+    before = sigint_state()
+    yield
+    after = sigint_state()
+    if after == before:
+        return
+    blocked, ignored = after
+    if blocked and not before[0]:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+    if ignored and not before[1]:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    raise AssertionError(
+        f"this test left SIGINT {'blocked in the main thread' if blocked else 'ignored'} "
+        f"in the test process (before: blocked {before[0]}, ignored {before[1]}); put back"
+    )
 
 
 @pytest.fixture(scope="session")

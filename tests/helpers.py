@@ -252,6 +252,16 @@ def git_repo(folder: Path, *, object_format: str = "sha1") -> Path:
     return folder
 
 
+def sigint_state() -> tuple[bool, bool]:
+    """Whether SIGINT is blocked in this thread, and whether this process ignores it
+    (``SigIgn`` in ``/proc/self/status``: a handler set from C shows there too, where
+    ``signal.getsignal`` says ``None``)."""
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    with open("/proc/self/status") as status:
+        ignoring = next(int(line.split()[1], 16) for line in status if line.startswith("SigIgn"))
+    return blocked, bool(ignoring & (1 << (signal.SIGINT - 1)))
+
+
 def expect_children_to_get_sigint() -> None:
     """Fail, saying why, where a child started now from this thread could not answer Ctrl-C:
     SIGINT blocked in this thread (a child inherits the mask of the thread that forks it, and
@@ -276,10 +286,7 @@ def expect_children_to_get_sigint() -> None:
     code in the child of a process full of threads (Ray's, gRPC's, the emulator's) instead of
     ``vfork`` straight to ``exec``: Python's documentation warns that it may deadlock there.
     """
-    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    with open("/proc/self/status") as status:
-        ignoring = next(int(line.split()[1], 16) for line in status if line.startswith("SigIgn"))
-    ignored = bool(ignoring & (1 << (signal.SIGINT - 1)))
+    blocked, ignored = sigint_state()
     if blocked or ignored:
         raise AssertionError(
             f"a child started now would not answer SIGINT: blocked in thread "
