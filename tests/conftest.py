@@ -31,8 +31,8 @@ def _fresh_ownership() -> None:
 def _sigint_left_as_found() -> Iterator[None]:
     """A test that leaves SIGINT ignored in this process (or blocked in its main thread)
     fails itself, and the state is put back: every child the next tests start would inherit
-    it and never answer Ctrl-C (a full run once saw 21 later tests of one worker fail
-    ``expect_children_to_get_sigint``, none of them the cause)."""
+    it and never answer Ctrl-C, and the tests that send one would fail
+    (``expect_children_to_get_sigint``) though none of them is the cause."""
     before = sigint_state()
     yield
     after = sigint_state()

@@ -290,7 +290,9 @@ def expect_children_to_get_sigint() -> None:
     if blocked or ignored:
         raise AssertionError(
             f"a child started now would not answer SIGINT: blocked in thread "
-            f"{threading.current_thread().name}: {blocked}; ignored in this process: {ignored}"
+            f"{threading.current_thread().name}: {blocked}; ignored in this process: {ignored} "
+            "(a shell without job control starts its background jobs with SIGINT ignored: "
+            "run the tests in the foreground, or `set -m` before `&`)"
         )
 
 
