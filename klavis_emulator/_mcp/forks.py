@@ -38,7 +38,14 @@ What each way weighed costs (for the issue's MCP-Atlas shape; figures in
 * **The child of a fork server inside bubblewrap's command**: a child forked outside stays
   outside the sandbox's namespaces unless it joins them, which is what this module does.
 * **Node servers** (four of the seven): Node has no fork; their heaps are trimmed instead
-  (``--max-semi-space-size``, see :data:`~.launchers.NODE_FLAGS`).
+  (``--max-semi-space-size``, one V8 worker, one malloc arena, no module-hook thread, see
+  :data:`~.launchers.NODE_FLAGS`), and desktop-commander loads its document libraries at
+  their first use (:func:`~.launchers._load_on_first_use`). Serving two sandboxes' Node
+  servers from one process was not weighed further: each sandbox must have its own
+  processes, confined. Starting a server only at its sandbox's first call to it would spare
+  what a sandbox never calls, but every server is started at acquire so that the first call
+  does not wait for a start (desktop-commander's is 0.5-0.7 s of CPU), and the bench's
+  figure is measured after a call to every server, where it would change nothing.
 * **The fork servers' lifetime**: each dies with the thread that started it
   (``PR_SET_PDEATHSIG`` is per thread), so they are started on the host's loop thread only
   (every start is made there); a worker thread's would end them when it idles out.

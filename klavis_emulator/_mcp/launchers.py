@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Final
 
 from .kinds import ForkRecipe, LaunchContext, LaunchParts, SystemProgram
@@ -144,21 +145,46 @@ _MEMORY_FOLDER_HOOK: Final = (
 )
 
 
-NODE_FLAGS: Final[tuple[str, ...]] = ("--max-semi-space-size=1",)
+def _data_url(source: str) -> str:
+    return "data:text/javascript," + urllib.parse.quote(source, safe="")
+
+
+NODE_FLAGS: Final[tuple[str, ...]] = (
+    "--max-semi-space-size=1",
+    "--v8-pool-size=1",
+    "--import",
+    _data_url("delete process.env.MALLOC_ARENA_MAX"),
+)
 """V8 options of every Node.js server. ``--max-semi-space-size=1`` (MB): V8's young generation
 grows to two 16 MiB semi-spaces by default (Node 20), which a server's start fills and keeps;
 a server answers one client at a time and needs none of it. Measured (PSS of the private
 pages, 15 s after ``tools/list``): desktop-commander 75 -> 44 MiB, filesystem 29 -> 21,
-code-runner 36 -> 27, localmemory 28 -> 22. Weighed and left out: ``--jitless`` and
+code-runner 36 -> 27, localmemory 28 -> 22. ``--v8-pool-size=1``: one V8 worker thread (for
+concurrent compiling and marking) instead of one per core, with :data:`NODE_ENV`'s one malloc
+arena: measured together (private memory 5 s after ``tools/list``, three of each, load 18):
+desktop-commander 53.5 -> 47.6 MiB, code-runner 27.3 -> 25.5, filesystem 21.5 -> 20.8,
+localmemory 20.8 -> 19.8, threads 11 -> 8, no slower to start or to answer. The ``--import``
+takes :data:`NODE_ENV` out of the server's environment once glibc has read it (before
+``main``), so the commands a server runs (code-runner's snippets, desktop-commander's shells)
+keep glibc's default arenas. Weighed and left out: ``--jitless`` and
 ``--lite-mode`` (1 to 2 MiB less; desktop-commander and code-runner fail to start),
 ``--max-old-space-size`` (a hard cap: a big file read would end the server with "heap out of
 memory", for 3 to 5 MiB), ``--single-threaded`` (3 MiB less for desktop-commander, its garbage
-collection on the main thread), ``--optimize-for-size`` (no smaller once the semi-spaces are)."""
+collection on the main thread), ``--single-threaded-gc`` (nothing measurable beside the
+pool of one), ``--optimize-for-size`` (no smaller once the semi-spaces are), a module hook
+(``node:module``'s ``register``: its hooks run on a thread with a V8 isolate of its own, about
+10 MiB; see :func:`launch_desktop_commander`)."""
+
+NODE_ENV: Final[Mapping[str, str]] = {"MALLOC_ARENA_MAX": "1"}
+"""Environment of every Node.js server: one malloc arena for its threads (glibc makes up to 8
+per core, each keeping what its thread freed): the main thread allocates almost everything."""
 
 
 def _node(ctx: LaunchContext, *args: str, env: Mapping[str, str] | None = None) -> LaunchParts:
     assert ctx.node is not None
-    return LaunchParts((str(ctx.node), *NODE_FLAGS, str(ctx.program), *args), dict(env or {}))
+    return LaunchParts(
+        (str(ctx.node), *NODE_FLAGS, str(ctx.program), *args), {**NODE_ENV, **(env or {})}
+    )
 
 
 def launch_filesystem(ctx: LaunchContext) -> LaunchParts:
@@ -187,7 +213,7 @@ def launch_localmemory(ctx: LaunchContext) -> LaunchParts:
     assert ctx.node is not None
     return LaunchParts(
         (str(ctx.node), *NODE_FLAGS, "--import", _data_url(_MEMORY_FOLDER_HOOK), str(ctx.program)),
-        {"MEMORY_FILE_PATH": f"{ctx.workspace}/{MEMORY_FILE}"},
+        {**NODE_ENV, "MEMORY_FILE_PATH": f"{ctx.workspace}/{MEMORY_FILE}"},
     )
 
 
@@ -205,7 +231,7 @@ def launch_code_runner(ctx: LaunchContext) -> LaunchParts:
     assert ctx.node is not None
     return LaunchParts(
         (str(ctx.node), *NODE_FLAGS, "--import", _CONSOLE_TO_STDERR, str(ctx.program)),
-        {"TMPDIR": ctx.tmp, "TMP": ctx.tmp, "TEMP": ctx.tmp},
+        {**NODE_ENV, "TMPDIR": ctx.tmp, "TMP": ctx.tmp, "TEMP": ctx.tmp},
     )
 
 
@@ -324,40 +350,130 @@ _WRITE_THEN_EXEC: Final = (
 command that follows."""
 
 
-def _data_url(source: str) -> str:
-    return "data:text/javascript," + urllib.parse.quote(source, safe="")
+_WRITE_THEN_EXEC_ON_PATH: Final = (
+    'mkdir -p -- "$(dirname -- "$1")" && printf %s "$2" > "$1"'
+    ' && PATH="$3:$PATH" && export PATH && shift 3 && exec "$@"'
+)
+"""``sh -c`` script: :data:`_WRITE_THEN_EXEC` with the folder ``$3`` first on ``PATH``."""
 
 
-def _module_alias_hook(specifier: str, module_source: str) -> str:
-    """A ``node --import`` argument that makes ``import(specifier)`` load ``module_source``
-    (a customization hook registered with ``node:module``'s ``register``, Node >= 18.19)."""
-    hooks = (
-        "export async function resolve(specifier, context, next) {"
-        f" return specifier === {json.dumps(specifier)}"
-        f" ? {{ url: {json.dumps(_data_url(module_source))}, shortCircuit: true }}"
-        " : next(specifier, context); }"
-    )
+def _without_npm_ripgrep(node_modules: Path) -> str:
+    """A ``node --import`` argument after which ``import('@vscode/ripgrep')`` fails.
+
+    The package's ``lib/index.js`` (1.18) resolves the binary from the package
+    ``@vscode/ripgrep-<platform>-<npm_config_arch or process.arch>`` and throws when there is
+    none: imported once with ``npm_config_arch=none``, its failure stays in Node's module map,
+    which answers the server's own import with it. The variable is gone before the server
+    starts, so the commands it runs (an agent's ``npm install``) never see it.
+    """
+    index = (node_modules / "@vscode" / "ripgrep" / "lib" / "index.js").resolve()
     return _data_url(
-        f"import {{ register }} from 'node:module'; register({json.dumps(_data_url(hooks))});"
+        "process.env.npm_config_arch = 'none';"
+        f" try {{ await import({json.dumps(index.as_uri())}); }} catch {{}}"
+        " finally { delete process.env.npm_config_arch; }"
     )
+
+
+DESKTOP_COMMANDER_LAZY: Final[tuple[str, ...]] = (
+    "exceljs",
+    "pizzip",
+    "pdf-lib",
+    "@opendocsg/pdf2md/lib/util/pdf",
+    "@opendocsg/pdf2md/lib/util/transformations",
+)
+"""The CommonJS modules desktop-commander (0.2.52) loads at start and uses only in a tool call
+(Excel, Word and PDF files): :func:`_load_on_first_use` loads them then."""
+
+_LOAD_ON_FIRST_USE: Final = (
+    # Module._load is the one function through which both a require() and an ES import of a
+    # CommonJS module pass (for an import: the file's path, no parent). For the files named,
+    # when the server's own code asks, it answers a stand-in (a Proxy over a function, so
+    # `new X()`, `X()`, `X.y` and `const { y } = require(...)` all work) that loads the
+    # module at its first use; for an ES import the stand-in goes into the module record
+    # Node made (which it reads instead of _load's answer). Each top-level property read
+    # before then is a stand-in of its own, loaded at its first use: what the server's code
+    # does with these modules (`new ExcelJS.Workbook()`, `new PizZip(buf)`,
+    # `PDFDocument.load()`, `parse()`) needs nothing more.
+    "import Module, { createRequire } from 'node:module'; import fs from 'node:fs';"
+    " import path from 'node:path';"
+    " const main = fs.realpathSync(__MAIN__), dist = path.dirname(main) + path.sep;"
+    " const require = createRequire(main);"
+    " const lazy = new Set(__NAMES__.flatMap((name) => {"
+    " try { return [require.resolve(name)]; } catch { return []; } }));"
+    " const later = (thunk) => { let got;"
+    " const value = () => { if (!value.done) { got = thunk(); value.done = true; } return got; };"
+    " value.done = false; return value; };"
+    " const forward = (value) => ({ get: (_, key) => Reflect.get(value(), key),"
+    " set: (_, key, v) => Reflect.set(value(), key, v), has: (_, key) => Reflect.has(value(), key),"
+    " getPrototypeOf: () => Reflect.getPrototypeOf(value()),"
+    " apply: (_, self, args) => Reflect.apply(value(), self, args),"
+    " construct: (_, args) => Reflect.construct(value(), args) });"
+    " const standIn = (exports) => new Proxy(function () {}, { ...forward(exports),"
+    " get: (_, key) => exports.done || typeof key === 'symbol' || key === 'then'"
+    " ? Reflect.get(exports(), key)"
+    " : new Proxy(function () {}, forward(later(() => Reflect.get(exports(), key)))) });"
+    " const load = Module._load;"
+    " Module._load = function (request, parent, isMain) {"
+    " const file = parent == null ? request"
+    " : parent.filename?.startsWith(dist) ? Module._resolveFilename(request, parent, isMain)"
+    " : null;"
+    " if (file === null || !lazy.has(file)) return load.apply(this, arguments);"
+    " const args = arguments, self = this, made = Module._cache[file];"
+    " const exports = standIn(later(() => {"
+    " if (Module._cache[file] === made) delete Module._cache[file];"
+    " return load.apply(self, args); }));"
+    " if (parent == null && made !== undefined && !made.loaded) made.exports = exports;"
+    " return exports; };"
+)
+
+
+def _load_on_first_use(program: Path, names: tuple[str, ...]) -> str:
+    """A ``node --import`` argument that defers loading ``names`` (CommonJS modules resolved
+    from ``program``, the server's entry script) until the server's code first uses them.
+
+    desktop-commander loads Excel, Word and PDF libraries at start (3,390 module loads, 2,400
+    of them for these): measured (three starts each, load 14-40) 1.0-1.3 s of CPU to its
+    first ``tools/list`` without this, 0.5-0.7 s with it, and 14-16 MiB less private memory
+    5-8 s after. Hand-written because Node 20 offers no other way short of a module hook
+    (``node:module``'s ``register``, a second V8 isolate of about 10 MiB, see
+    :data:`NODE_FLAGS`); ``Module._load`` is Node's documented-by-use, long-stable CommonJS
+    entry (undocumented API: a Node major upgrade is checked by the test that exercises
+    the Excel, Word and PDF tools through the real server). Rejected: bundling the server
+    (a build step per version), patching its files (the install would no longer match the
+    lock). Not used for the other Node servers: they load the MCP SDK (zod, and ajv, whose
+    instance the SDK's ``Server`` constructor makes, so it would load at start anyway: 1.3
+    MiB of heap and 80 ms measured) and code-runner also express (about 1 MiB). V8's code
+    cache (``module.enableCompileCache``, Node >= 22.1) would cut every start's compile
+    work; Node 20, this machine's, lacks it.
+    """
+    source = _LOAD_ON_FIRST_USE.replace("__MAIN__", json.dumps(str(program))).replace(
+        "__NAMES__", json.dumps(list(names))
+    )
+    return _data_url(source)
 
 
 def launch_desktop_commander(ctx: LaunchContext) -> LaunchParts:
     # It finds ripgrep first through @vscode/ripgrep (whose 1.18 takes rg from a per-platform
-    # npm package), then `which rg`, then /usr/bin/rg...: there is no variable to name it. The
-    # hook answers its `import('@vscode/ripgrep')` with the distribution's rg, so searches use
-    # the rg the emulator found (and said missing) rather than a binary from the npm tree.
-    # Rejected: `npm ci --omit=optional` (drops sharp's prebuilt libvips too), deleting the
-    # platform package after `npm ci` (the install would no longer match the lock).
+    # npm package), then `which rg`, then /usr/bin/rg...: there is no variable to name it.
+    # _without_npm_ripgrep makes the first fail, and rg's folder comes first on PATH, so `which rg`
+    # finds the rg the emulator found (and said missing) rather than a binary from the npm
+    # tree. Rejected: a module hook answering `import('@vscode/ripgrep')` with that rg (what
+    # this launch did before; `node:module`'s `register` runs the hooks on a thread with a V8
+    # isolate of its own: 9.4-11.3 MiB more private memory per server, measured with 3
+    # servers, 5 s after tools/list), `npm ci --omit=optional` (drops sharp's prebuilt libvips
+    # too), deleting the platform package after `npm ci` (the install would no longer match
+    # the lock).
     assert ctx.node is not None
     config = f"{ctx.tmp}/{DESKTOP_COMMANDER_CONFIG}"
     rg = ctx.system[RIPGREP.key]
+    node_modules = next(p for p in ctx.program.parents if p.name == "node_modules")
     return LaunchParts(
-        ("/bin/sh", "-c", _WRITE_THEN_EXEC, "sh", config,
-         _desktop_commander_config(ctx.workspace), str(ctx.node), *NODE_FLAGS, "--import",
-         _module_alias_hook("@vscode/ripgrep", f"export const rgPath = {json.dumps(str(rg))};"),
+        ("/bin/sh", "-c", _WRITE_THEN_EXEC_ON_PATH, "sh", config,
+         _desktop_commander_config(ctx.workspace), str(rg.parent), str(ctx.node), *NODE_FLAGS,
+         "--import", _without_npm_ripgrep(node_modules),
+         "--import", _load_on_first_use(ctx.program, DESKTOP_COMMANDER_LAZY),
          str(ctx.program), "--no-onboarding"),
-        {"HOME": ctx.tmp, "TMPDIR": ctx.tmp, "SHELL": "/bin/bash"},
+        {**NODE_ENV, "HOME": ctx.tmp, "TMPDIR": ctx.tmp, "SHELL": "/bin/bash"},
     )  # fmt: skip
 
 
@@ -421,7 +537,8 @@ def launch_playwright(ctx: LaunchContext) -> LaunchParts:
          str(ctx.node), *NODE_FLAGS, str(ctx.program), "--config", config,
          "--executable-path", str(ctx.system[CHROMIUM.key]), "--headless", "--isolated",
          "--no-sandbox", "--output-dir", f"{ctx.workspace}/{PLAYWRIGHT_OUTPUT}"),
-        {"HOME": ctx.tmp, "TMPDIR": ctx.system_tmp, "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"},
+        {**NODE_ENV, "HOME": ctx.tmp, "TMPDIR": ctx.system_tmp,
+         "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"},
     )  # fmt: skip
 
 

@@ -298,3 +298,38 @@ def test_the_emails_server_gets_its_account_outside_the_workspace_and_the_networ
     )
     assert "--share-net" in confined  # to reach its mail server on the emulator's loopback
     assert confined[confined.index("--config_file") + 1] == f"/tmp/{EMAILS_CONFIG}"
+
+
+@pytest.mark.parametrize("confined", [True, False], ids=["confined", "unconfined"])
+def test_desktop_commander_searches_with_the_found_ripgrep_and_leaks_no_launch_variable(
+    tmp_path: Path, confined: bool, request: pytest.FixtureRequest
+) -> None:
+    # The real launch (bubblewrap, environment, --import arguments), with the server's entry
+    # script swapped for a module that asks the server's own ripgrep resolver which rg it
+    # uses and prints what its commands would inherit.
+    tools = find_tools()
+    why = tools.missing_outside("desktop-commander")
+    if why:
+        pytest.skip(why)
+    bwrap = request.getfixturevalue("bwrap") if confined else None
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    spec = launch_spec("desktop-commander", workspace, tools, bwrap=bwrap, tmp_dir=tmp_path / "t")
+    program = tools.program("desktop-commander")
+    assert program is not None
+    resolver = program.parent / "utils" / "ripgrep-resolver.js"
+    probe = (
+        f"const m = await import({json.dumps(resolver.as_uri())});"
+        " console.log(JSON.stringify({rg: await m.getRipgrepPath(),"
+        " arch: process.env.npm_config_arch ?? null,"
+        " arenas: process.env.MALLOC_ARENA_MAX ?? null}));"
+    )
+    args = [spec.command, *spec.args]
+    args[args.index(str(program)) :] = ["--input-type=module", "-e", probe]
+    assert not any("register" in arg for arg in args)  # no module hooks: no second V8 isolate
+    done = subprocess.run(
+        args, env=spec.env or None, cwd=spec.cwd, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"rg": str(tools.system["rg"]), "arch": None, "arenas": None}

@@ -102,6 +102,69 @@ def test_desktop_commander_writes_reads_and_searches_the_workspace(
     assert "todo.txt" in found[0], found[0]
 
 
+def _pdf(pages: int) -> bytes:
+    """A minimal valid PDF of ``pages`` empty pages (objects, cross-reference table, trailer)."""
+    kids = " ".join(f"{3 + i} 0 R" for i in range(pages))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        f"<< /Type /Pages /Kids [{kids}] /Count {pages} >>".encode(),
+        *[b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] >>"] * pages,
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{number} 0 obj\n".encode() + body + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{offset:010d} 00000 n \n".encode() for offset in offsets)
+    out += (
+        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    )
+    return bytes(out)
+
+
+def test_desktop_commander_edits_excel_word_and_pdf_files(
+    make_sandbox: Callable[..., Sandbox],
+) -> None:
+    # The libraries these tools use are loaded on their first use (launchers'
+    # _load_on_first_use): each tool here is the first to use its library in this server.
+    box = make_sandbox("desktop-commander")
+    sheet = f"{box.seen}/stock.xlsx"
+    wrote = client.call_tool(
+        box.url, "write_file", {"path": sheet, "content": '[["fruit","qty"],["apples",3]]'}
+    )
+    assert not wrote.is_error, wrote.text
+    assert (box.workspace / "stock.xlsx").read_bytes()[:2] == b"PK"
+    read = client.call_tool(box.url, "read_file", {"path": sheet})
+    assert "apples" in read.text, read.text
+
+    document = f"{box.seen}/note.docx"
+    wrote = client.call_tool(
+        box.url, "write_file", {"path": document, "content": "<p>buy milk</p>"}
+    )
+    assert not wrote.is_error, wrote.text
+    read = client.call_tool(box.url, "read_file", {"path": document})
+    assert not read.is_error, read.text
+    assert "1 paragraphs" in read.text, read.text
+
+    (box.workspace / "three.pdf").write_bytes(_pdf(3))
+    edited = client.call_tool(
+        box.url,
+        "write_pdf",
+        {
+            "path": f"{box.seen}/three.pdf",
+            "content": [{"type": "delete", "pageIndexes": [0]}],
+            "outputPath": f"{box.seen}/two.pdf",
+        },
+    )
+    assert not edited.is_error, edited.text
+    assert (box.workspace / "two.pdf").read_bytes().startswith(b"%PDF-")
+    read = client.call_tool(box.url, "read_file", {"path": f"{box.seen}/two.pdf"})
+    assert not read.is_error, read.text
+    assert "(2 pages)" in read.text, read.text
+
+
 def test_desktop_commander_keeps_to_the_workspace_and_its_private_config(
     make_sandbox: Callable[..., Sandbox], emulator: EmulatorServer, request: pytest.FixtureRequest
 ) -> None:
