@@ -30,7 +30,13 @@ from ._base import log
 from ._options import SandboxPoolOptions, split_pool_options
 from ._sync import BackendPool
 
-__all__ = ["AsyncLocalBackend", "AsyncSandboxPool", "LocalBackend", "SandboxPool"]
+__all__ = [
+    "AsyncLocalBackend",
+    "AsyncSandboxPool",
+    "LocalBackend",
+    "SandboxChecks",
+    "SandboxPool",
+]
 
 R = TypeVar("R")
 
@@ -46,7 +52,20 @@ class _Acquires:
         self.options["progress"] = False  # the pool's bar says it; no bar per acquire
 
 
-class LocalBackend(_Acquires):
+class SandboxChecks:
+    """The reset and the health check of a blocking backend whose sandboxes are
+    :class:`~workflows.LocalSandbox` objects (:class:`LocalBackend`'s, and the leased ones
+    of ``workflows.ray.RayBackend``): one definition of healthy, as :class:`SandboxPool`
+    tells it (a GET of its details answers, and its status is ``occupied``)."""
+
+    def reset(self, sandbox: LocalSandbox) -> None:
+        sandbox.reset()
+
+    def healthy(self, sandbox: LocalSandbox) -> bool:
+        return sandbox.refresh().status == HEALTHY_STATUS
+
+
+class LocalBackend(_Acquires, SandboxChecks):
     """:class:`SandboxPool`'s backend: a sandbox acquired with :meth:`LocalSandbox.acquire`,
     each attempt run in the calling worker thread, or, with a timeout, in a daemon thread of
     its own that is abandoned past it (a Python thread cannot be killed)."""
@@ -60,12 +79,6 @@ class LocalBackend(_Acquires):
 
     def attempt(self, sandbox: LocalSandbox, attempt: Attempt) -> AttemptOutcome:
         return _call(attempt.fn, sandbox, attempt.task, attempt.timeout, attempt.index)
-
-    def reset(self, sandbox: LocalSandbox) -> None:
-        sandbox.reset()
-
-    def healthy(self, sandbox: LocalSandbox) -> bool:
-        return sandbox.refresh().status == HEALTHY_STATUS
 
     def release(self, sandbox: LocalSandbox) -> None:
         try:

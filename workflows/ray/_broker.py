@@ -44,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import ray
@@ -220,10 +220,8 @@ class Broker(Recovery):
             reason,
             len(entries),
         )
-        for entry in entries:
-            if entry.state == "waiting":
-                book.counts["dropped"] += 1
-            self._spawn(self._end(entry, f"its holder died: {reason}", notify=False))
+        book.counts["dropped"] += sum(e.state == "waiting" for e in entries)
+        self._spawn(self._end_all(entries, f"its holder died: {reason}", notify=False))
         self._close(session)
 
     def _close(self, session: Session) -> None:
@@ -238,13 +236,12 @@ class Broker(Recovery):
         the sandbox ids released."""
         self._start()
         session = self._book.sessions.get(session_id)
-        entries = self._book.of_session(session_id)
-        done = await asyncio.gather(
-            *(self._end(e, "its holder closed its session") for e in entries)
+        released = await self._end_all(
+            self._book.of_session(session_id), "its holder closed its session"
         )
         if session is not None:
             self._close(session)
-        return [sandbox_id for sandbox_id in done if sandbox_id is not None]
+        return released
 
     async def poll(self, session_id: str, ack: int, wait: float) -> dict[str, Any]:
         """The session's long poll, and the heartbeat of all its leases: its undelivered
@@ -352,6 +349,13 @@ class Broker(Recovery):
         await self._give_back(entry.key, entry.sandbox)
         return entry.sandbox.id
 
+    async def _end_all(
+        self, entries: Iterable[Entry], reason: str, *, notify: bool = True
+    ) -> list[str]:
+        """End these leases together (as :meth:`_end`); the sandbox ids given back."""
+        done = await asyncio.gather(*(self._end(e, reason, notify=notify) for e in entries))
+        return [sandbox_id for sandbox_id in done if sandbox_id is not None]
+
     async def release(self, lease_id: str, reason: str = "released by its holder") -> bool:
         """End one lease (its sandbox released, or kept warm); False if it held none."""
         self._start()
@@ -364,8 +368,7 @@ class Broker(Recovery):
         """End these leases; the sandbox ids given back."""
         self._start()
         entries = [e for e in map(self._book.entries.get, lease_ids) if e is not None]
-        done = await asyncio.gather(*(self._end(e, reason, notify=False) for e in entries))
-        return [sandbox_id for sandbox_id in done if sandbox_id is not None]
+        return await self._end_all(entries, reason, notify=False)
 
     async def lease_status(self, lease_id: str) -> tuple[str, str | None]:
         """A lease's state, or ``"ended"`` with why, or ``"unknown"``."""
@@ -410,8 +413,7 @@ class Broker(Recovery):
                 ):
                     entries.append(entry)
             reason = "released by reap(): its holder is dead"
-        done = await asyncio.gather(*(self._end(e, reason) for e in entries))
-        return [sandbox_id for sandbox_id in done if sandbox_id is not None]
+        return await self._end_all(entries, reason)
 
     async def shutdown(self) -> list[str]:
         """End every lease and release every sandbox (the warm ones, and those being acquired
@@ -484,8 +486,7 @@ class Broker(Recovery):
                 if entries:
                     log.warning("broker: leases of %s ended: %s", session.holder, why)
                 self._book.counts["expired"] += sum(e.state != "waiting" for e in entries)
-                for entry in entries:
-                    self._spawn(self._end(entry, why))
+                self._spawn(self._end_all(entries, why))
                 self._close(session)
             for session_id, (_, since) in list(self._parks.items()):
                 if session_id not in self._book.sessions and now - since > timeout:

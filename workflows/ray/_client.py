@@ -224,20 +224,26 @@ class SandboxBroker:
             "connect to a broker of another name"
         )
 
-    def _wanted(self, where: str, server_names: ServerNames, options: AcquireOptions) -> Acquire:
+    def _wanting(
+        self, where: str, server_names: ServerNames, options: AcquireOptions, *, awaited: bool
+    ) -> Flow[Acquire]:
+        """The acquire ``where``'s keywords ask for, checked, and the broker's key compared
+        with this process's (asked of the broker when the fingerprint is not known yet):
+        written once for :meth:`_wanted` and :meth:`_wanted_async` (``awaited``)."""
         wanted = resolve_acquire(where, server_names, options)
         if self._fingerprint != wanted.settings.api_key.fingerprint:
-            self._check_key(wanted.settings.api_key, self._link.call("key_fingerprint"))
+            found = yield from self._link.calling("key_fingerprint", awaited=awaited)
+            self._check_key(wanted.settings.api_key, found)
         return wanted
+
+    def _wanted(self, where: str, server_names: ServerNames, options: AcquireOptions) -> Acquire:
+        return drive(self._wanting(where, server_names, options, awaited=False), perform_act)
 
     async def _wanted_async(
         self, where: str, server_names: ServerNames, options: AcquireOptions
     ) -> Acquire:
-        wanted = resolve_acquire(where, server_names, options)
-        if self._fingerprint != wanted.settings.api_key.fingerprint:
-            found = await self._link.call_async("key_fingerprint")
-            self._check_key(wanted.settings.api_key, found)
-        return wanted
+        flow = self._wanting(where, server_names, options, awaited=True)
+        return await drive_async(flow, perform_act_async)
 
     @staticmethod
     def _request(wanted: Acquire, holder: str) -> dict[str, Any]:
@@ -281,16 +287,16 @@ class SandboxBroker:
         comes by the session's poll). A broker that does not know the session (it restarted,
         or the session expired) is asked again once the session is open there (which may
         itself ask for this lease: the broker takes a lease once). Written once for
-        :meth:`_lease` and :meth:`_lease_async` (``awaited``): the broker's call and the pause
-        are :class:`Act` steps (the link's ``call`` and ``time.sleep``, or ``call_async`` and
-        ``asyncio.sleep``)."""
+        :meth:`_lease` and :meth:`_lease_async` (``awaited``): the broker's call is the link's
+        flow (:meth:`~workflows.ray._session.Link.calling`), the pause an :class:`Act` step
+        (``time.sleep``, or ``asyncio.sleep``)."""
         deadline = time.monotonic() + self.broker_wait
-        call = self._link.call_async if awaited else self._link.call
         sleep = asyncio.sleep if awaited else time.sleep
         while True:
             try:
-                leased: Leased | None = yield Act(
-                    call, ("acquire", *session.request_args(lease_id, request))
+                args = session.request_args(lease_id, request)
+                leased: Leased | None = yield from self._link.calling(
+                    "acquire", *args, awaited=awaited
                 )
                 return leased
             except _SessionUnknown:

@@ -19,9 +19,11 @@ from typing import Any, TypeVar
 
 from .._acquire import Acquire
 from .._async_sandbox import AsyncLocalSandbox
+from .._drivers import drive, drive_async, perform_act, perform_act_async
 from .._errors import BrokerUnavailableError, LeaseExpiredError, NotFoundError
 from .._handle import restore
 from .._sandbox import LocalSandbox
+from .._steps import Flow
 from ._session import Session, ended_error
 from ._types import Leased
 
@@ -74,22 +76,17 @@ class _Lease:
             return ended_error(self.lease_id, self.sandbox_id, why)
         return None
 
-    def explain(self, exc: NotFoundError) -> LeaseExpiredError | None:
-        """The lease's end behind a 404, if it ended (the broker asked)."""
+    def explaining(self, *, awaited: bool) -> Flow[LeaseExpiredError | None]:
+        """The lease's end behind a 404, if it ended (the broker asked): written once for
+        :func:`_guarded` and :func:`_guarded_async` (``awaited``)."""
         reason = self.session.ended_reason(self.lease_id)
         if reason is not None:
             return ended_error(self.lease_id, self.sandbox_id, reason)
+        link = self.session.link
         try:
-            return self._error(self.session.link.call("lease_status", self.lease_id, wait=10))
-        except BrokerUnavailableError:
-            return None
-
-    async def explain_async(self, exc: NotFoundError) -> LeaseExpiredError | None:
-        reason = self.session.ended_reason(self.lease_id)
-        if reason is not None:
-            return ended_error(self.lease_id, self.sandbox_id, reason)
-        try:
-            status = await self.session.link.call_async("lease_status", self.lease_id, wait=10)
+            status = yield from link.calling(
+                "lease_status", self.lease_id, awaited=awaited, wait=10
+            )
         except BrokerUnavailableError:
             return None
         return self._error(status)
@@ -102,7 +99,7 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return method(self, *args, **kwargs)
         except NotFoundError as exc:
-            ended = self._lease.explain(exc)
+            ended = drive(self._lease.explaining(awaited=False), perform_act)
             if ended is None:
                 raise
             raise ended from exc
@@ -117,7 +114,7 @@ def _guarded_async(method: Callable[..., Awaitable[Any]]) -> Callable[..., Await
         try:
             return await method(self, *args, **kwargs)
         except NotFoundError as exc:
-            ended = await self._lease.explain_async(exc)
+            ended = await drive_async(self._lease.explaining(awaited=True), perform_act_async)
             if ended is None:
                 raise
             raise ended from exc

@@ -44,8 +44,9 @@ import ray.exceptions
 from .._acquire import Unpack, resolve_acquire
 from .._errors import InvalidInputError, TaskTimeoutError, WorkerDiedError
 from .._handle import SandboxHandle
-from .._models import HEALTHY_STATUS, ServerNames
+from .._models import ServerNames
 from .._pool import Attempt, AttemptOutcome, BackendPool, SandboxPoolOptions
+from .._pool._local import SandboxChecks
 from .._pool._options import resolve_pool, split_pool_options
 from .._recipes import ReleaseResult
 from .._sandbox import LocalSandbox
@@ -199,9 +200,10 @@ def _warn_over_cap(broker: SandboxBroker, size: int) -> None:
         warnings.warn(message, stacklevel=3)  # at the RaySandboxPool(...) call
 
 
-class RayBackend:
+class RayBackend(SandboxChecks):
     """:class:`RaySandboxPool`'s backend (a :class:`~workflows.PoolBackend`): sandboxes leased
-    through ``leases``, each attempt a Ray task made with ``task_options`` (see the module)."""
+    through ``leases``, each attempt a Ray task made with ``task_options`` (see the module);
+    reset and checked as :class:`~workflows.SandboxPool`'s are (``SandboxChecks``)."""
 
     def __init__(self, leases: Leases, task_options: dict[str, Any]) -> None:
         self.leases = leases
@@ -241,12 +243,6 @@ class RayBackend:
         finally:
             with self._lock:
                 self._inflight.discard(ref)
-
-    def reset(self, sandbox: LeasedSandbox) -> None:
-        sandbox.reset()
-
-    def healthy(self, sandbox: LeasedSandbox) -> bool:
-        return sandbox.refresh().status == HEALTHY_STATUS
 
     def release(self, sandbox: LeasedSandbox) -> None:
         try:

@@ -38,7 +38,9 @@ from typing import Any
 import ray
 import ray.exceptions
 
+from .._drivers import drive, drive_async, perform_act, perform_act_async
 from .._errors import BrokerUnavailableError, LeaseExpiredError
+from .._steps import Act, Flow
 from . import _wire
 from ._types import DEFAULT_LEASE_TIMEOUT, Leased
 
@@ -77,32 +79,36 @@ class Link:
             "leased)"
         )
 
-    def call(self, method: str, *args: Any, wait: float | None = None) -> Any:
-        """Call ``method`` of the broker, trying again while it is dead (up to ``wait``,
-        default ``broker_wait``, seconds)."""
+    def calling(
+        self, method: str, *args: Any, awaited: bool, wait: float | None = None
+    ) -> Flow[Any]:
+        """The flow of a call of ``method`` of the broker, tried again while it is dead (up to
+        ``wait``, default ``broker_wait``, seconds). Written once for :meth:`call` and
+        :meth:`call_async` (``awaited``), and for the flows of the session and the client
+        that call the broker (``yield from``): the send and the pause are :class:`Act` steps
+        (``_wire.send`` and ``time.sleep``, or ``_wire.send_async`` and ``asyncio.sleep``;
+        ``_wire``'s looked up at each try, as a test that replaces it expects)."""
         started = time.monotonic()
+        sleep = asyncio.sleep if awaited else time.sleep
         while True:
             actor = self.actor
+            send = _wire.send_async if awaited else _wire.send
             try:
-                return _wire.send(actor, method, *args)
+                return (yield Act(send, (actor, method, *args)))
             except ray.exceptions.RayActorError as exc:
                 if time.monotonic() - started > (self.broker_wait if wait is None else wait):
                     raise self._unavailable(method, started, exc) from None
                 self._found_again(actor)
-                time.sleep(_RETRY_PAUSE)
+                yield Act(sleep, (_RETRY_PAUSE,))
+
+    def call(self, method: str, *args: Any, wait: float | None = None) -> Any:
+        """Call ``method`` of the broker, trying again while it is dead (see :meth:`calling`)."""
+        return drive(self.calling(method, *args, awaited=False, wait=wait), perform_act)
 
     async def call_async(self, method: str, *args: Any, wait: float | None = None) -> Any:
         """:meth:`call`, awaited (the event loop is never blocked)."""
-        started = time.monotonic()
-        while True:
-            actor = self.actor
-            try:
-                return await _wire.send_async(actor, method, *args)
-            except ray.exceptions.RayActorError as exc:
-                if time.monotonic() - started > (self.broker_wait if wait is None else wait):
-                    raise self._unavailable(method, started, exc) from None
-                self._found_again(actor)
-                await asyncio.sleep(_RETRY_PAUSE)
+        flow = self.calling(method, *args, awaited=True, wait=wait)
+        return await drive_async(flow, perform_act_async)
 
 
 class _Done(Exception):
@@ -389,28 +395,28 @@ class Session:
         with self._lock:
             return self._ended.get(lease_id)
 
-    def release(self, lease_id: str, reason: str = "released by its holder") -> bool:
+    def releasing(self, lease_id: str, reason: str, *, awaited: bool) -> Flow[bool]:
         """End a lease through the broker; a broker that stays unavailable gets it later (the
-        session sends it to the next broker), and this returns False, never raises."""
+        session sends it to the next broker), and the flow returns False, never raises.
+        Written once for :meth:`release` and :meth:`release_async` (``awaited``)."""
         self.forget_waiting(lease_id)
         with self._lock:
             self._held.pop(lease_id, None)
         try:
-            return bool(self.link.call("release", lease_id, reason))
+            return bool(
+                (yield from self.link.calling("release", lease_id, reason, awaited=awaited))
+            )
         except BrokerUnavailableError as exc:
             self._defer(lease_id, reason, exc)
             return False
 
+    def release(self, lease_id: str, reason: str = "released by its holder") -> bool:
+        """End a lease through the broker (see :meth:`releasing`): whether this ended it."""
+        return drive(self.releasing(lease_id, reason, awaited=False), perform_act)
+
     async def release_async(self, lease_id: str, reason: str = "released by its holder") -> bool:
         """:meth:`release`, awaited."""
-        self.forget_waiting(lease_id)
-        with self._lock:
-            self._held.pop(lease_id, None)
-        try:
-            return bool(await self.link.call_async("release", lease_id, reason))
-        except BrokerUnavailableError as exc:
-            self._defer(lease_id, reason, exc)
-            return False
+        return await drive_async(self.releasing(lease_id, reason, awaited=True), perform_act_async)
 
     def _defer(self, lease_id: str, reason: str, exc: BaseException) -> None:
         log.warning("lease %s is released when a broker answers again (%s)", lease_id, exc)

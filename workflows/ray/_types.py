@@ -7,6 +7,7 @@ anything is sent and again by the broker.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
@@ -143,16 +144,12 @@ class Settings:
 
     def updated(self, given: Mapping[str, Any]) -> Settings:
         """These settings with ``given`` (checked) applied."""
-        checked = check_config(given)
-        return Settings(**{**self.as_dict(), **checked})
+        return dataclasses.replace(self, **check_config(given))
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "max_sandboxes": self.max_sandboxes,
-            "max_acquires_per_second": self.max_acquires_per_second,
-            "lease_timeout": self.lease_timeout,
-            "warm": self.warm,
-        }
+        """Every setting by name, read from the fields (a setting added is never left out;
+        not ``dataclasses.asdict``, which would turn each :class:`Warm` into a dict)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 def _positive(name: str, value: object) -> None:
