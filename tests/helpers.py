@@ -8,6 +8,7 @@ import asyncio
 import base64
 import builtins
 import contextlib
+import errno
 import functools
 import hashlib
 import importlib.util
@@ -250,6 +251,27 @@ def git_repo(folder: Path, *, object_format: str = "sha1") -> Path:
     git(folder, "add", ".")
     git(folder, "commit", "-qm", "first")
     return folder
+
+
+def descriptors_into(root: Path) -> int:
+    """This process's descriptors open on ``root`` or below it. Counted by what they point
+    at, not in all: the test process's other threads (a session's emulator, a loop thread)
+    open and close descriptors of their own meanwhile (a full run saw 113 before a walk and
+    109 after). A path deeper than the kernel will spell is one of the walk's."""
+    prefix = f"{root}/"
+    found = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except FileNotFoundError:  # closed meanwhile, or listdir's own
+            continue
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            found += 1
+            continue
+        found += target == str(root) or target.startswith(prefix)
+    return found
 
 
 def sigint_state() -> tuple[bool, bool]:

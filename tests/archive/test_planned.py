@@ -11,10 +11,7 @@ from pathlib import Path
 import pytest
 
 from klavis_archive import OPEN_FOLDERS, FileIdentity, PlannedTree, SourceChanged
-
-
-def _open_descriptors() -> int:
-    return len(os.listdir("/proc/self/fd"))
+from tests.helpers import descriptors_into
 
 
 def _identity(path: Path) -> FileIdentity:
@@ -44,12 +41,12 @@ def test_files_at_every_depth_open_with_a_bounded_number_of_descriptors(tmp_path
             (folder / name).write_bytes(data)
             planned.append(([*parts, name], _identity(folder / name), data))
     planned.sort(key=lambda p: "/".join(p[0]))  # plans come sorted by name
-    before = _open_descriptors()
+    assert descriptors_into(tmp_path) == 0
     with PlannedTree(tmp_path, (os.lstat(tmp_path).st_dev, os.lstat(tmp_path).st_ino)) as tree:
         for names, identity, data in planned:
             assert _read(tree, names, identity) == data
-            assert _open_descriptors() <= before + OPEN_FOLDERS + 1
-    assert _open_descriptors() == before
+            assert 0 < descriptors_into(tmp_path) <= OPEN_FOLDERS + 1
+    assert descriptors_into(tmp_path) == 0
 
 
 def test_a_folder_deep_in_the_path_swapped_for_a_link_is_not_followed(tmp_path: Path) -> None:
