@@ -20,16 +20,6 @@ if TYPE_CHECKING:  # imported where used: see emulator_url
     from klavis_emulator import EmulatorServer
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The ``scale`` tests first, in their order, the rest after in theirs: under ``-n 2`` the
-    4,096 waiting leases (2 to 4 minutes alone) then run beside the rest of the suite, where in
-    collection order they began at ~86% of the run and the other worker sat idle at the end
-    for much of their time (measured in a clean-clone run under load: begun at 86-90%).
-    Only the order changes (xdist hands tests out in this order); ``-m 'not scale'`` still
-    leaves them out."""
-    items.sort(key=lambda item: item.get_closest_marker("scale") is None)
-
-
 @pytest.fixture(autouse=True)
 def _fresh_ownership() -> None:
     """Each test starts with nothing owned, claimed or in flight in this process (the
