@@ -27,6 +27,7 @@ from klavis_emulator._exec.host_paths import command_of
 from klavis_emulator._mcp.launch import HOSTED_SERVERS, TERMINAL_ALLOWED_COMMANDS, launch_spec
 from klavis_emulator._mcp.launchers import EMAILS_CONFIG
 from klavis_emulator._mcp.setup import McpToolPaths, find_tools, setup_mcp_servers
+from tests.emulator.mcp_servers import skip_without
 
 
 @pytest.fixture(scope="module")
@@ -307,10 +308,8 @@ def test_desktop_commander_searches_with_the_found_ripgrep_and_leaks_no_launch_v
     # The real launch (bubblewrap, environment, --import arguments), with the server's entry
     # script swapped for a module that asks the server's own ripgrep resolver which rg it
     # uses and prints what its commands would inherit.
+    skip_without(["desktop-commander"])
     tools = find_tools()
-    why = tools.missing_outside("desktop-commander")
-    if why:
-        pytest.skip(why)
     bwrap = request.getfixturevalue("bwrap") if confined else None
     workspace = tmp_path / "ws"
     workspace.mkdir()
