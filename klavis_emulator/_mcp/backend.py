@@ -144,6 +144,8 @@ class Backend:
         self._make_process = make_process
         self.relay = ServerRelay(process.transport)
         self.app: Any = proxy_for(self.relay, f"klavis-emulator-{key[1]}").http_app(path="/")
+        self.started = False
+        """Whether the current process answered ``initialize`` (:meth:`connect`)."""
         self.stopping = anyio.Event()
         self.stopped = anyio.Event()
         self.stopped_callback: Callable[[Backend], None] | None = None
@@ -161,9 +163,18 @@ class Backend:
                 if self.stopped_callback is not None:
                     self.stopped_callback(self)
 
+    @property
+    def needs_start(self) -> bool:
+        """Whether the current process has not answered ``initialize`` yet, or its last
+        start failed (it exited: the proxy would start it again on the next request)."""
+        return not self.started or self.relay.failed is self.process.transport
+
     async def connect(self) -> None:
         """Start the current server process now, unless it runs (see :func:`start_process`)."""
-        await start_process(self.process)
+        process = self.process
+        await start_process(process)
+        if self.process is process:
+            self.started = True
 
     async def renew(self, fresh: ServerProcess | None = None) -> None:
         """Put ``fresh`` (a process started ahead) or a new process (spawned on the next
@@ -175,6 +186,7 @@ class Backend:
             return
         new = fresh if fresh is not None else self._make_process()
         old, self.process = self.process, new
+        self.started = False
         self.relay.inner = new.transport
         await old.close()
 

@@ -33,6 +33,9 @@ class ServerRelay(ClientTransport):
 
     def __init__(self, inner: StdioTransport) -> None:
         self.inner = inner
+        self.failed: StdioTransport | None = None
+        """The transport whose last start failed (the process exited or closed its stdio
+        before answering ``initialize``), if it is still :attr:`inner`'s."""
 
     def __repr__(self) -> str:
         return f"ServerRelay({self.inner!r})"
@@ -47,10 +50,21 @@ class ServerRelay(ClientTransport):
         """A session with the current process (for the whole connection, even if it is
         swapped meanwhile: the old one is closed, and the connection fails)."""
         inner = self.inner
-        async with inner.connect_session(
-            transport_options=transport_options, **session_kwargs
-        ) as session:
-            yield session
+        entered = False
+        try:
+            async with inner.connect_session(
+                transport_options=transport_options, **session_kwargs
+            ) as session:
+                entered = True
+                if self.failed is inner:
+                    self.failed = None
+                yield session
+        except Exception:
+            # fastmcp's proxy turns a connection that fails into an empty tool list (and a
+            # call into "Unknown tool"): the host asks this before forwarding a request
+            if not entered:
+                self.failed = inner
+            raise
 
     async def close(self) -> None:
         """Close the current process's transport."""

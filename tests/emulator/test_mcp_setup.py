@@ -7,6 +7,7 @@ emulator on a loopback port chosen by the OS, the official MCP client.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 
 import klavis_emulator
 from klavis_emulator import EmulatorConfig, EmulatorServer
@@ -165,13 +168,10 @@ def test_a_failed_install_answers_503_naming_setup_only(
         assert "terminal" in _host(server).installer.failed
 
 
-@needs("filesystem")
-def test_a_server_that_fails_to_start_is_logged_with_what_it_printed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    # A damaged install: the filesystem server's package without the MCP SDK it imports.
-    # Node.js prints the error first, then its stack (915 characters); the last 600, all
-    # the log said before, began inside the stack and named no error.
+@pytest.fixture
+def damaged_filesystem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A damaged install in the emulators' tools folder: the filesystem server's package
+    without the MCP SDK it imports (its program's path)."""
     program = TOOLS.program("filesystem")
     assert program is not None
     installed = next(folder.parent for folder in program.parents if folder.name == "node_modules")
@@ -179,12 +179,21 @@ def test_a_server_that_fails_to_start_is_logged_with_what_it_printed(
     shutil.copytree(installed, copy, symlinks=True)
     shutil.rmtree(copy / "node_modules" / "@modelcontextprotocol" / "sdk")
     monkeypatch.setenv(TOOLS_DIR_ENV, str(tmp_path / "tools"))
+    return copy / program.relative_to(installed)
+
+
+@needs("filesystem")
+def test_a_server_that_fails_to_start_is_logged_with_what_it_printed(
+    damaged_filesystem: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Node.js prints the error first, then its stack (915 characters); the last 600, all
+    # the log said before, began inside the stack and named no error.
     with (
         _emulator(install_mcp_servers=False) as server,
         caplog.at_level(logging.ERROR, logger="klavis_emulator.mcp"),
     ):
         host = _host(server)
-        assert host.tools().program("filesystem") == copy / program.relative_to(installed)
+        assert host.tools().program("filesystem") == damaged_filesystem
         sandbox_id, _ = _acquire(server, ["filesystem"])
         host.start_servers(sandbox_id)  # as a reset does for a sandbox that used them
         host.wait_warm(sandbox_id, timeout=120)
@@ -197,3 +206,35 @@ def test_a_server_that_fails_to_start_is_logged_with_what_it_printed(
     said = failures[0].removeprefix(prefix)
     assert "Cannot find package '@modelcontextprotocol/sdk'" in said  # the error, first
     assert "Node.js v" in said  # and the end of what it printed
+
+
+@needs("filesystem")
+def test_a_client_of_a_server_that_fails_to_start_hears_why(damaged_filesystem: Path) -> None:
+    # the proxy, left to start it on the first request, answered an empty tool list and
+    # "Unknown tool" to every call; the client now hears what the server printed
+    async def open_and_list(url: str) -> str:
+        try:
+            async with (
+                streamable_http_client(url) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                listed = await session.list_tools()
+        except Exception as exc:  # what the harness logs, inside exception groups
+            while inner := getattr(exc, "exceptions", ()):
+                exc = inner[0]
+            return str(exc)
+        return f"listed {len(listed.tools)} tools"
+
+    with _emulator(install_mcp_servers=False, mcp_at_acquire=False) as server:
+        sandbox_id, urls = _acquire(server, ["filesystem"])
+        heard = asyncio.run(open_and_list(urls["filesystem"]))
+        expected = f"The 'filesystem' MCP server of local sandbox {sandbox_id} did not start"
+        assert expected in heard, heard
+        assert "Cannot find package '@modelcontextprotocol/sdk'" in heard
+        again = httpx.post(urls["filesystem"], json={}, timeout=60)  # tried again, refused again
+        assert again.status_code == 503, again.text
+        assert again.json()["error"]["message"].startswith(expected)
+        with pytest.raises(Exception, match="did not start") as raised:
+            client.list_tools(urls["filesystem"], timeout=60)
+        assert "Cannot find package" in str(raised.value)
