@@ -32,9 +32,17 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from ._server_data import DATA_MODELS, DATA_SERVERS, document_for
-from ._state.sandboxes import BENCHMARKS
 
-__all__ = ["SERVER_DATA_FOLDER", "BenchmarkPack", "load_packs", "parse_benchmark_data"]
+__all__ = [
+    "BENCHMARKS",
+    "SERVER_DATA_FOLDER",
+    "BenchmarkPack",
+    "load_packs",
+    "parse_benchmark_data",
+]
+
+BENCHMARKS: Final[tuple[str, ...]] = ("MCP_Atlas", "Toolathlon", "MCP_Mark")
+"""The contract's benchmark names (what ``benchmark`` of an acquire may be)."""
 
 SERVER_DATA_FOLDER: Final = ".server-data"
 """The folder of a pack that holds data documents, ``<server>.json`` each."""

@@ -176,6 +176,38 @@ class Backend:
         if self.process is process:
             self.started = True
 
+    async def start_or_refuse(self, within: float) -> None:
+        """Start the current process before a request reaches the proxy, or refuse the
+        request (:class:`Refusal`, 503) with why it did not start; ``within``: seconds.
+
+        The proxy starts the process on its first connection itself, but a start that fails
+        (a damaged install, a server that exits at once) reaches the client as an empty tool
+        list and "Unknown tool" for every call (fastmcp's proxy logs the failure and answers
+        as if the server had no tools): a harness never learned why."""
+        sandbox_id, server, _ = self.key
+        process = self.process
+        try:
+            with anyio.fail_after(within):
+                await self.connect()
+        except Exception as exc:
+            if self.stopping.is_set() or self.process is not process:
+                raise Refusal(
+                    503,
+                    f"The {server!r} MCP server of local sandbox {sandbox_id} was stopped "
+                    "(a reset or a release) while it started; try again.",
+                ) from exc
+            said = process.said() or "nothing on stderr"
+            if isinstance(exc, TimeoutError):
+                said = f"no answer to initialize in {within:g} s; {said}"
+            logger.warning(
+                "MCP %s of sandbox %s failed to start; it said: %s", server, sandbox_id, said
+            )
+            raise Refusal(
+                503,
+                f"The {server!r} MCP server of local sandbox {sandbox_id} did not start; "
+                f"it said: {said}",
+            ) from exc
+
     async def renew(self, fresh: ServerProcess | None = None) -> None:
         """Put ``fresh`` (a process started ahead) or a new process (spawned on the next
         connection) behind the proxy, then close the old one; requests that begin from now on

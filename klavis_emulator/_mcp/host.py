@@ -527,42 +527,10 @@ class McpHost:
         async with lock:
             backend = await self._ensure_backend(key)
         if backend.needs_start:
-            await self._start_for_request(backend)
+            await backend.start_or_refuse(self._startup_timeout)
         with self._used_lock:
             self._used.add(sandbox_id)
         return backend
-
-    async def _start_for_request(self, backend: Backend) -> None:
-        """Start ``backend``'s process before a request reaches its proxy, or refuse the
-        request with why it did not start.
-
-        The proxy starts the process on its first connection itself, but a start that fails
-        (a damaged install, a server that exits at once) reaches the client as an empty tool
-        list and "Unknown tool" for every call (fastmcp's proxy logs the failure and answers
-        as if the server had no tools): a harness never learns why."""
-        sandbox_id, server, _ = backend.key
-        process = backend.process
-        try:
-            with anyio.fail_after(self._startup_timeout):
-                await backend.connect()
-        except Exception as exc:
-            if backend.stopping.is_set() or backend.process is not process:
-                raise Refusal(
-                    503,
-                    f"The {server!r} MCP server of local sandbox {sandbox_id} was stopped "
-                    "(a reset or a release) while it started; try again.",
-                ) from exc
-            said = process.said() or "nothing on stderr"
-            if isinstance(exc, TimeoutError):
-                said = f"no answer to initialize in {self._startup_timeout:g} s; {said}"
-            logger.warning(
-                "MCP %s of sandbox %s failed to start; it said: %s", server, sandbox_id, said
-            )
-            raise Refusal(
-                503,
-                f"The {server!r} MCP server of local sandbox {sandbox_id} did not start; "
-                f"it said: {said}",
-            ) from exc
 
     async def _ensure_backend(self, key: Key, process: ServerProcess | None = None) -> Backend:
         """The backend of ``key``, made if there is none (with ``process``, a spare's, as its

@@ -30,27 +30,53 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 
 from .._exec import end_processes, sandbox_processes
-from .backend import ServerProcess
+from .._state import EmulatorState
+from .backend import Backend, Key, ServerProcess
 from .catalog import CATALOG, HOSTED_SERVERS
+from .loop import LoopBridge
+from .mail_servers import SandboxMail
+from .processes import ProcessMaker
+from .setup import McpToolPaths
 from .spares import Shape, Spares
 
-if TYPE_CHECKING:
-    from .host import McpHost
-
-__all__ = ["Resets"]
+__all__ = ["ResettableHost", "Resets"]
 
 logger = logging.getLogger("klavis_emulator.mcp")
+
+
+class ResettableHost(Protocol):
+    """What the reset side needs of its host (:class:`~.host.McpHost` is the one), written
+    here so that this module does not import the host that holds it."""
+
+    state: EmulatorState
+    processes: ProcessMaker
+    bridge: LoopBridge
+    mail: SandboxMail
+    start_at_acquire: bool
+    # each member as McpHost's (see its docstrings)
+
+    @property
+    def confined(self) -> bool: ...
+
+    def tools(self) -> McpToolPaths: ...
+    def used(self, sandbox_id: str) -> bool: ...
+    def begin_life(self, sandbox_id: str) -> bool: ...
+    def start_servers(self, sandbox_id: str) -> None: ...
+    def warming(self, sandbox_id: str) -> asyncio.Task[None] | None: ...
+    def backends_of(self, sandbox_id: str) -> dict[Key, Backend]: ...
+    async def starts_done(self, sandbox_id: str) -> None: ...
+    async def adopt(self, key: Key, process: ServerProcess) -> None: ...
 
 
 class Resets:
     """The reset side of one :class:`~.host.McpHost` (its ``resets``)."""
 
-    def __init__(self, host: McpHost, spares: int, startup_timeout: float) -> None:
+    def __init__(self, host: ResettableHost, spares: int, startup_timeout: float) -> None:
         self._host = host
         self._startup_timeout = startup_timeout
         self._held: dict[str, asyncio.Event] = {}  # sandbox id -> set when its reset ends

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, TypedDict, get_args
 
+from .._benchmark_data import BENCHMARKS
 from .._clock import Clock, isoformat
 from .._exec import end_processes, sandbox_processes
 from .._workspace import remove_tree
@@ -73,7 +74,6 @@ ServerName = Literal[
 """The contract's ``LocalSandboxMCPServer`` enum, as a type."""
 
 LOCAL_SERVER_NAMES: Final[tuple[str, ...]] = get_args(ServerName)
-BENCHMARKS: Final[tuple[str, ...]] = ("MCP_Atlas", "Toolathlon", "MCP_Mark")
 
 FreshWorkspaces = Callable[[str, Sequence[str]], "Path | None"]
 """``(sandbox_id, server_names) -> folder or None``: see
