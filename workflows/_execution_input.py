@@ -71,6 +71,13 @@ _MAX_BYTES = 8 * 1024 * 1024
 _CHUNK = 1024 * 1024
 _O_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0)
 _O_BINARY: int = getattr(os, "O_BINARY", 0)
+_SPECIAL_KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+"""What a file that is neither regular nor a folder is, in words, by its type."""
 # Written here rather than taken from a library: pip-requirements-parser (last release 2022)
 # vendors pip's whole parser to answer a question of 40 lines (which lines, which files), and
 # requirements-parser drops the options (--index-url, --hash) a requirements file may carry.
@@ -158,29 +165,14 @@ def _flatten(
     return lines
 
 
-def _kind(mode: int) -> str:
-    """What a file that is not a regular one is, in words."""
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 def _check(st: os.stat_result, shown: str, named_by: str, budget: _Budget) -> None:
     """Refuse what is not a regular file, or what would pass the byte limit."""
     if stat.S_ISDIR(st.st_mode):
         raise InvalidInputError(f"{named_by}: {shown} is a folder, not a file")
     if not stat.S_ISREG(st.st_mode):
+        kind = _SPECIAL_KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
         raise InvalidInputError(
-            f"{named_by}: {shown} is {_kind(st.st_mode)}: requirements are read from regular "
-            "files only"
+            f"{named_by}: {shown} is {kind}: requirements are read from regular files only"
         )
     if st.st_size > _MAX_BYTES:
         raise InvalidInputError(

@@ -314,33 +314,12 @@ def bwrap_args(
     commands' folder, the emulator's Python, the commands' installs and the folders in
     ``read_only`` read-only (overlays at :data:`~.host_paths.INSTALLS_DIR` linked from their
     own paths), ``workspace`` read-write at ``/data``, then ``binds`` (the read-only ones as
-    overlays); last, the masks' folders and the commands' folder are made read-only.
+    overlays); last, the masks' folders and the commands' folder are made read-only. Where
+    overlays do not work for this ``bwrap`` (see :func:`probe`), or the host lacks the init's
+    programs (:func:`~.host_paths.init_programs`), the read-only trees are bound at their own
+    paths instead (as before issue 32).
     """
-    return _bwrap_args(
-        bwrap,
-        workspace=workspace,
-        env=env,
-        chdir=chdir,
-        read_only=read_only,
-        binds=binds,
-        network=network,
-        layered=bwrap not in _UNLAYERED and init_programs() is not None,
-    )
-
-
-def _bwrap_args(
-    bwrap: str,
-    *,
-    workspace: Path,
-    env: Mapping[str, str],
-    chdir: str,
-    read_only: Sequence[str | os.PathLike[str]],
-    binds: Sequence[Bind],
-    network: bool,
-    layered: bool,
-) -> list[str]:
-    """:func:`bwrap_args`, with the read-only trees as overlays (``layered``) or as binds at
-    their own paths (before issue 32, and where overlays do not work)."""
+    layered = bwrap not in _UNLAYERED and init_programs() is not None
     args = [bwrap, "--unshare-all"]
     if network:
         args.append("--share-net")

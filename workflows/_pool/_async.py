@@ -24,6 +24,7 @@ __all__ = ["AsyncBackendPool"]
 R = TypeVar("R")
 T = TypeVar("T")
 S = TypeVar("S", bound=PooledSandbox)
+P = TypeVar("P", bound="AsyncBackendPool[Any]")  # a subclass's `with` gives that subclass
 Task = Callable[[Any, Any], Awaitable[Any]]
 """A run's function, ``await fn(sandbox, task)``, as the engine holds it."""
 
@@ -220,7 +221,7 @@ class AsyncBackendPool(PoolBase, Generic[S]):
         await asyncio.gather(*workers, return_exceptions=True)
         return report_release(await self.backend.close(sandboxes))
 
-    async def __aenter__(self) -> AsyncBackendPool[S]:
+    async def __aenter__(self: P) -> P:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -159,7 +159,19 @@ async def _release_when_acquired(
         await backend.release(await job)
 
 
-class SandboxPool(BackendPool[LocalSandbox]):
+class _LocalPool:
+    """What both local pools add to their engine: the backend that acquires their sandboxes
+    (made by each face's constructor), and its settings."""
+
+    _local: _Acquires
+
+    @property
+    def settings(self) -> Settings:
+        """The connection settings (the key inside never shows in a repr)."""
+        return self._local.settings
+
+
+class SandboxPool(_LocalPool, BackendPool[LocalSandbox]):
     """Run many tasks over at most ``size`` sandboxes, each task on a clean one.
 
     ``fn(sandbox, task)`` is called once per task with a :class:`~workflows.LocalSandbox` that
@@ -238,16 +250,8 @@ class SandboxPool(BackendPool[LocalSandbox]):
         self._local = LocalBackend(type(self).__name__, server_names, acquire)
         super().__init__(self._local, **pool)
 
-    @property
-    def settings(self) -> Settings:
-        """The connection settings (the key inside never shows in a repr)."""
-        return self._local.settings
 
-    def __enter__(self) -> SandboxPool:
-        return self
-
-
-class AsyncSandboxPool(AsyncBackendPool[AsyncLocalSandbox]):
+class AsyncSandboxPool(_LocalPool, AsyncBackendPool[AsyncLocalSandbox]):
     """Run many tasks over at most ``size`` sandboxes, each task on a clean one (asyncio):
     ``fn(sandbox, task)`` is a coroutine function, given an :class:`~workflows.AsyncLocalSandbox`::
 
@@ -272,14 +276,6 @@ class AsyncSandboxPool(AsyncBackendPool[AsyncLocalSandbox]):
         pool, acquire = split_pool_options(options)
         self._local = AsyncLocalBackend(type(self).__name__, server_names, acquire)
         super().__init__(self._local, **pool)
-
-    @property
-    def settings(self) -> Settings:
-        """The connection settings (the key inside never shows in a repr)."""
-        return self._local.settings
-
-    async def __aenter__(self) -> AsyncSandboxPool:
-        return self
 
 
 def _call(

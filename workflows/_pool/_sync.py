@@ -29,6 +29,7 @@ __all__ = ["BackendPool"]
 R = TypeVar("R")
 T = TypeVar("T")
 S = TypeVar("S", bound=PooledSandbox)
+P = TypeVar("P", bound="BackendPool[Any]")  # a subclass's `with` gives that subclass
 Task = Callable[[Any, Any], Any]
 """A run's function, ``fn(sandbox, task)``, as the engine holds it."""
 
@@ -233,7 +234,7 @@ class BackendPool(PoolBase, Generic[S]):
             self._cond.notify_all()
         return report_release(self.backend.close(sandboxes))
 
-    def __enter__(self) -> BackendPool[S]:
+    def __enter__(self: P) -> P:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -97,6 +97,11 @@ class Entry:
             *ids, names, dict(options), base_url, key, time.time(), time.monotonic(), **state
         )
 
+    def owner(self) -> dict[str, str]:
+        """Who holds this lease, as its acquire's attempts and its sandbox's record in Ray's KV
+        name it: lease id, session id and holder."""
+        return {"lease": self.lease_id, "session": self.session_id, "holder": self.holder}
+
     def public(self, session: Session | None, beat: float) -> Lease:
         return Lease(
             self.lease_id,

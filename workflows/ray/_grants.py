@@ -104,13 +104,7 @@ class Grants:
             "warm": entry is None,
         }
         if entry is not None:
-            record.update(
-                lease=entry.lease_id,
-                session=entry.session_id,
-                holder=entry.holder,
-                server_names=entry.server_names,
-                options=entry.options,
-            )
+            record.update(entry.owner(), server_names=entry.server_names, options=entry.options)
         try:
             self._store.put_sandbox(sandbox.id, record)
         except Exception as exc:  # noqa: BLE001 - the lease goes on; only a restart loses it
@@ -194,8 +188,7 @@ class Grants:
         when the lease ended meanwhile."""
         book = self._book
         sandbox: AsyncLocalSandbox | None = None
-        lease = {"lease": entry.lease_id, "session": entry.session_id, "holder": entry.holder}
-        token = current_lease.set(lease)
+        token = current_lease.set(entry.owner())
         try:
             await self._pace()
             if entry.ended is None:
