@@ -12,8 +12,9 @@ import secrets
 import shutil
 import tarfile
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -23,19 +24,45 @@ from klavis_emulator._exec.confinement import CONFINE_ENV, confine_setting_from_
 from klavis_emulator._mcp.host import McpHost
 from klavis_emulator._mcp.setup import find_tools
 
+if TYPE_CHECKING:
+    from mcp import ClientSession
+
 __all__ = [
     "MODES",
     "ServerSandbox",
     "assert_confinement",
+    "failure_message",
     "hosting_emulator",
     "host",
     "loopback_site",
     "mode_of",
     "sandbox_maker",
+    "sdk_session",
 ]
 
 MODES = ("session", "unconfined")
 """The confinement modes each server's tests run in (the module fixture's params)."""
+
+
+@contextlib.asynccontextmanager
+async def sdk_session(url: str) -> AsyncIterator[ClientSession]:
+    """A session with the MCP URL ``url``, opened as the public harnesses open one: the
+    official SDK's streamable HTTP client, ``initialize`` first."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        streamable_http_client(url) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def failure_message(exc: BaseException) -> str:
+    """What a failed open said, as a harness logs it (inside exception groups)."""
+    inner = getattr(exc, "exceptions", ())
+    return failure_message(inner[0]) if inner else str(exc)
 
 
 @contextlib.contextmanager

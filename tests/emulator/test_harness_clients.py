@@ -39,7 +39,7 @@ from klavis_emulator import EmulatorServer
 from klavis_emulator._mcp.catalog import CATALOG
 from klavis_emulator._mcp.kinds import NotHosted
 from klavis_emulator._mcp.setup import find_tools
-from tests.emulator.mcp_servers import loopback_site
+from tests.emulator.mcp_servers import failure_message, loopback_site, sdk_session
 
 # MCP-Atlas's servers, under the names its tool prefixes use
 ATLAS = {
@@ -72,11 +72,7 @@ async def _open_all(urls: dict[str, str]) -> dict[str, Any]:
 
     async def one(alias: str, url: str) -> None:
         try:
-            async with (
-                streamable_http_client(url) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
+            async with sdk_session(url) as session:
                 listed = await session.list_tools()
                 outcome[alias] = sorted(f"{alias}__{tool.name}" for tool in listed.tools)
                 if alias == "memory":  # one real call through the harness's own session
@@ -86,17 +82,11 @@ async def _open_all(urls: dict[str, str]) -> dict[str, Any]:
                     )
                     outcome["memory-call-error"] = made.is_error
         except Exception as exc:
-            outcome[alias] = _message_of(exc)
+            outcome[alias] = failure_message(exc)
 
     with anyio.fail_after(180):
         await asyncio.gather(*(one(alias, url) for alias, url in urls.items()))
     return outcome
-
-
-def _message_of(exc: BaseException) -> str:
-    """What a failed open said, as the harness logs it (inside exception groups)."""
-    inner = getattr(exc, "exceptions", ())
-    return _message_of(inner[0]) if inner else str(exc)
 
 
 def test_an_mcp_atlas_style_client_opens_every_hosted_server(emulator: EmulatorServer) -> None:

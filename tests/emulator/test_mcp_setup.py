@@ -19,8 +19,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 
 import klavis_emulator
 from klavis_emulator import EmulatorConfig, EmulatorServer
@@ -30,6 +28,7 @@ from klavis_emulator._mcp.host import McpHost
 from klavis_emulator._mcp.installs import DONE_MARKER
 from klavis_emulator._mcp.kinds import OwnVenv
 from klavis_emulator._mcp.setup import TOOLS_DIR_ENV, _venv_name, find_tools
+from tests.emulator.mcp_servers import failure_message, sdk_session
 from workflows import _mcp as client
 
 TOOLS = find_tools()
@@ -214,16 +213,10 @@ def test_a_client_of_a_server_that_fails_to_start_hears_why(damaged_filesystem: 
     # "Unknown tool" to every call; the client now hears what the server printed
     async def open_and_list(url: str) -> str:
         try:
-            async with (
-                streamable_http_client(url) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
+            async with sdk_session(url) as session:
                 listed = await session.list_tools()
-        except Exception as exc:  # what the harness logs, inside exception groups
-            while inner := getattr(exc, "exceptions", ()):
-                exc = inner[0]
-            return str(exc)
+        except Exception as exc:
+            return failure_message(exc)
         return f"listed {len(listed.tools)} tools"
 
     with _emulator(install_mcp_servers=False, mcp_at_acquire=False) as server:
