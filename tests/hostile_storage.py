@@ -8,6 +8,7 @@ then lead here, and every ``GET`` gets the behaviour set last:
 * :meth:`HostileStorage.body`: given bytes (a crafted archive), with a ``Content-Length``;
 * :meth:`HostileStorage.stream`: a head, then a filler repeated up to a total (junk that is not
   gzip, or an "endless" gzip-looking body), with or without a (possibly lying) length;
+* :meth:`HostileStorage.cut_once`: given bytes, the first answer broken off part-way;
 * :meth:`HostileStorage.trickle`: a body sent one byte at a time, paced by the server's own
   timer;
 * :meth:`HostileStorage.paced`: a body sent in pieces at a steady pace (a slow but working
@@ -189,6 +190,21 @@ class HostileStorage:
                 left -= step
 
         self._set(_Behaviour(chunks, declared))
+
+    def cut_once(self, data: bytes, at: int) -> None:
+        """Answer ``data`` with its ``Content-Length``, but end the first answer after ``at``
+        bytes (the connection closes: a broken download, which the client retries)."""
+        answers = iter(range(1 << 30))
+        lock = threading.Lock()
+
+        def chunks() -> Iterator[tuple[bytes, float]]:
+            with lock:
+                first = next(answers) == 0
+            body = data[:at] if first else data
+            for start in range(0, len(body), _CHUNK):
+                yield body[start : start + _CHUNK], 0.0
+
+        self._set(_Behaviour(chunks, len(data)))
 
     def trickle(self, data: bytes, interval: float) -> None:
         """Answer ``data`` (no length) one byte every ``interval`` seconds."""

@@ -17,7 +17,7 @@ import atexit
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import IO, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx
 import stamina
@@ -29,7 +29,7 @@ from ._errors import ApiConnectionError, retry_backoff
 from ._ownership import AcquireDidNotHappen
 from ._progress import Progress
 from ._retry_log import routed
-from ._steps import Act, Blocking, Call, Download, Flow, Sleep, Step, Upload
+from ._steps import Act, Blocking, Call, Download, DownloadSink, Flow, Sleep, Step, Upload
 from ._transfer import (
     IDENTITY,
     DownloadGuard,
@@ -463,7 +463,7 @@ class AsyncDriver(_DriverBase[httpx.AsyncClient]):
     async def _download_once(
         self,
         guard: DownloadGuard,
-        sink: IO[bytes],
+        sink: DownloadSink,
         progress: Progress,
         request_timeout: httpx.Timeout,
     ) -> None:

@@ -20,6 +20,7 @@ ambiguous failure; acquire and execute never are, they are reconciled instead.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +32,7 @@ from . import _ownership, _tracing
 from ._config import Settings
 from ._dump._archive import ArchiveLimits, read_snapshot
 from ._dump._extract import Destination, prepare_destination
+from ._dump._read_along import ReadAlong
 from ._errors import (
     AcquireAmbiguousError,
     ApiConnectionError,
@@ -57,7 +59,18 @@ from ._paths import check_destination
 from ._progress import progress_bar
 from ._seed import SourceFile
 from ._snapshot import Snapshot
-from ._steps import Act, Blocking, Call, Download, Flow, Operation, Sleep, Step, Upload
+from ._steps import (
+    Act,
+    Blocking,
+    Call,
+    Download,
+    DownloadSink,
+    Flow,
+    Operation,
+    Sleep,
+    Step,
+    Upload,
+)
 
 __all__ = [
     "Act",
@@ -138,7 +151,7 @@ def upload_archive(ask: Call, archive: IO[bytes], size: int, progress: bool | No
 
 def download_signed(
     ask: Call,
-    sink: IO[bytes],
+    sink: DownloadSink,
     progress: bool | None,
     *,
     max_bytes: int | None = None,
@@ -350,7 +363,7 @@ def seed_flow(sandbox_id: str, entries: Sequence[SourceFile], progress: bool | N
 
 def _download_dump(
     sandbox_id: str,
-    sink: IO[bytes],
+    sink: DownloadSink,
     progress: bool | None,
     *,
     max_bytes: int | None,
@@ -398,18 +411,18 @@ def check_timeout(timeout: object) -> float | None:
 def dump_flow(
     sandbox_id: str, limits: ArchiveLimits, progress: bool | None, timeout: float | None = None
 ) -> Flow[Snapshot]:
-    """Download the workspace and read it as a Snapshot (streamed through a temp file).
+    """Download the workspace and read it as a Snapshot, read as it arrives (through a temp
+    file: see :class:`~workflows._dump._read_along.ReadAlong`).
 
     Links into the sandbox's ``/data`` are kept; links leading outside it are left out with a
     warning (``Snapshot.skipped_links``): one such link never fails a dump.
     """
-    with tempfile.TemporaryFile() as tmp:
+    read = functools.partial(read_snapshot, limits=limits, workspace_links=True)
+    with ReadAlong(read, discard=Snapshot.close) as sink:
         yield from _download_dump(
-            sandbox_id, tmp, progress, max_bytes=limits.archive_bytes_cap(), timeout=timeout
+            sandbox_id, sink, progress, max_bytes=limits.archive_bytes_cap(), timeout=timeout
         )
-        snapshot: Snapshot = yield Blocking(
-            read_snapshot, (tmp,), {"limits": limits, "workspace_links": True}
-        )
+        snapshot: Snapshot = yield Blocking(sink.finish)
         return snapshot
 
 

@@ -18,7 +18,18 @@ from ._progress import Progress
 if TYPE_CHECKING:
     from klavis_sandbox_client.types import Response
 
-__all__ = ["Act", "Blocking", "Call", "Download", "Flow", "Operation", "Sleep", "Step", "Upload"]
+__all__ = [
+    "Act",
+    "Blocking",
+    "Call",
+    "Download",
+    "DownloadSink",
+    "Flow",
+    "Operation",
+    "Sleep",
+    "Step",
+    "Upload",
+]
 
 T = TypeVar("T")
 
@@ -62,6 +73,18 @@ class Upload:
     progress: Progress
 
 
+class DownloadSink(Protocol):
+    """Where a :class:`Download` writes: a binary file, or anything that is rewound and emptied
+    like one before each attempt (``seek(0)``, ``truncate()``) and then written in order (the
+    dump's :class:`~workflows._dump._read_along.ReadAlong`)."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+    def truncate(self, size: int | None = None, /) -> int: ...
+
+
 @dataclass(frozen=True)
 class Download:
     """GET a signed URL (a tar.gz) into ``sink``; returns the bytes written.
@@ -75,7 +98,7 @@ class Download:
     """
 
     url: str
-    sink: IO[bytes]
+    sink: DownloadSink
     progress: Progress
     max_bytes: int | None = None
     timeout: float | None = None

@@ -14,7 +14,11 @@ from ._shared import State, error_response
 
 __all__ = ["router"]
 
-_DOWNLOAD_CHUNK: Final = 256 * 1024
+# Each piece is read on a worker thread (Starlette runs a sync iterator there) and written by
+# uvicorn's h11 protocol: per piece costs dominate. A 64 MiB archive served to curl, median of
+# 7, 2-core machine at load 0.5: 0.086 s in 256 KiB pieces, 0.053 s in 1 MiB, 0.047 s in 4 MiB;
+# 1 MiB keeps most of the gain for a quarter of 4 MiB's memory per download in flight.
+_DOWNLOAD_CHUNK: Final = 1024 * 1024
 
 router = APIRouter(prefix="/_storage", tags=["storage"])
 

@@ -3,6 +3,7 @@
 - :mod:`._archive`: reading a dump (tar.gz) in one forward pass, bounded and checked, into a
   :class:`~workflows.Snapshot` or a stream of files; the archive core's refusals
   (:mod:`klavis_archive`) in the library's words (:class:`~workflows.UnsafeArchiveError`).
+- :mod:`._read_along`: the download's sink that ``sb.dump()`` reads as it arrives.
 - :mod:`._limits`: :class:`~workflows.ArchiveLimits`, the bounds a dump is read under.
 - :mod:`._extract`: ``dump_to``'s extraction into a staging folder, moved into place only once
   the whole archive passed.

@@ -305,9 +305,23 @@ def test_a_body_over_the_limits_stops_while_streaming(
     hostile.storage.stream(GZIP_HEAD, b"\xa5junk", total, declared=total if declared else None)
     with hostile.acquire(face, limits=limits) as sandbox:
         fragment = "declares" if declared else "is larger than"
-        _raised(lambda: sandbox.dump(), UnsafeArchiveError, fragment)
+        # dump_to(folder) reads the archive once it is downloaded (dump() reads it as it
+        # arrives, and stops at the first bad block: see the test below)
+        _raised(lambda: sandbox.dump_to(hostile.dest), UnsafeArchiveError, fragment)
     assert hostile.storage.wait_idle()
     assert hostile.storage.bytes_sent < cap + 64 * MiB
+    assert not hostile.dest.exists()
+    hostile.assert_nothing_leaked()
+
+
+def test_a_dump_read_as_it_arrives_stops_at_its_first_bad_block(face: Face, hostile: World) -> None:
+    # gzip-looking, then 1 GiB of junk without a declared length: dump() inflates while it
+    # downloads, so the junk's first block ends the download, long before the size cap
+    hostile.storage.stream(GZIP_HEAD, b"\xa5junk", GiB, declared=None)
+    with hostile.acquire(face) as sandbox:
+        _raised(lambda: sandbox.dump(), UnsafeArchiveError, "not a valid tar.gz archive")
+    assert hostile.storage.wait_idle()
+    assert hostile.storage.bytes_sent < 64 * MiB  # what the socket buffers held, at most
     hostile.assert_nothing_leaked()
 
 
@@ -326,14 +340,36 @@ def test_a_trickle_is_cut_at_the_timeout_of_the_whole_transfer(face: Face, hosti
     hostile.assert_nothing_leaked()
 
 
+def test_a_dump_broken_off_part_way_is_read_again_from_its_start(
+    face: Face, hostile: World
+) -> None:
+    # dump() reads the archive as it arrives: the first answer breaks off after the reader has
+    # had part of it, the retry sends it all, and the snapshot holds exactly the archive's files
+    # (nothing of the first answer twice, nothing missing)
+    stamina.set_testing(True, attempts=2)
+    payload = os.urandom(3 * MiB)  # incompressible: the archive is about as big
+    archive = tar_gz([file("big.bin", payload), file("small.txt", "after the big one")])
+    hostile.storage.cut_once(archive, at=len(archive) // 2)
+    with hostile.acquire(face) as sandbox, sandbox.dump() as snapshot:
+        assert dict(snapshot) == {"big.bin": payload, "small.txt": b"after the big one"}
+    assert hostile.storage.requests == 2
+    hostile.assert_nothing_leaked()
+
+
+#: A deflate block that holds nothing (not final, stored, length 0 and its complement).
+EMPTY_STORED_BLOCK = b"\x00\x00\x00\xff\xff"
+
+
 @pytest.mark.parametrize("how", ["dump", "dump_to"])
 def test_a_trickle_without_a_timeout_is_ended_as_too_slow(
     face: Face, hostile: World, how: str
 ) -> None:
     # the form: the timeout given when acquiring, then a plain dump(): no deadline for
     # the whole transfer, but under 64 KiB within a window of the sandbox's timeout ends it
-    # (4 s: the same timeout bounds the API calls, which a busy machine may be slow to answer)
-    hostile.storage.trickle(GZIP_HEAD + b"\x00" * 4000, interval=0.25)
+    # (4 s: the same timeout bounds the API calls, which a busy machine may be slow to answer).
+    # The trickle is valid deflate (empty stored blocks, as a sync flush writes them): dump()
+    # inflates as it downloads, and junk would end it as no tar.gz first
+    hostile.storage.trickle(GZIP_HEAD + EMPTY_STORED_BLOCK * 800, interval=0.25)
     with hostile.acquire(face, timeout=4) as sandbox:
         action = sandbox.dump if how == "dump" else (lambda: sandbox.dump_to(hostile.dest))
         _raised(action, TransferTimeoutError, "fewer than 65,536 bytes in 4 s")
