@@ -10,6 +10,7 @@ and retried, one refused at its first bad block) are in
 from __future__ import annotations
 
 import io
+import os
 import threading
 from typing import IO, Any
 
@@ -18,7 +19,7 @@ import pytest
 from tests.crafted import file, tar_gz
 from workflows import Snapshot, UnsafeArchiveError
 from workflows._dump._archive import read_snapshot
-from workflows._dump._read_along import ReadAlong
+from workflows._dump._read_along import MEMORY_CAP, ReadAlong
 
 
 def _readers() -> list[threading.Thread]:
@@ -117,3 +118,21 @@ def test_only_a_rewind_and_an_emptying_are_accepted() -> None:
             sink.seek(5)
         with pytest.raises(OSError, match="emptied"):
             sink.truncate(5)
+
+
+def test_what_the_reader_has_not_taken_past_the_memory_cap_waits_in_the_file() -> None:
+    go = threading.Event()
+
+    def consume(stream: IO[bytes]) -> bytes:
+        assert go.wait(30)  # a slow reader: everything arrives before it reads
+        out = io.BytesIO()
+        while chunk := stream.read(100_000):
+            out.write(chunk)
+        return out.getvalue()
+
+    pieces = [bytes([n]) * 1_000_003 for n in range(3 * MEMORY_CAP // 1_000_003)]
+    with ReadAlong(consume) as sink:
+        _attempt(sink, *pieces)
+        assert os.fstat(sink._fd).st_size >= MEMORY_CAP  # spilled, not held in memory
+        go.set()
+        assert sink.finish() == b"".join(pieces)
