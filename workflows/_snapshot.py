@@ -491,6 +491,10 @@ class Snapshot(Mapping[str, bytes], LinkedFiles):
         self.close()
 
 
+def _hex_digests(contents: list[bytes]) -> list[str]:
+    return [hashlib.sha256(data).hexdigest() for data in contents]
+
+
 class _SnapshotWriter:
     """Builds a file-backed :class:`Snapshot` from streamed members (used by read_snapshot)."""
 
@@ -503,6 +507,11 @@ class _SnapshotWriter:
         self._links: dict[str, str] = {}
         self._skipped: dict[str, str] = {}
         self._hasher: ThreadPoolExecutor | None = None
+        self._small: list[bytes] = []  # small files waiting to be hashed, in order
+        self._small_bytes = 0
+        self._small_count = 0
+        self._batches: deque[Future[list[str]]] = deque()
+        self._digests: list[str] = []  # the small files' digests, by their order of arrival
 
     def add(
         self, name: str, reader: _Readable, *, mode: int = 0o644, size: int | None = None
@@ -516,7 +525,7 @@ class _SnapshotWriter:
             data = reader.read(size) if size else b""
             self._blob.write(data)
             self._offset += len(data)
-            self._index[name] = _Entry(start, len(data), hashlib.sha256(data).hexdigest(), mode)
+            self._index[name] = _Entry(start, len(data), self._hash_later(data), mode)
             return
         # a big file is hashed on a thread of its own while this one reads and writes it
         # (hashlib releases the GIL): 64 MiB cost 0.04 s of SHA-256 beside 0.05 s of inflating
@@ -536,6 +545,33 @@ class _SnapshotWriter:
         for hashed in waiting:
             hashed.result()
         self._index[name] = _Entry(start, self._offset - start, digest.hexdigest(), mode)
+
+    def _hash_later(self, data: bytes) -> str:
+        """A placeholder for the SHA-256 of a small file, resolved by :meth:`finish`: small
+        files are hashed in batches of :data:`_CHUNK` bytes on the hashing thread (one hand-over
+        per batch, not per file). On the bench's ``mixed`` dump, 2,000 files, hashing them in
+        line took 0.083 s of the reading thread's 0.36 s."""
+        token = f"\0{self._small_count}"
+        self._small_count += 1
+        self._small.append(data)
+        self._small_bytes += len(data)
+        if self._small_bytes >= _CHUNK:
+            batch, self._small, self._small_bytes = self._small, [], 0
+            self._batches.append(self._hashing().submit(_hex_digests, batch))
+            if len(self._batches) > _HASH_AHEAD:
+                self._digests.extend(self._batches.popleft().result())
+        return token
+
+    def _resolve_digests(self) -> None:
+        """Put the small files' digests in place of their placeholders."""
+        while self._batches:
+            self._digests.extend(self._batches.popleft().result())
+        self._digests.extend(_hex_digests(self._small))
+        self._small, self._small_bytes = [], 0
+        digests = self._digests
+        for name, entry in self._index.items():
+            if entry.sha256.startswith("\0"):
+                self._index[name] = entry._replace(sha256=digests[int(entry.sha256[1:])])
 
     def _hashing(self) -> ThreadPoolExecutor:
         if self._hasher is None:
@@ -572,6 +608,7 @@ class _SnapshotWriter:
 
     def finish(self) -> Snapshot:
         """Return the snapshot; it owns the temporary file from now on."""
+        self._resolve_digests()
         self._stop_hashing()
         self._blob.flush()
         return Snapshot._from_blob(self._index, self._blob, self._links, self._skipped)

@@ -412,3 +412,27 @@ def test_every_way_of_reading_a_folder_takes_the_same_rules(tmp_path: Path) -> N
     assert SeedTemplate.from_folder(tmp_path, cache_dir=tmp_path / "c", **keywords).files == 1
     with pytest.raises(TypeError, match=r"from_directory\(\) got an unexpected keyword .*'nope'"):
         Snapshot.from_directory(tmp_path, nope=True)  # type: ignore[call-arg]
+
+
+def test_every_file_has_its_own_digest_when_small_ones_are_hashed_in_batches() -> None:
+    # small files are hashed in batches of 1 MiB on a thread, big ones chunk by chunk: the
+    # manifest must still give each file, hard-link copies and replaced names included, the
+    # SHA-256 of its own contents
+    from tests.crafted import file, hardlink, tar_gz
+
+    small = {f"small/{n:03}.txt": os.urandom(9_000 + n) for n in range(300)}  # ~2.7 MiB
+    big = os.urandom(3 * 1024 * 1024 + 5)
+    members = [file(name, data) for name, data in small.items()]
+    members += [
+        file("big.bin", big),
+        hardlink("copy-of-first.txt", "small/000.txt"),
+        file("small/299.txt", b"replaced"),
+    ]
+    expected = {**small, "big.bin": big, "copy-of-first.txt": small["small/000.txt"]}
+    expected["small/299.txt"] = b"replaced"
+    with read_snapshot(io.BytesIO(tar_gz(members, compresslevel=1))) as snapshot:
+        assert dict(snapshot) == expected
+        assert snapshot.manifest() == [
+            ManifestEntry(name, len(data), hashlib.sha256(data).hexdigest())
+            for name, data in sorted(expected.items())
+        ]
