@@ -558,7 +558,7 @@ class Sandboxes:
             return
         if fresh is None:
             return
-        old = self.folders.tmp / f"old-{uuid.uuid4()}"
+        old = self.folders.workspaces_tmp / f"old-{uuid.uuid4()}"
         try:
             os.rename(workspace, old)  # the tenant's processes have ended: nothing else moves
             try:
