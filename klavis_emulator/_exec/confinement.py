@@ -20,12 +20,14 @@ read is hidden from it.
 **Host paths** (:mod:`.host_paths`, issue 32): the read-only trees are overlays at
 ``/opt/klavis/installs/N``, linked from their host paths, and a ``/bin/sh`` init is the
 sandbox's PID 1 (no ``bwrap`` command line inside), so ``/proc/self/mountinfo``,
-``/proc/self/mounts`` and ``/proc/self/cgroup`` name no host folder, but for one: the
-root of the writable binds (the workspace at ``/data``, an execution's folder) is their
-path inside their file system, which names the data folder. It is information, not access:
-nothing of the host's tree around the workspace is mounted. What must not follow a link
-planted there is the emulator's own walks of the workspace (relative to open descriptors),
-not this builder.
+``/proc/self/mounts`` and ``/proc/self/cgroup`` name no host folder. The writable binds
+(the workspace at ``/data``, an execution's folder) are of the data folder's overlays
+(:mod:`.data_overlay`): a folder given as a view path (``/proc/HOLDER/root/...``) makes this
+builder start ``bwrap`` under ``nsenter`` in the holder's namespaces, with the folder's own
+path; where the overlays cannot be made, they are plain binds whose root names the data
+folder. That is information, not access: nothing of the host's tree around the workspace is
+mounted. What must not follow a link planted there is the emulator's own walks of the
+workspace (relative to open descriptors), not this builder.
 
 **The probe** (:func:`probe`) runs this interpreter through the very same builder, so it
 fails exactly when real runs would; once per process and ``bwrap`` binary. Where only the

@@ -221,8 +221,9 @@ class Sandboxes:
         folder (None: keep the sandbox's own); None: ask no one.
 
         It is asked once the sandbox's processes have all ended, with the sandbox's lock
-        held, and answers an empty folder under the data folder (on the workspaces' file
-        system) that processes started ahead (the MCP host's spare servers) have as their
+        held, and answers an empty folder in the workspaces' staging folder
+        (:attr:`~.db.Folders.workspaces_tmp`: on their file system, the overlay where there
+        is one) that processes started ahead (the MCP host's spare servers) have as their
         workspace: the reset renames the old workspace away and the given folder to the
         workspace's path, then empties it as any reset does. If the rename fails, the old
         folder stays (emptied) and the given one is left where it was (the supplier finds
