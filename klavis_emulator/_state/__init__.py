@@ -103,6 +103,7 @@ __all__ = [
     "ServerName",
     "REGIONS",
     "EmulatorError",
+    "DataOverlay",
     "EmulatorState",
     "ExecutionConflict",
     "ExecutionNotFound",
