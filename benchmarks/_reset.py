@@ -101,7 +101,7 @@ def _pss_mib(emulator_pid: int) -> dict[str, float]:
             pss = sum(p.memory_full_info().pss for p in tree)
         except (psutil.Error, ValueError):
             continue
-        kind = "spares" if "/tmp/spares/" in folder and os.path.isdir(folder) else "sandboxes"
+        kind = "spares" if "/.tmp/spares/" in folder and os.path.isdir(folder) else "sandboxes"
         totals[kind] += pss / 2**20
     return {kind: round(value, 1) for kind, value in totals.items()}
 

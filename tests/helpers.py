@@ -328,6 +328,34 @@ def import_the_library() -> None:
             importlib.import_module(found.name)
 
 
+def data_folder_paths(state: Any) -> set[Path]:
+    """Every path of an emulator's data folder (an ``EmulatorState``'s), its tenant folders
+    (``workspaces/``, ``executions/``) reached as the emulator reaches them: through their
+    overlay where they have one (never the upper folders beneath it)."""
+    data: Path = state.data_dir
+    tenant = {
+        data / "workspaces": state.folders.workspaces,
+        data / "executions": state.folders.executions,
+    }
+    paths: set[Path] = set()
+    for top in sorted(data.iterdir()):
+        root = tenant.get(top, top)
+        paths.add(root)
+        if root.is_dir() and not root.is_symlink():
+            paths.update(root.rglob("*"))
+    return paths
+
+
+def staging_leftovers(state: Any) -> list[str]:
+    """What an emulator's staging folders hold (its spare servers' folder aside): the
+    storage's ``tmp/`` and the tenant folders' own ``.tmp/``."""
+    folders = state.folders
+    left: list[str] = []
+    for folder in (folders.tmp, folders.workspaces_tmp, folders.executions_tmp):
+        left += [f"{folder.name}/{name}" for name in os.listdir(folder) if name != "spares"]
+    return sorted(left)
+
+
 def wait_until(check: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
     """Poll ``check`` until it holds (a deadline, never a fixed sleep standing for an event)."""
     end = time.monotonic() + deadline

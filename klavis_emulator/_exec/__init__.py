@@ -5,6 +5,8 @@
                   builder, the probe, and the once-per-emulator decision
 ``host_paths``    the builder's overlays and PID 1 init, which keep the host's folder names
                   out of a confined process's ``/proc``
+``data_overlay``  the data folder's overlays (workspaces, executions) and their holder,
+                  whose namespaces confined processes enter: no host path at ``/data``
 ``root_masks``    what a root emulator's confined processes must not read of ``/usr``, ``/etc``
 ``runner``        one execution run (``main.py`` of an uploaded archive) in a thread
 ``requirements``  the check of an execution's ``requirements.txt`` (wheels only)

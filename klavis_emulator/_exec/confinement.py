@@ -20,12 +20,14 @@ read is hidden from it.
 **Host paths** (:mod:`.host_paths`, issue 32): the read-only trees are overlays at
 ``/opt/klavis/installs/N``, linked from their host paths, and a ``/bin/sh`` init is the
 sandbox's PID 1 (no ``bwrap`` command line inside), so ``/proc/self/mountinfo``,
-``/proc/self/mounts`` and ``/proc/self/cgroup`` name no host folder, but for one: the
-root of the writable binds (the workspace at ``/data``, an execution's folder) is their
-path inside their file system, which names the data folder. It is information, not access:
-nothing of the host's tree around the workspace is mounted. What must not follow a link
-planted there is the emulator's own walks of the workspace (relative to open descriptors),
-not this builder.
+``/proc/self/mounts`` and ``/proc/self/cgroup`` name no host folder. The writable binds
+(the workspace at ``/data``, an execution's folder) are of the data folder's overlays
+(:mod:`.data_overlay`): a folder given as a view path (``/proc/HOLDER/root/...``) makes this
+builder start ``bwrap`` under ``nsenter`` in the holder's namespaces, with the folder's own
+path; where the overlays cannot be made, they are plain binds whose root names the data
+folder. That is information, not access: nothing of the host's tree around the workspace is
+mounted. What must not follow a link planted there is the emulator's own walks of the
+workspace (relative to open descriptors), not this builder.
 
 **The probe** (:func:`probe`) runs this interpreter through the very same builder, so it
 fails exactly when real runs would; once per process and ``bwrap`` binary. Where only the
@@ -56,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+from .data_overlay import enter_args, inside_path
 from .host_paths import INSTALLS_DIR, LAYER_OPTIONS, Layer, init_prefix, init_programs, layer_args
 from .root_masks import MERGED_DIRS, SYSTEM_READ_ONLY, mask_args, masked_paths
 
@@ -320,7 +323,10 @@ def bwrap_args(
     paths instead (as before issue 32).
     """
     layered = bwrap not in _UNLAYERED and init_programs() is not None
-    args = [bwrap, "--unshare-all"]
+    # Folders of a data folder with overlays are given as views (/proc/HOLDER/root/...):
+    # bubblewrap then runs in the holder's namespaces, where their own paths are the
+    # overlays (see .data_overlay).
+    args = [*enter_args([workspace, *(bind.source for bind in binds)]), bwrap, "--unshare-all"]
     if network:
         args.append("--share-net")
     # --cap-drop ALL: bubblewrap 0.8.0 started as root left the process nearly every
@@ -347,12 +353,13 @@ def bwrap_args(
     else:
         for root in roots:
             args += ["--ro-bind", root, root]
-    args += ["--bind", str(workspace), CONFINED_WORKSPACE]
+    args += ["--bind", inside_path(workspace)[1], CONFINED_WORKSPACE]
     for bind in binds:
+        source = inside_path(bind.source)[1]
         if layered and not bind.writable and bind.source.is_dir():
-            layers.append(Layer(str(bind.source), bind.target))
+            layers.append(Layer(source, bind.target))
         else:
-            args += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.target]
+            args += ["--bind" if bind.writable else "--ro-bind", source, bind.target]
     args += layer_args(layers)
     if layers:
         args += LAYER_OPTIONS

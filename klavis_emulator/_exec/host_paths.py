@@ -35,13 +35,15 @@ whose memory a process of the same user could read.
 
 **Not hidden** (and why):
 
-* the root of each *writable* bind: the workspace at ``/data``, an execution's folder at
-  ``/execution`` (and its venv while pip installs into it: only pip runs then). These are
-  shared live with the emulator and with the sandbox's other processes, and only a bind
-  shows every writer's change at once; their ``mountinfo`` root is their path inside their
-  file system, which names the data folder (and the home folder, where the data folder is
-  below it, as by default). Where the data folder is a file system of its own (a volume),
-  the root shows only ``/workspaces/<id>``.
+* the root of each *writable* bind (the workspace at ``/data``, an execution's folder at
+  ``/execution``) where the data folder's overlays cannot be made. Where they can (the
+  default, see :mod:`.data_overlay`), ``workspaces/`` and ``executions/`` are overlays held
+  by one process per data folder, every confined process starts inside its namespaces, and
+  those roots read ``/<id>`` on an overlay whose options name relative paths only. Where
+  they cannot (no ``nsenter``, no unprivileged user namespaces, an upper file system
+  without user extended attributes, a data folder on an overlayfs), the binds are plain, as
+  before, and their root names the data folder (and the home folder, where the data folder
+  is below it, as by default); the emulator says so once at WARNING.
 * absolute paths the installs carry in their own files and a process's own ``argv``,
   ``sys.prefix``, environment: the links at the host paths keep those working. Hiding them
   too means relocating every install (rewriting shebangs, ``pyvenv.cfg``, editable ``.pth``
@@ -49,13 +51,15 @@ whose memory a process of the same user could read.
 
 **Options weighed.**
 
-* overlayfs with the workspace as its upper layer (a fresh file system for ``/data``):
-  rejected. Each confined process (every server of a sandbox, each execution) would mount
-  its own overlay on the same upper folder, which overlayfs calls undefined (the kernel
-  logs "upperdir is in-use ... undefined behavior"). Measured on 6.18 with two such mounts
-  A and B: A looks up ``new.txt`` (absent), B writes it, and A still answers "No such file
-  or directory" to ``cat new.txt`` while its ``ls`` lists it. It also needs a work folder
-  beside every workspace, on the same file system.
+* overlayfs with the workspace as its upper layer, mounted by each confined process
+  (a fresh file system for ``/data``): rejected. Each confined process (every server of a
+  sandbox, each execution) would mount its own overlay on the same upper folder, which
+  overlayfs calls undefined (the kernel logs "upperdir is in-use ... undefined behavior").
+  Measured on 6.18 with two such mounts A and B: A looks up ``new.txt`` (absent), B writes
+  it, and A still answers "No such file or directory" to ``cat new.txt`` while its ``ls``
+  lists it. Done instead: *one* overlay per tenant folder, mounted once per data folder by
+  a holder whose namespaces every confined process enters, and through which the emulator
+  itself reads and writes (:mod:`.data_overlay`).
 * a per-sandbox staging folder to bind from: the ``mountinfo`` root of a bind is the
   source's path in its file system however it is reached (measured: a bind of a bind, and
   bubblewrap's ``--bind-fd``, both show the original folder), so staging helps only as the

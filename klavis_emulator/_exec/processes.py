@@ -28,6 +28,7 @@ from typing import Final
 import psutil
 
 from .confinement import CONFINED_WORKSPACE
+from .data_overlay import inside_path
 
 __all__ = ["end_processes", "kill_group", "sandbox_processes"]
 
@@ -62,7 +63,7 @@ def sandbox_processes(workspace: Path, *also: Path) -> list[psutil.Process]:
                 continue
             try:
                 command = process.cmdline()
-                ours = any(_binds(command, folder) for folder in folders)
+                ours = any(_binds(command, inside_path(folder)[1]) for folder in folders)
                 if not ours:
                     cwd = process.cwd()
                     ours = any(_inside(cwd, folder) for folder in folders)

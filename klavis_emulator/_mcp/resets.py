@@ -83,7 +83,7 @@ class Resets:
         self._begun: dict[str, int] = {}  # sandbox id -> resets begun (the loop's only)
         self.refilling: set[asyncio.Task[None]] = set()
         self.spares = Spares(
-            host.state.data_dir / "tmp" / "spares",  # emptied when the state starts
+            host.state.spares_folder,  # emptied when the state starts
             spares,
             lambda server, folder: host.processes.new(server, "spare", folder),
             startup_timeout,

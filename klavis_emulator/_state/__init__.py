@@ -6,9 +6,16 @@ directory::
     <data_dir>/emulator.sqlite3      sandboxes, servers, per-server data, executions, settings
     <data_dir>/signing.key           the per-emulator HMAC secret for signed URLs
     <data_dir>/workspaces/<id>/      one workspace folder per live sandbox
+    <data_dir>/workspaces/.tmp/      its staging copies, trash and spares, emptied on start
     <data_dir>/executions/<id>/<name>/   one folder per execution (see ``_exec/runner.py``)
+    <data_dir>/executions/.tmp/      their staging and trash, emptied on start
     <data_dir>/storage/<key>         objects behind signed URLs (uploads, dumps, artifacts)
-    <data_dir>/tmp/                  staging folders, emptied on start
+    <data_dir>/tmp/                  staging folders of storage, emptied on start
+    <data_dir>/.overlay/             the overlays' empty layer, work folders and lock
+
+Confined, ``workspaces/`` and ``executions/`` are overlays held by a process of their own,
+and every access to them goes through it (:attr:`EmulatorState.folders` are those paths):
+see :mod:`klavis_emulator._exec.data_overlay`.
 
 :class:`EmulatorState` is the one object the routes, the MCP host and the tests use. It is
 made of one part per resource, each in its own module:
@@ -52,6 +59,7 @@ from .._benchmark_data import SERVER_DATA_FOLDER, BenchmarkPack, load_packs
 from .._clock import Clock, OffsetClock
 from .._config import EmulatorConfig
 from .._exec import RunSettings, decide_confinement
+from .._exec.data_overlay import DataOverlay, start_data_overlay
 from .._signing import SignedUrl
 from .db import Database, Folders
 from .errors import (
@@ -95,6 +103,7 @@ __all__ = [
     "ServerName",
     "REGIONS",
     "EmulatorError",
+    "DataOverlay",
     "EmulatorState",
     "ExecutionConflict",
     "ExecutionNotFound",
@@ -156,6 +165,19 @@ class EmulatorState:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._db = Database(self.data_dir)
         folders = Folders.create(self.data_dir)
+        # Confined, the tenant folders are overlays held by a process of their own, and
+        # reached only through it from here on (see klavis_emulator/_exec/data_overlay.py).
+        self._overlay: DataOverlay | None = None
+        self.data_overlay_problem = "unconfined: nothing is mounted for anyone"
+        """Why the tenant folders have no overlays (``""`` when they have)."""
+        if confinement.enabled:
+            made = start_data_overlay(self.data_dir)
+            if isinstance(made, str):
+                self.data_overlay_problem = made
+            else:
+                self._overlay, self.data_overlay_problem = made, ""
+                folders = folders.through(made.view)
+        self.folders = folders
 
         clock = config.clock
         if clock is None:
@@ -238,6 +260,20 @@ class EmulatorState:
             return
         self._executions.kill_all()
         self._db.close()
+        if self._overlay is not None:
+            self._overlay.close()
+
+    @property
+    def data_overlay(self) -> DataOverlay | None:
+        """The holder of the tenant folders' overlays, or ``None`` (unconfined, or where
+        they could not be made: see :mod:`klavis_emulator._exec.data_overlay`)."""
+        return self._overlay
+
+    @property
+    def spares_folder(self) -> Path:
+        """Where spare servers' workspaces are made (on the workspaces' file system: a
+        reset renames one into place); emptied when the state starts."""
+        return self.folders.workspaces_tmp / "spares"
 
     def workspace_path(self, sandbox_id: str) -> Path:
         """The workspace folder of a sandbox (it exists while the sandbox is live)."""

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, TypeVar
@@ -93,29 +93,51 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
 
 @dataclass(frozen=True)
 class Folders:
-    """The folders of a data directory (see the layout in :mod:`klavis_emulator._state`)."""
+    """The folders of a data directory (see the layout in :mod:`klavis_emulator._state`).
+
+    ``workspaces`` and ``executions`` hold tenant data only; each has a staging folder of
+    its own inside it (``.tmp``: staging copies, trash, spare workspaces), so that what is
+    renamed into or out of a tenant folder stays on its file system, the overlay where the
+    data folder has one (see :meth:`through`)."""
 
     root: Path
     workspaces: Path
     executions: Path
     storage: Path
     tmp: Path
+    workspaces_tmp: Path
+    executions_tmp: Path
 
     @classmethod
     def create(cls, root: Path) -> Folders:
-        """Make the folders under ``root`` (which exists); ``tmp/`` starts empty."""
+        """Make the folders under ``root`` (which exists); the ``tmp`` folders start empty
+        (emptied directly: call it before any overlay is mounted on them)."""
         folders = cls(
             root=root,
             workspaces=root / "workspaces",
             executions=root / "executions",
             storage=root / "storage",
             tmp=root / "tmp",
+            workspaces_tmp=root / "workspaces" / ".tmp",
+            executions_tmp=root / "executions" / ".tmp",
         )
         for folder in (folders.workspaces, folders.executions, folders.storage):
             folder.mkdir(exist_ok=True)
-        remove_tree(folders.tmp)
-        folders.tmp.mkdir()
+        for folder in (folders.tmp, folders.workspaces_tmp, folders.executions_tmp):
+            remove_tree(folder)
+            folder.mkdir()
         return folders
+
+    def through(self, view: Callable[[Path], Path]) -> Folders:
+        """These folders with the tenant ones (and their ``tmp``) reached through ``view``
+        (:meth:`~klavis_emulator._exec.data_overlay.DataOverlay.view`)."""
+        return dataclasses.replace(
+            self,
+            workspaces=view(self.workspaces),
+            executions=view(self.executions),
+            workspaces_tmp=view(self.workspaces_tmp),
+            executions_tmp=view(self.executions_tmp),
+        )
 
 
 def lock_data_dir(data_dir: Path) -> BinaryIO:

@@ -86,6 +86,7 @@ class Executions(SandboxPart):
     ) -> None:
         super().__init__(sandboxes)
         self._root = sandboxes.folders.executions
+        self._tmp = sandboxes.folders.executions_tmp  # renames stay on the executions' side
         self._storage = storage
         self.run_settings = run_settings
         self._archive_limits = archive_limits

@@ -221,8 +221,9 @@ class Sandboxes:
         folder (None: keep the sandbox's own); None: ask no one.
 
         It is asked once the sandbox's processes have all ended, with the sandbox's lock
-        held, and answers an empty folder under the data folder (on the workspaces' file
-        system) that processes started ahead (the MCP host's spare servers) have as their
+        held, and answers an empty folder in the workspaces' staging folder
+        (:attr:`~.db.Folders.workspaces_tmp`: on their file system, the overlay where there
+        is one) that processes started ahead (the MCP host's spare servers) have as their
         workspace: the reset renames the old workspace away and the given folder to the
         workspace's path, then empties it as any reset does. If the rename fails, the old
         folder stays (emptied) and the given one is left where it was (the supplier finds
@@ -558,7 +559,7 @@ class Sandboxes:
             return
         if fresh is None:
             return
-        old = self.folders.tmp / f"old-{uuid.uuid4()}"
+        old = self.folders.workspaces_tmp / f"old-{uuid.uuid4()}"
         try:
             os.rename(workspace, old)  # the tenant's processes have ended: nothing else moves
             try:

@@ -31,6 +31,7 @@ class Workspaces(SandboxPart):
         self, sandboxes: Sandboxes, storage: Storage, archive_limits: ArchiveLimits
     ) -> None:
         super().__init__(sandboxes)
+        self._tmp = sandboxes.folders.workspaces_tmp  # renames stay on the workspaces' side
         self._storage = storage
         self._archive_limits = archive_limits
 

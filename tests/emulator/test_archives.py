@@ -15,6 +15,7 @@ import pytest
 
 from klavis_emulator import ArchiveLimits, EmulatorConfig, EmulatorServer
 from tests import crafted
+from tests.helpers import data_folder_paths, staging_leftovers
 
 MakeTarGz = Callable[[Mapping[str, bytes | str]], bytes]
 Member = tuple[tarfile.TarInfo, bytes | None]
@@ -69,12 +70,13 @@ def _snapshot(root: Path) -> dict[str, bytes | str | None]:
     return result
 
 
-def _paths_outside(data_dir: Path, workspace: Path) -> set[Path]:
+def _paths_outside(emulator: EmulatorServer, workspace: Path) -> set[Path]:
     """Every path of the emulator's data dir outside the workspace and the object store."""
+    data_dir = emulator.state.data_dir
     skip = (workspace, data_dir / "storage", data_dir / "tmp")
     return {
         path
-        for path in data_dir.rglob("*")
+        for path in data_folder_paths(emulator.state)
         if not any(path == s or s in path.parents for s in skip) and "sqlite3" not in path.name
     }
 
@@ -125,18 +127,18 @@ def test_unsafe_archive_is_refused_and_changes_nothing(
     assert good.status_code == 200
     workspace = emulator.state.workspace_path(sandbox_id)
     before = _snapshot(workspace)
-    outside_before = _paths_outside(emulator.data_dir, workspace)
+    outside_before = _paths_outside(emulator, workspace)
 
     response = _upload_and_initialize(client, sandbox_id, archive)
     assert response.status_code == 400, response.text
     assert expected in response.json()["detail"]
     assert _snapshot(workspace) == before
-    assert _paths_outside(emulator.data_dir, workspace) == outside_before
+    assert _paths_outside(emulator, workspace) == outside_before
     assert not Path("/tmp/klavis-evil.txt").exists()
     assert not (workspace.parent / "evil.txt").exists()
     assert not (workspace.parent.parent / "evil.txt").exists()
     # Nothing left behind in the staging area either.
-    assert list((emulator.data_dir / "tmp").iterdir()) == []
+    assert staging_leftovers(emulator.state) == []
 
 
 def test_links_inside_the_tree_are_fine(client: httpx.Client, emulator: EmulatorServer) -> None:

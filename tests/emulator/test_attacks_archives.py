@@ -41,7 +41,7 @@ from tests.crafted import (
     tar_gz,
     zeros_file,
 )
-from tests.helpers import make_chain
+from tests.helpers import data_folder_paths, make_chain, staging_leftovers
 
 GZIP = {"Content-Type": "application/gzip"}
 BASELINE = [file("keep.txt", "kept"), folder("d"), file("d/inner.txt", "inner")]
@@ -111,7 +111,7 @@ class Tenant:
         skip = (*mine, data_dir / "storage")
         paths = {
             str(path)
-            for path in data_dir.rglob("*")
+            for path in data_folder_paths(self.emulator.state)
             if not any(path == s or s in path.parents for s in skip) and "sqlite3" not in path.name
         }
         for place in (data_dir.parent, data_dir.parent.parent, Path("/data")):
@@ -152,7 +152,7 @@ def _refused_and_untouched(
     assert fragment in response.json()["detail"], response.text
     assert _snapshot(workspace) == before
     assert tenant.outside() == outside_before
-    assert list((tenant.emulator.data_dir / "tmp").iterdir()) == []
+    assert staging_leftovers(tenant.emulator.state) == []
     return response
 
 

@@ -6,9 +6,12 @@ A confined process reads ``/proc/self/mountinfo``, ``/proc/self/mounts``, ``/pro
 ``/proc/1/mountinfo`` and ``/proc/1/cmdline``; none may name the emulator's data folder, its
 tools folder, the interpreter's prefixes, the emulator's package folder or the home folder,
 neither by their host paths nor by their paths inside their file systems (what a mount's root
-shows). The documented exceptions (see ``klavis_emulator/_exec/host_paths.py``): the data folder is
-the root of the writable binds at ``/data`` and ``/execution`` in ``mountinfo``, and PID 1's
-command line ends with the command's own argv (an install's path, the interpreter's).
+shows). The documented exception (see ``klavis_emulator/_exec/host_paths.py``): PID 1's command
+line ends with the command's own argv (an install's path, the interpreter's). The data folder
+is named nowhere: the writable binds at ``/data`` and ``/execution`` are of the overlays held
+for the data folder (``klavis_emulator/_exec/data_overlay.py``), whose roots and options name
+relative paths only; where those overlays cannot be made, the data folder may show as the
+root of those binds, and the tests say so.
 
 These skip where bwrap is not installed, or where confinement is turned off on purpose
 (``KLAVIS_EMULATOR_CONFINE=0``, the unconfined pass of the attack corpus): that skip is right
@@ -18,15 +21,19 @@ is that path) and shares the emulator's mount table; there is nothing to hide.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 import klavis_emulator
@@ -41,7 +48,7 @@ from klavis_emulator._exec.host_paths import command_of
 from klavis_emulator._mcp.launch import HOSTED_SERVERS, launch_spec
 from klavis_emulator._mcp.setup import default_tools_dir, find_tools
 from tests.emulator.mcp_servers import ServerSandbox
-from tests.helpers import Executions, new_tenant, require_confinement
+from tests.helpers import Executions, new_tenant, require_confinement, wait_until
 from workflows import _mcp as client
 
 PROC_FILES = (
@@ -136,11 +143,13 @@ def _names(text: str, path: str) -> bool:
     )
 
 
-def leaks(found: dict[str, str], named: dict[str, set[str]]) -> list[str]:
-    """Each line of ``found`` (the reader's output) that names a folder of ``named``, but for
-    the data folder as the root of a writable bind in a ``mountinfo``; of a ``cmdline`` (PID
-    1: the init, then the command's own argv, which runs at its installed path) only the data
-    folder counts."""
+def leaks(
+    found: dict[str, str], named: dict[str, set[str]], *, binds_show_data: bool = False
+) -> list[str]:
+    """Each line of ``found`` (the reader's output) that names a folder of ``named`` (with
+    ``binds_show_data``, where the data folder has no overlays, but for the data folder as
+    the root of a writable bind in a ``mountinfo``); of a ``cmdline`` (PID 1: the init, then
+    the command's own argv, which runs at its installed path) only the data folder counts."""
     said = []
     for file, text in found.items():
         for line in text.splitlines():
@@ -151,7 +160,8 @@ def leaks(found: dict[str, str], named: dict[str, set[str]]) -> list[str]:
                 if not any(_names(line, path) for path in paths):
                     continue
                 allowed = (
-                    name == "data folder"
+                    binds_show_data
+                    and name == "data folder"
                     and file.endswith("/mountinfo")
                     and len(fields) > 4
                     and fields[4] in WRITABLE_BINDS
@@ -172,11 +182,12 @@ def proc_files(output: str) -> dict[str, str]:
     return found
 
 
-def assert_nothing_named(found: dict[str, str], data_dir: Path) -> None:
-    """The reader's files name none of the host's folders, and no bwrap command line shows."""
-    named = host_paths(data_dir)
+def assert_nothing_named(found: dict[str, str], server: EmulatorServer) -> None:
+    """The reader's files name none of the host's folders (the data folder neither, where it
+    has its overlays), and no bwrap command line shows."""
+    named = host_paths(server.state.data_dir)
     assert {"data folder", "tools folder", "package folder", "HOME"} <= set(named)
-    assert leaks(found, named) == []
+    assert leaks(found, named, binds_show_data=server.state.data_overlay is None) == []
     assert "--bind" not in found["/proc/1/cmdline"]  # bubblewrap's own command line
     cgroups = [line for line in found["/proc/self/cgroup"].splitlines() if line]
     assert cgroups
@@ -203,8 +214,14 @@ def test_the_test_finds_what_the_old_mounts_showed(tmp_path: Path) -> None:
     old = f"97 65 254:0 {prefix} {prefix} ro,nosuid - ext4 /dev/vda rw"
     new = "45 65 0:51 / /opt/klavis/installs/0 ro - overlay overlay ro,lowerdir=/.klavis-stage/0"
     workspace = f"99 65 254:0 {tmp_path}/workspaces/x /data rw - ext4 /dev/vda rw"
+    overlay = (
+        "99 65 0:39 /x /data rw - overlay overlay rw,lowerdir=.overlay/empty,"
+        "upperdir=workspaces,workdir=.overlay/work-workspaces,userxattr"
+    )
     assert leaks({"/proc/self/mountinfo": old}, named)
-    assert leaks({"/proc/self/mountinfo": f"{new}\n{workspace}"}, named) == []
+    assert leaks({"/proc/self/mountinfo": f"{new}\n{overlay}"}, named) == []
+    assert leaks({"/proc/self/mountinfo": workspace}, named)
+    assert leaks({"/proc/self/mountinfo": workspace}, named, binds_show_data=True) == []
     assert leaks({"/proc/self/mounts": f"/dev/vda {tmp_path}/x /data ext4 rw"}, named)
 
 
@@ -216,7 +233,7 @@ def test_an_execution_reads_no_host_path_in_proc(confined_server: EmulatorServer
         logs = runs.logs(sandbox_id, "proc")["logs"]
     assert status == "completed", logs
     found = proc_files(logs)
-    assert_nothing_named(found, confined_server.state.data_dir)
+    assert_nothing_named(found, confined_server)
     mounts = found["/proc/self/mountinfo"]
     assert " /opt/klavis/installs/0 " in mounts  # the interpreter is there, as an overlay
     assert " /data " in mounts
@@ -232,7 +249,7 @@ def test_a_node_servers_tool_reads_no_host_path_in_proc(confined_server: Emulato
     finally:
         box.close()
     assert not ran.is_error, ran.text
-    assert_nothing_named(proc_files(ran.text), confined_server.state.data_dir)
+    assert_nothing_named(proc_files(ran.text), confined_server)
 
 
 @pytest.mark.parametrize("server", HOSTED_SERVERS)
@@ -248,8 +265,8 @@ def test_each_servers_confinement_shows_no_host_path(
         if tools.missing_outside(server) is None:  # the project installs it: a failure
             pytest.fail(f"{server} is not installed: {why}")
         pytest.skip(f"{server}: {why}")
-    workspace = confined_server.state.data_dir / "workspaces" / f"host-paths-{server}"
-    workspace.mkdir(parents=True, exist_ok=True)
+    workspace = confined_server.state.workspace_path(str(uuid.uuid4()))  # through the overlay
+    workspace.mkdir()
     spec = launch_spec(
         server,
         workspace,
@@ -268,7 +285,7 @@ def test_each_servers_confinement_shows_no_host_path(
     )
     assert done.returncode == 0, done.stderr
     found = proc_files(done.stdout)
-    assert_nothing_named(found, confined_server.state.data_dir)
+    assert_nothing_named(found, confined_server)
     assert f" {CONFINED_WORKSPACE} " in found["/proc/self/mountinfo"]
 
 
@@ -311,3 +328,63 @@ def test_where_overlays_fail_the_trees_are_bound_as_before_and_the_log_says_so(
     found = proc_files(done.stdout)
     assert leaks(found, host_paths(tmp_path))  # as before issue 32: the interpreter shows
     assert "--bind" not in found["/proc/1/cmdline"]  # the init is PID 1 all the same
+
+
+def test_the_tenant_folders_are_overlays_where_the_machine_allows(
+    confined_server: EmulatorServer,
+) -> None:
+    """Confined, ``workspaces/`` and ``executions/`` are overlays held for the data folder, and
+    the state reaches them only through the holder (its folders are views); a skip names what
+    the machine lacks (the holder's own reason)."""
+    state = confined_server.state
+    holder = state.data_overlay
+    if holder is None:
+        pytest.skip(f"the data folder's overlays cannot be made here: {state.data_overlay_problem}")
+    assert holder.alive()
+    for folder in (state.folders.workspaces, state.folders.executions):
+        assert str(folder).startswith(f"/proc/{holder.pid}/root/")
+    ours = os.stat(state.folders.workspaces)
+    assert ours.st_dev != os.stat(state.data_dir / "workspaces").st_dev  # the overlay's own
+    assert os.stat(state.data_dir).st_dev != ours.st_dev
+
+
+def test_the_holder_goes_when_the_emulator_is_killed(tmp_path: Path) -> None:
+    """An emulator started as a process of its own, then SIGKILLed: its holder ends too (its
+    parent-death signal, and its life pipe at EOF)."""
+    require_confinement()
+    data = tmp_path / "data"
+    emulator = subprocess.Popen(
+        [sys.executable, "-m", "klavis_emulator", "--data-dir", str(data), "--port", "0",
+         "--no-mcp-at-acquire", "--mcp-spares", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+
+        def holder_of(pid: int) -> psutil.Process | None:
+            with contextlib.suppress(psutil.Error):
+                for child in psutil.Process(pid).children():
+                    line = child.cmdline()
+                    if len(line) > 6 and line[5:7] == [str(pid), str(data)]:
+                        return child
+            return None
+
+        wait_until(
+            lambda: holder_of(emulator.pid) is not None or emulator.poll() is not None,
+            "a holder started",
+        )
+        holder = holder_of(emulator.pid)
+        if holder is None:
+            said = emulator.stderr.read().decode() if emulator.stderr else ""
+            if "overlays could not be made" in said:
+                pytest.skip(f"the data folder's overlays cannot be made here: {said[-400:]}")
+            pytest.fail(f"the emulator ended or made no holder: {said[-2000:]}")
+        emulator.send_signal(signal.SIGKILL)
+        emulator.wait()
+        wait_until(lambda: not holder.is_running() or holder.status() == "zombie", "gone")
+    finally:
+        if emulator.poll() is None:
+            emulator.kill()
+            emulator.wait()
+        if emulator.stderr is not None:
+            emulator.stderr.close()

@@ -22,6 +22,7 @@ import pytest
 
 from klavis_emulator import EmulatorServer
 from klavis_emulator.__main__ import _check_rows
+from klavis_emulator._exec.data_overlay import inside_path
 from klavis_emulator._mcp.catalog import CATALOG
 from klavis_emulator._mcp.host import McpHost
 from klavis_emulator._mcp.kinds import NpmPackage
@@ -211,7 +212,7 @@ def _browser_processes(box: Sandbox) -> list[psutil.Process]:
     found: dict[int, psutil.Process] = {}
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            if str(box.workspace) in " ".join(child.cmdline()):
+            if inside_path(box.workspace)[1] in " ".join(child.cmdline()):
                 found.update((p.pid, p) for p in child.children(recursive=True))
     for process in psutil.process_iter():
         with contextlib.suppress(psutil.Error):

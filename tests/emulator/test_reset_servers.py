@@ -404,7 +404,7 @@ def test_a_release_during_a_reset_leaves_nothing(confined: EmulatorServer) -> No
         assert status["busy"] is False
         assert status["spares"] == {"filesystem,terminal": 1}
         sb.write("b.txt", "2")  # this life used its servers too: the next reset takes a spare
-        spares = state.data_dir / "tmp" / "spares"
+        spares = state.spares_folder
         folders = [spares / name for name in os.listdir(spares)]
         released: list[int] = []
 
