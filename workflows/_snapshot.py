@@ -8,13 +8,13 @@ import os
 import stat
 import tempfile
 import threading
-from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import IO, TYPE_CHECKING, NamedTuple, Protocol
 
+from workflows._digests import DigestQueue
 from workflows._errors import InvalidInputError
 from workflows._git_index import UnreadableIndex, index_digest, is_git_index
 from workflows._paths import link_target_in_tree
@@ -29,8 +29,6 @@ from workflows._seed import (
 )
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future, ThreadPoolExecutor
-
     from typing_extensions import Unpack
 
 __all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
@@ -38,7 +36,6 @@ __all__ = ["ManifestEntry", "Snapshot", "SnapshotDiff"]
 log = logging.getLogger("workflows")
 
 _CHUNK = 1024 * 1024
-_HASH_AHEAD = 4  # chunks of a big file waiting to be hashed, at most
 _O_BINARY: int = getattr(os, "O_BINARY", 0)
 _O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
 
@@ -491,10 +488,6 @@ class Snapshot(Mapping[str, bytes], LinkedFiles):
         self.close()
 
 
-def _hex_digests(contents: list[bytes]) -> list[str]:
-    return [hashlib.sha256(data).hexdigest() for data in contents]
-
-
 class _SnapshotWriter:
     """Builds a file-backed :class:`Snapshot` from streamed members (used by read_snapshot)."""
 
@@ -506,12 +499,7 @@ class _SnapshotWriter:
         self._index: dict[str, _Entry] = {}
         self._links: dict[str, str] = {}
         self._skipped: dict[str, str] = {}
-        self._hasher: ThreadPoolExecutor | None = None
-        self._small: list[bytes] = []  # small files waiting to be hashed, in order
-        self._small_bytes = 0
-        self._small_count = 0
-        self._batches: deque[Future[list[str]]] = deque()
-        self._digests: list[str] = []  # the small files' digests, by their order of arrival
+        self._digests = DigestQueue()
 
     def add(
         self, name: str, reader: _Readable, *, mode: int = 0o644, size: int | None = None
@@ -525,65 +513,17 @@ class _SnapshotWriter:
             data = reader.read(size) if size else b""
             self._blob.write(data)
             self._offset += len(data)
-            self._index[name] = _Entry(start, len(data), self._hash_later(data), mode)
+            self._index[name] = _Entry(start, len(data), self._digests.later(data), mode)
             return
-        # a big file is hashed on a thread of its own while this one reads and writes it
-        # (hashlib releases the GIL): 64 MiB cost 0.04 s of SHA-256 beside 0.05 s of inflating
-        # and writing, one after the other before; at most _HASH_AHEAD chunks wait for it
-        digest = hashlib.sha256()
-        hashing = self._hashing()
-        waiting: deque[Future[None]] = deque()
+        digest = self._digests.stream()  # hashed on a thread of its own: see _digests
         while True:
             chunk = reader.read(_CHUNK)
             if not chunk:
                 break
-            waiting.append(hashing.submit(digest.update, chunk))
-            if len(waiting) > _HASH_AHEAD:
-                waiting.popleft().result()
+            digest.feed(chunk)
             self._blob.write(chunk)
             self._offset += len(chunk)
-        for hashed in waiting:
-            hashed.result()
         self._index[name] = _Entry(start, self._offset - start, digest.hexdigest(), mode)
-
-    def _hash_later(self, data: bytes) -> str:
-        """A placeholder for the SHA-256 of a small file, resolved by :meth:`finish`: small
-        files are hashed in batches of :data:`_CHUNK` bytes on the hashing thread (one hand-over
-        per batch, not per file). On the bench's ``mixed`` dump, 2,000 files, hashing them in
-        line took 0.083 s of the reading thread's 0.36 s."""
-        token = f"\0{self._small_count}"
-        self._small_count += 1
-        self._small.append(data)
-        self._small_bytes += len(data)
-        if self._small_bytes >= _CHUNK:
-            batch, self._small, self._small_bytes = self._small, [], 0
-            self._batches.append(self._hashing().submit(_hex_digests, batch))
-            if len(self._batches) > _HASH_AHEAD:
-                self._digests.extend(self._batches.popleft().result())
-        return token
-
-    def _resolve_digests(self) -> None:
-        """Put the small files' digests in place of their placeholders."""
-        while self._batches:
-            self._digests.extend(self._batches.popleft().result())
-        self._digests.extend(_hex_digests(self._small))
-        self._small, self._small_bytes = [], 0
-        digests = self._digests
-        for name, entry in self._index.items():
-            if entry.sha256.startswith("\0"):
-                self._index[name] = entry._replace(sha256=digests[int(entry.sha256[1:])])
-
-    def _hashing(self) -> ThreadPoolExecutor:
-        if self._hasher is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._hasher = ThreadPoolExecutor(1, thread_name_prefix="snapshot-hash")
-        return self._hasher
-
-    def _stop_hashing(self) -> None:
-        if self._hasher is not None:
-            self._hasher.shutdown(wait=True)
-            self._hasher = None
 
     def copy(self, name: str, source: str) -> None:
         """Record ``name`` as a copy of the earlier file ``source`` (a hard link)."""
@@ -608,12 +548,13 @@ class _SnapshotWriter:
 
     def finish(self) -> Snapshot:
         """Return the snapshot; it owns the temporary file from now on."""
-        self._resolve_digests()
-        self._stop_hashing()
+        self._digests.finish()
+        resolve = self._digests.resolve
+        self._index = {n: e._replace(sha256=resolve(e.sha256)) for n, e in self._index.items()}
         self._blob.flush()
         return Snapshot._from_blob(self._index, self._blob, self._links, self._skipped)
 
     def abort(self) -> None:
         """Drop everything written so far."""
-        self._stop_hashing()
+        self._digests.close()
         self._blob.close()
