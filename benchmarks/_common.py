@@ -195,6 +195,33 @@ class EmulatorProcess:
         assert self._proc is not None
         return self._proc.pid
 
+    def tenant_scratch(self) -> Path:
+        """A scratch folder where the emulator keeps its tenants' files: inside its
+        ``workspaces/.tmp``, reached as the emulator reaches it, i.e. through the overlay of
+        its data folder where confinement made one (``/proc/<holder>/root/...``, the holder
+        being the emulator's child that holds the overlays: see
+        ``klavis_emulator/_exec/data_overlay.py``), else the plain folder. A limit of the
+        emulator's own file work is measured there, on the same file system as the work."""
+        folder = self._data_dir / "workspaces" / ".tmp"
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                status = (entry / "status").read_text()
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            parent = next(
+                (line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), ""
+            )
+            if parent == str(self.pid) and os.fsencode(self._data_dir) in argv and b"-c" in argv:
+                view = Path(f"/proc/{entry.name}/root{folder}")
+                if view.is_dir():
+                    folder = view
+                break
+        scratch = Path(tempfile.mkdtemp(prefix="bench-", dir=folder))
+        return scratch
+
     def __enter__(self) -> EmulatorProcess:
         log = open(self._log_path, "wb")
         try:
