@@ -549,8 +549,11 @@ class _SnapshotWriter:
     def finish(self) -> Snapshot:
         """Return the snapshot; it owns the temporary file from now on."""
         self._digests.finish()
-        resolve = self._digests.resolve
-        self._index = {n: e._replace(sha256=resolve(e.sha256)) for n, e in self._index.items()}
+        if self._digests.placeholders:
+            resolve = self._digests.resolve
+            for name, entry in self._index.items():
+                if entry.sha256 != (digest := resolve(entry.sha256)):
+                    self._index[name] = entry._replace(sha256=digest)
         self._blob.flush()
         return Snapshot._from_blob(self._index, self._blob, self._links, self._skipped)
 
