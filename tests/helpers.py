@@ -460,6 +460,54 @@ def require_confinement() -> Confinement:
     return confinement
 
 
+def machine_cannot_overlay(folder: Path) -> str | None:
+    """Why this machine cannot lay an overlay over a folder beside ``folder`` as the data
+    folder's holder does (its own user and mount namespaces, ``userxattr``), asked of the
+    system's own tools (util-linux ``unshare`` and ``mount``, ``nsenter``), not of the
+    emulator: None when it can. A test skips only for such a reason; where the machine can
+    and the emulator made no overlay, the test fails."""
+    import shutil
+    import tempfile
+
+    for tool in ("unshare", "nsenter", "mount"):
+        if shutil.which(tool) is None:
+            return f"{tool} (util-linux) is not installed"
+    probe = Path(tempfile.mkdtemp(prefix=".overlay-probe-", dir=folder))
+    try:
+        for name in ("lower", "upper", "work", "merged"):
+            (probe / name).mkdir()
+        script = (
+            "mount -t overlay overlay -o userxattr,lowerdir=lower,upperdir=upper,workdir=work "
+            "merged"
+        )
+        done = subprocess.run(
+            ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
+            cwd=probe,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    if done.returncode != 0:
+        return f"the machine cannot mount an overlay in a user namespace: {done.stderr.strip()}"
+    return None
+
+
+def require_data_overlay(state: Any) -> Any:
+    """The running holder of ``state``'s data folder overlays; skip where the machine cannot
+    make them (:func:`machine_cannot_overlay`), fail where it can and the emulator did not."""
+    holder = state.data_overlay
+    if holder is not None:
+        return holder
+    reason = machine_cannot_overlay(Path(state.data_dir))
+    if reason is not None:
+        pytest.skip(f"the data folder's overlays cannot be made here: {reason}")
+    problem = state.data_overlay_problem
+    pytest.fail(f"the machine can mount overlays, the emulator made none: {problem}")
+
+
 def isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No key or URL in the environment, a private ledger, an empty working folder (returned,
     and made the current one, so that no stray ``.env`` supplies a key)."""

@@ -48,7 +48,14 @@ from klavis_emulator._exec.host_paths import command_of
 from klavis_emulator._mcp.launch import HOSTED_SERVERS, launch_spec
 from klavis_emulator._mcp.setup import default_tools_dir, find_tools
 from tests.emulator.mcp_servers import ServerSandbox
-from tests.helpers import Executions, new_tenant, require_confinement, wait_until
+from tests.helpers import (
+    Executions,
+    machine_cannot_overlay,
+    new_tenant,
+    require_confinement,
+    require_data_overlay,
+    wait_until,
+)
 from workflows import _mcp as client
 
 PROC_FILES = (
@@ -337,9 +344,7 @@ def test_the_tenant_folders_are_overlays_where_the_machine_allows(
     the state reaches them only through the holder (its folders are views); a skip names what
     the machine lacks (the holder's own reason)."""
     state = confined_server.state
-    holder = state.data_overlay
-    if holder is None:
-        pytest.skip(f"the data folder's overlays cannot be made here: {state.data_overlay_problem}")
+    holder = require_data_overlay(state)
     assert holder.alive()
     for folder in (state.folders.workspaces, state.folders.executions):
         assert str(folder).startswith(f"/proc/{holder.pid}/root/")
@@ -376,8 +381,9 @@ def test_the_holder_goes_when_the_emulator_is_killed(tmp_path: Path) -> None:
         holder = holder_of(emulator.pid)
         if holder is None:
             said = emulator.stderr.read().decode() if emulator.stderr else ""
-            if "overlays could not be made" in said:
-                pytest.skip(f"the data folder's overlays cannot be made here: {said[-400:]}")
+            reason = machine_cannot_overlay(tmp_path)
+            if reason is not None and "overlays could not be made" in said:
+                pytest.skip(f"the data folder's overlays cannot be made here: {reason}")
             pytest.fail(f"the emulator ended or made no holder: {said[-2000:]}")
         emulator.send_signal(signal.SIGKILL)
         emulator.wait()

@@ -14,7 +14,7 @@ from klavis_emulator import EmulatorConfig
 from klavis_emulator._exec.confinement import bwrap_args
 from klavis_emulator._exec.data_overlay import inside_path
 from klavis_emulator._state import EmulatorState
-from tests.helpers import require_confinement
+from tests.helpers import require_confinement, require_data_overlay
 
 
 def test_seeded_files_are_the_overlays_and_outlive_the_holder(tmp_path: Path) -> None:
@@ -23,9 +23,7 @@ def test_seeded_files_are_the_overlays_and_outlive_the_holder(tmp_path: Path) ->
     confinement = require_confinement()
     state = EmulatorState(EmulatorConfig(data_dir=tmp_path, reaper_interval=None))
     try:
-        holder = state.data_overlay
-        if holder is None:
-            pytest.skip(f"the data folder's overlays cannot be made: {state.data_overlay_problem}")
+        holder = require_data_overlay(state)
         record = state.acquire("tenant", ["filesystem"], ttl_seconds=None)
         workspace = state.workspace_path(record.id)
         assert inside_path(workspace) == (holder.pid, str(tmp_path / "workspaces" / record.id))
