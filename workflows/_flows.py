@@ -411,8 +411,9 @@ def check_timeout(timeout: object) -> float | None:
 def dump_flow(
     sandbox_id: str, limits: ArchiveLimits, progress: bool | None, timeout: float | None = None
 ) -> Flow[Snapshot]:
-    """Download the workspace and read it as a Snapshot, read as it arrives (through a temp
-    file: see :class:`~workflows._dump._read_along.ReadAlong`).
+    """Download the workspace and read it as a Snapshot while it arrives (see
+    :class:`~workflows._dump._read_along.ReadAlong`: bounded memory, read again from its start
+    when the download is retried).
 
     Links into the sandbox's ``/data`` are kept; links leading outside it are left out with a
     warning (``Snapshot.skipped_links``): one such link never fails a dump.

@@ -64,8 +64,7 @@ class _Generation(Generic[T]):
     """One attempt's bytes, waiting for the reader in arrival order: pieces in memory, or
     ``(offset, length)`` regions of the temporary file."""
 
-    def __init__(self, number: int) -> None:
-        self.number = number
+    def __init__(self) -> None:
         self.pending: deque[memoryview | tuple[int, int]] = deque()
         self.in_memory = 0
         self.in_file = 0  # regions of the file still pending: 0 lets the file be reused
@@ -140,14 +139,13 @@ class ReadAlong(Generic[T]):
         consume: Callable[[IO[bytes]], T],
         *,
         discard: Callable[[T], None] | None = None,
-        folder: str | None = None,
     ) -> None:
         self._consume = consume
         self._discard = discard
-        self._file = tempfile.TemporaryFile(buffering=0, dir=folder)  # noqa: SIM115 - closed in close()
+        self._file = tempfile.TemporaryFile(buffering=0)  # noqa: SIM115 - closed in close()
         self._fd = self._file.fileno()
         self._changed = threading.Condition()
-        self._current: _Generation[T] = _Generation(0)
+        self._current: _Generation[T] = _Generation()
         self._threads: list[threading.Thread] = []
         self._closed = False
 
@@ -191,7 +189,7 @@ class ReadAlong(Generic[T]):
         if size not in (None, 0):
             raise OSError("a download being read along can only be emptied")
         with self._changed:
-            self._current = _Generation(self._current.number + 1)
+            self._current = _Generation()
             self._file.truncate(0)
             self._file.seek(0)
             self._changed.notify_all()
