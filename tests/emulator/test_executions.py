@@ -290,12 +290,13 @@ def test_log_cursor_sees_every_byte_once_and_splits_only_whole_characters(
 ) -> None:
     sandbox_id = executions.acquire()
     main = (
-        "import os, pathlib, sys, time\n"
-        "out = sys.stdout.buffer\n"
-        "out.write('héllo '.encode()); out.write('€'.encode()[:2]); out.flush()\n"
+        "import os, pathlib, time\n"
+        # One write each (stdout is unbuffered in a run): the log never holds 'héllo '
+        # without the two bytes that follow it.
+        "os.write(1, 'héllo '.encode() + '€'.encode()[:2])\n"
         "go = pathlib.Path(os.environ['AGENT_WORKSPACE']) / 'go'\n"
         "while not go.exists(): time.sleep(0.02)\n"
-        "out.write('€'.encode()[2:] + ' wörld ✓\\n'.encode()); out.flush()\n"
+        "os.write(1, '€'.encode()[2:] + ' wörld ✓\\n'.encode())\n"
     )
     executions.start(sandbox_id, "utf8", {"main.py": main})
     executions.wait(sandbox_id, "utf8", {"running"})
