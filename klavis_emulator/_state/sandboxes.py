@@ -236,6 +236,11 @@ class Sandboxes:
         """The workspace folder of a sandbox (it exists while the sandbox is live)."""
         return self.folders.workspaces / str(uuid.UUID(sandbox_id))
 
+    def workspace_to_read(self, sandbox_id: str) -> Path:
+        """The workspace folder of a sandbox, for reading only (:attr:`.db.Folders.
+        workspaces_to_read`): never write through this path."""
+        return self.folders.workspaces_to_read / str(uuid.UUID(sandbox_id))
+
     def workspace_locked(self, tenant: str, sandbox_id: str) -> Path:
         """Re-check liveness once the sandbox lock is held; return the (existing) workspace.
 

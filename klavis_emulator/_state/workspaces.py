@@ -108,7 +108,8 @@ class Workspaces(SandboxPart):
         self._sandboxes.live(tenant, sandbox_id)
         key = f"sandboxes/{sandbox_id}/dumps/{uuid.uuid4()}.tar.gz"
         with self._db.sandbox_lock(sandbox_id):
-            workspace = self._sandboxes.workspace_locked(tenant, sandbox_id)
+            self._sandboxes.workspace_locked(tenant, sandbox_id)
+            workspace = self._sandboxes.workspace_to_read(sandbox_id)
             self._storage.archive_to(workspace, key, what="the workspace's dump")
         return self._storage.download_url(key, base_url)
 

@@ -9,17 +9,26 @@ folder being walked for a symbolic link to the emulator's data folder while the 
 still reading it. Whether the emulator then reads through the link, on the host, is what the
 tests look at. They skip where bubblewrap does not confine (the unconfined pass of the corpus:
 unconfined, a tenant's process reads the data folder directly, see the README's Safety).
+
+A dump reads the overlay's upper folder, not the overlay (``Folders.workspaces_to_read``), so
+no process inside a sandbox can see when it opens a file: there the test plays the tenant's
+part from the host at the worst moment (the open, seen by inotify on the folder the dump
+reads), doing what a tenant can do (a rename and a link, through the tenant's own view).
 """
 
 from __future__ import annotations
 
+import ctypes
 import io
 import json
 import os
 import secrets
+import select
 import tarfile
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import psutil
@@ -113,14 +122,59 @@ def _holds_no_secret(files: dict[str, bytes], server: EmulatorServer) -> None:
             assert secret not in content, f"{member} holds the emulator's {name}"
 
 
+class _SwapOnOpen:
+    """The tenant's swap, made from the host when the emulator opens ``watched``: ``folder``
+    (a tenant folder, through the tenant's view) is renamed away and replaced by a link to
+    ``target``. It is ready (watching) once made; :meth:`swapped` waits for its end."""
+
+    _IN_OPEN = 0x20
+
+    def __init__(self, watched: Path, folder: Path, target: Path) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._watcher = self._libc.inotify_init1(os.O_CLOEXEC)
+        assert self._watcher >= 0, f"inotify_init1: errno {ctypes.get_errno()}"
+        watch = self._libc.inotify_add_watch(self._watcher, bytes(watched), self._IN_OPEN)
+        assert watch >= 0, f"inotify_add_watch: errno {ctypes.get_errno()}"
+        self._folder, self._target = folder, target
+        self._problem = "the swap never ran"
+        self._thread = threading.Thread(target=self._swap, daemon=True)
+        self._thread.start()
+
+    def _swap(self) -> None:
+        try:
+            woken, _, _ = select.select([self._watcher], [], [], 120)
+            if not woken:
+                self._problem = "the emulator never opened the decoy"
+                return
+            self._folder.rename(self._folder.with_name("moved"))
+            self._folder.symlink_to(self._target)
+            self._problem = ""
+        finally:
+            os.close(self._watcher)
+
+    def swapped(self) -> None:
+        """The swap happened (else the test proved nothing)."""
+        self._thread.join(120)
+        assert not self._thread.is_alive(), "the swap still waits"
+        assert not self._problem, self._problem
+
+
 def test_a_dump_never_reads_through_a_folder_swapped_while_it_walks(
     tenant: Executions, confined_server: EmulatorServer
 ) -> None:
     sandbox_id = tenant.acquire()
-    _start_swapper(tenant, sandbox_id)
+    state = confined_server.state
+    folder = state.workspace_path(sandbox_id) / "dir"  # through the overlay, as the tenant
+    folder.mkdir()
+    (folder / "a-decoy.bin").write_bytes(os.urandom(DECOY_BYTES))
+    for name in STOLEN_NAMES:
+        (folder / name).write_text("decoy")
+    # the dump reads the overlay's upper folder (the same folder where there is no overlay)
+    read = state.folders.workspaces_to_read / sandbox_id / "dir" / "a-decoy.bin"
+    swap = _SwapOnOpen(read, folder, state.data_dir)
     answer = tenant.http.get(f"/local-sandbox/{sandbox_id}/dump")
     assert answer.status_code == 200, answer.text
-    _swapped(tenant, sandbox_id)
+    swap.swapped()
     archive = httpx.get(answer.json()["download_url"], timeout=120)
     assert archive.status_code == 200
     files: dict[str, bytes] = {}
