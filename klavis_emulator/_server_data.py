@@ -1,30 +1,33 @@
 """Data documents of the servers that have them: google_cloud, poste_email_toolathlon, canvas.
 
-The request models follow the contract's ``*-Input`` schemas field by field. They are strict
-(no ``"1"`` for ``1``, no ``"true"`` for ``true``, no NaN or infinities) so a document of the
-wrong shape answers 422 with one message per offending field. Properties the contract does
+The request models are the contract's ``*-Input`` schemas, built from it when this module is
+imported (:mod:`klavis_emulator._contract_models`), so they follow it field by field. They are
+strict (no ``"1"`` for ``1``, no ``"true"`` for ``true``, no NaN or infinities) so a document of
+the wrong shape answers 422 with one message per offending field. Properties the contract does
 not name are refused too (``extra_forbidden``): the contract does not forbid them, but a
 misspelt key (``bucket`` for ``buckets``) silently ignored would hide a bug, and the
 emulator errs on the side of telling. Free-form objects (``json_data``, announcements,
-answers) take any keys. The stored document is the validated one, with the contract's
-defaults filled in, and ``dump`` answers it in the same shape.
+answers) take any keys. The mail schemas' models have the emulator's own validators too
+(header values on one line, RFC 2822 dates, mailbox names, user addresses, the mail server's
+sizes). The stored document is the validated one, with the contract's defaults filled in, and
+``dump`` answers it in the same shape.
 """
 
 from __future__ import annotations
 
 import email.utils
+import json
+from pathlib import Path
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ._contract_models import build_models
 from ._mail import MAX_ATTACHMENT_BYTES, document_problem, folder_problem, is_plain_address
 
 __all__ = [
     "DATA_MODELS",
     "DATA_SERVERS",
-    "CanvasData",
-    "GoogleCloudData",
-    "PosteEmailData",
     "default_document",
     "document_for",
     "empty_document",
@@ -35,135 +38,11 @@ class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
 
 
-# ---------------------------------------------------------------------- google_cloud
-
-
-class BigQueryDataset(_Strict):
-    """A BigQuery dataset."""
-
-    id: str
-    description: str | None = None
-    location: str = "US"
-    created_at: str | None = None
-    updated_at: str | None = None
-
-
-class BigQueryField(_Strict):
-    """One column of a BigQuery table schema."""
-
-    name: str
-    type: str
-    mode: str | None = "NULLABLE"
-    description: str | None = None
-    fields: list[BigQueryField] | None = None
-
-
-class BigQueryTable(_Strict):
-    """A BigQuery table."""
-
-    dataset_id: str
-    id: str
-    description: str | None = None
-    fields: list[BigQueryField] | None = None
-    row_count: str | None = None
-    created_at: str | None = None
-
-
-class LifecycleRule(_Strict):
-    """A lifecycle rule of a Cloud Storage bucket."""
-
-    action: str
-    action_storage_class: str | None = None
-    age_days: int | None = None
-    created_before: str | None = None
-    is_live: bool | None = None
-    num_newer_versions: int | None = None
-
-
-class StorageBucket(_Strict):
-    """A Cloud Storage bucket."""
-
-    name: str
-    location: str = "US"
-    storage_class: str = "STANDARD"
-    versioning_enabled: bool = False
-    lifecycle_rules: list[LifecycleRule] | None = None
-    created_at: str | None = None
-    updated_at: str | None = None
-
-
-class StorageObject(_Strict):
-    """An object in a Cloud Storage bucket."""
-
-    bucket: str
-    name: str
-    content_type: str | None = None
-    size: str | None = None
-    content: str | None = None
-    md5_hash: str | None = None
-    created_at: str | None = None
-    updated_at: str | None = None
-
-
-class LogEntry(_Strict):
-    """A Cloud Logging entry."""
-
-    log_name: str
-    message: str | None = None
-    json_data: dict[str, Any] | None = None
-    severity: str = "INFO"
-    timestamp: str | None = None
-    resource_type: str | None = None
-    resource_labels: dict[str, str] | None = None
-
-
-class LogSink(_Strict):
-    """A Cloud Logging sink."""
-
-    name: str
-    filter: str | None = None
-    description: str | None = None
-    created_at: str | None = None
-    updated_at: str | None = None
-
-
-class LogBucket(_Strict):
-    """A Cloud Logging bucket."""
-
-    name: str
-    location: str = "global"
-    retention_days: int = 30
-    description: str | None = None
-    created_at: str | None = None
-    updated_at: str | None = None
-
-
-class ComputeInstance(_Strict):
-    """A Compute Engine virtual machine."""
-
-    name: str
-    zone: str
-    machine_type: str = "e2-micro"
-    status: str = "RUNNING"
-    description: str | None = None
-    labels: dict[str, str] | None = None
-    created_at: str | None = None
-
-
-class GoogleCloudData(_Strict):
-    """Body of ``POST /local-sandbox/google_cloud/{sandbox_id}/initialize``."""
-
-    datasets: list[BigQueryDataset] | None = None
-    tables: list[BigQueryTable] | None = None
-    buckets: list[StorageBucket] | None = None
-    objects: list[StorageObject] | None = None
-    log_entries: list[LogEntry] | None = None
-    log_sinks: list[LogSink] | None = None
-    log_buckets: list[LogBucket] | None = None
-    instances: list[ComputeInstance] | None = None
-
-
-# ---------------------------------------------------------------------- poste_email_toolathlon
+# ---------------------------------------------------------------------- the emulator's checks
+# Validators of the mail schemas' models, what the contract cannot say: a message the mail
+# server would refuse answers 422 at initialize. (Given to the models as validators rather
+# than as base classes: each base would be one more pydantic model to build at import, 0.3 to
+# 1 ms each on this machine.)
 
 
 def _one_line(value: str | None) -> str | None:
@@ -172,170 +51,98 @@ def _one_line(value: str | None) -> str | None:
     return value
 
 
-class PosteEmailAttachment(_Strict):
-    """A file attached to an email (on the mail server: ``size`` zero bytes)."""
-
-    filename: str
-    content_type: str | None = None
-    size: int | None = Field(default=None, ge=0, le=MAX_ATTACHMENT_BYTES)
-
-    _headers = field_validator("filename", "content_type")(_one_line)
-
-    @field_validator("content_type")
-    @classmethod
-    def _mime_type(cls, value: str | None) -> str | None:
-        if value is not None and value.count("/") != 1:
-            raise ValueError(f"content_type {value!r} is not a MIME type such as text/plain")
-        return value
+def _mime_type(value: str | None) -> str | None:
+    if value is not None and value.count("/") != 1:
+        raise ValueError(f"content_type {value!r} is not a MIME type such as text/plain")
+    return value
 
 
-class PosteEmail(_Strict):
-    """One email message."""
-
-    email_id: str | None = None
-    subject: str
-    from_addr: str
-    to_addr: str
-    cc_addr: str | None = None
-    bcc_addr: str | None = None
-    date: str | None = None
-    message_id: str | None = None
-    body_text: str | None = None
-    body_html: str | None = None
-    is_read: bool | None = False
-    is_important: bool | None = False
-    folder: str | None = "INBOX"
-    attachments: list[PosteEmailAttachment] | None = None
-
-    _headers = field_validator(
-        "subject", "from_addr", "to_addr", "cc_addr", "bcc_addr", "date", "message_id"
-    )(_one_line)
-
-    @field_validator("folder")
-    @classmethod
-    def _mailbox_name(cls, value: str | None) -> str | None:
-        problem = None if value is None else folder_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
-
-    @field_validator("date")
-    @classmethod
-    def _rfc2822(cls, value: str | None) -> str | None:
-        if value:
-            try:
-                email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"date {value!r} is not an RFC 2822 date such as "
-                    "'Wed, 10 Sep 2025 18:31:19 +0000'"
-                ) from None
-        return value
+def _mailbox_name(value: str | None) -> str | None:
+    problem = None if value is None else folder_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
-class PosteEmailUserData(_Strict):
-    """The messages of one user."""
-
-    emails: list[PosteEmail] | None = None
-
-
-class PosteEmailData(_Strict):
-    """Body of ``POST /local-sandbox/poste_email_toolathlon/{sandbox_id}/initialize``."""
-
-    users: dict[str, PosteEmailUserData] = Field(default_factory=dict)
-
-    @field_validator("users")
-    @classmethod
-    def _addresses(cls, value: dict[str, PosteEmailUserData]) -> dict[str, PosteEmailUserData]:
-        seen: set[str] = set()
-        for address in value:
-            if not is_plain_address(address):
-                raise ValueError(
-                    f"user {address[:80]!r} is not an email address such as name@example.com "
-                    "(each user is an account of the mail server)"
-                )
-            if address.lower() in seen:
-                raise ValueError(f"user {address!r} is named twice (addresses ignore case)")
-            seen.add(address.lower())
-        return value
-
-    @model_validator(mode="after")
-    def _within_the_mail_servers_limits(self) -> PosteEmailData:
-        """Each message fits the mail server's message size, all of them a sandbox's mail
-        (see :mod:`klavis_emulator._mail.server`): checked here, so that initialize answers 422
-        and a benchmark pack is refused when the emulator starts."""
-        problem = document_problem(self.model_dump(mode="json"))
-        if problem is not None:
-            raise ValueError(problem)
-        return self
+def _rfc2822(value: str | None) -> str | None:
+    if value:
+        try:
+            email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"date {value!r} is not an RFC 2822 date such as 'Wed, 10 Sep 2025 18:31:19 +0000'"
+            ) from None
+    return value
 
 
-# ---------------------------------------------------------------------- canvas
+def _addresses(value: dict[str, Any]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for address in value:
+        if not is_plain_address(address):
+            raise ValueError(
+                f"user {address[:80]!r} is not an email address such as name@example.com "
+                "(each user is an account of the mail server)"
+            )
+        if address.lower() in seen:
+            raise ValueError(f"user {address!r} is named twice (addresses ignore case)")
+        seen.add(address.lower())
+    return value
 
 
-class CanvasAssignment(_Strict):
-    """An assignment of a course."""
-
-    name: str
-    description: str | None = None
-    points_possible: float | None = None
-    due_at: str | None = None
-    submission_types: list[str] = Field(default_factory=list)
-    published: bool = True
-
-
-class CanvasQuizQuestion(_Strict):
-    """One quiz question."""
-
-    question_name: str | None = None
-    question_text: str
-    question_type: str = "multiple_choice_question"
-    points_possible: float = 1.0
-    answers: list[dict[str, Any]] | None = None
+def _within_the_mail_servers_limits(document: BaseModel) -> BaseModel:
+    """Each message fits the mail server's message size, all of them a sandbox's mail
+    (see :mod:`klavis_emulator._mail.server`): checked here, so that initialize answers 422
+    and a benchmark pack is refused when the emulator starts."""
+    problem = document_problem(document.model_dump(mode="json"))
+    if problem is not None:
+        raise ValueError(problem)
+    return document
 
 
-class CanvasQuiz(_Strict):
-    """A quiz of a course."""
-
-    title: str
-    description: str | None = None
-    quiz_type: str = "assignment"
-    time_limit: int | None = None
-    published: bool = True
-    due_at: str | None = None
-    questions: list[CanvasQuizQuestion] = Field(default_factory=list)
-
-
-class CanvasEnrollment(_Strict):
-    """Enrolls an existing user in a course."""
-
-    user_email: str
-    role: str = "StudentEnrollment"
-
-
-class CanvasCourse(_Strict):
-    """A course with its assignments, quizzes, enrollments and announcements."""
-
-    name: str
-    course_code: str
-    published: bool = True
-    assignments: list[CanvasAssignment] = Field(default_factory=list)
-    quizzes: list[CanvasQuiz] = Field(default_factory=list)
-    enrollments: list[CanvasEnrollment] = Field(default_factory=list)
-    announcements: list[dict[str, Any]] | None = None
-
-
-class CanvasData(_Strict):
-    """Body of ``POST /local-sandbox/canvas/{sandbox_id}/initialize``."""
-
-    courses: list[CanvasCourse] = Field(default_factory=list)
-
-
-DATA_MODELS: Final[dict[str, type[_Strict]]] = {
-    "google_cloud": GoogleCloudData,
-    "poste_email_toolathlon": PosteEmailData,
-    "canvas": CanvasData,
+_HEADERS: Final = ("subject", "from_addr", "to_addr", "cc_addr", "bcc_addr", "date", "message_id")
+_CHECKS: Final[dict[str, dict[str, Any]]] = {
+    "PosteEmailAttachment-Input": {
+        "_headers": field_validator("filename", "content_type")(_one_line),
+        "_mime_type": field_validator("content_type")(_mime_type),
+    },
+    "PosteEmail-Input": {
+        "_headers": field_validator(*_HEADERS)(_one_line),
+        "_mailbox_name": field_validator("folder")(_mailbox_name),
+        "_rfc2822": field_validator("date")(_rfc2822),
+    },
+    "PosteEmailData-Input": {
+        "_addresses": field_validator("users")(_addresses),
+        "_limits": model_validator(mode="after")(_within_the_mail_servers_limits),
+    },
 }
+_NARROWED: Final = {("PosteEmailAttachment-Input", "size"): Field(ge=0, le=MAX_ATTACHMENT_BYTES)}
+
+
+# ---------------------------------------------------------------------- the models
+
+_ROOTS: Final = {
+    "google_cloud": "GoogleCloudData-Input",
+    "poste_email_toolathlon": "PosteEmailData-Input",
+    "canvas": "CanvasData-Input",
+}
+_CONTRACT: Final = Path(__file__).with_name("_openapi.json")
+
+
+def _models() -> dict[str, type[BaseModel]]:
+    with _CONTRACT.open("rb") as file:
+        schemas = json.load(file)["components"]["schemas"]
+    built = build_models(
+        schemas,
+        _ROOTS.values(),
+        base=_Strict,
+        validators=_CHECKS,
+        narrowed=_NARROWED,
+    )
+    return {server: built[schema] for server, schema in _ROOTS.items()}
+
+
+DATA_MODELS: Final[dict[str, type[BaseModel]]] = _models()
+"""The model of each server's document (the body of its ``initialize``), by server name."""
 DATA_SERVERS: Final[tuple[str, ...]] = tuple(DATA_MODELS)
 
 # ---------------------------------------------------------------------- documents
@@ -434,7 +241,7 @@ def _normalized(server_name: str, document: dict[str, Any]) -> dict[str, Any]:
 def empty_document(server_name: str) -> dict[str, Any]:
     """What a server holds before any data was loaded (empty lists, no users)."""
     if server_name == "google_cloud":
-        return _normalized(server_name, {key: [] for key in GoogleCloudData.model_fields})
+        return _normalized(server_name, {key: [] for key in DATA_MODELS[server_name].model_fields})
     return _normalized(server_name, {})
 
 

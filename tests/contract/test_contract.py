@@ -1,12 +1,14 @@
-"""The contract (openapi.yaml) and the client generated from it.
+"""The contract (openapi.yaml), the client generated from it, and the emulator's copy of it.
 
 The fact-by-fact comparison with Klavis's public description lives in scripts/check-upstream;
-these tests guard the contract's own rules and the generated package.
+these tests guard the contract's own rules, the generated package, and the JSON copy the
+emulator builds its data documents' models from (klavis_emulator/_openapi.json).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import shutil
 import subprocess
@@ -136,6 +138,40 @@ def test_every_operation_documents_401_and_sandbox_operations_404(spec: dict[str
         assert "401" in responses, (method, path)
         if "{" in path:
             assert "404" in responses, (method, path)
+
+
+# ------------------------------------------------------------------ the emulator's copy
+
+
+def test_the_emulators_json_is_openapi_yaml(spec: dict[str, Any]) -> None:
+    """On every Python (scripts/regenerate, which writes it, needs 3.11)."""
+    copy = ROOT / "klavis_emulator" / "_openapi.json"
+    assert json.loads(copy.read_text(encoding="utf-8")) == spec, (
+        "klavis_emulator/_openapi.json is not openapi.yaml: run scripts/regenerate"
+    )
+
+
+def test_the_emulators_data_models_are_the_contracts_input_schemas(spec: dict[str, Any]) -> None:
+    """Each initialize body's model, and each model it holds, has its schema's properties in
+    order, its required ones, and its defaults."""
+    from klavis_emulator._server_data import DATA_MODELS
+
+    schemas = spec["components"]["schemas"]
+    checked = set()
+    for server, model in DATA_MODELS.items():
+        body = spec["paths"][f"/local-sandbox/{server}/{{sandbox_id}}/initialize"]["post"]
+        wanted = json.dumps(body["requestBody"]["content"]["application/json"]["schema"])
+        assert f"/{model.__name__}-Input" in wanted, (server, wanted)
+        built = model.model_json_schema()
+        for name, schema in {model.__name__: built, **built.get("$defs", {})}.items():
+            contract = schemas.get(f"{name}-Input", schemas.get(name))
+            assert list(schema["properties"]) == list(contract["properties"]), name
+            assert set(schema.get("required", ())) == set(contract.get("required", ())), name
+            for prop, facts in contract["properties"].items():
+                if "default" in facts:
+                    assert schema["properties"][prop]["default"] == facts["default"], (name, prop)
+            checked.add(name)
+    assert len(checked) == 21
 
 
 # ------------------------------------------------------------------ the generated package
