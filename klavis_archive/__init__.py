@@ -4,8 +4,10 @@ Workspaces travel as tar.gz archives: the library packs seeds and reads dumps, t
 reads seeds and writes dumps. What makes that safe and fast is written once, here: the fixed
 limits, the bounded tar reader and the streams it reads, the path and link rules, the fast
 header code, the packer, and the opening of a plan's files that follows no link
-(:class:`PlannedTree`). This package is a leaf: it imports the standard library and
-``isal``, never ``workflows`` nor ``klavis_emulator`` (``tests/archive/test_leaf.py``).
+(:class:`PlannedTree`); and pip's logical lines of the requirements file an execution's
+archive carries, which both sides read (:func:`pip_logical_lines`). This package is a leaf:
+it imports the standard library and ``isal``, never ``workflows`` nor ``klavis_emulator``
+(``tests/archive/test_leaf.py``).
 
 Refusals are :class:`ArchiveRejected` (a ``ValueError``) and its kinds; each package maps them
 to its own errors (the library to ``UnsafeArchiveError``, the emulator to 400 and 413 answers).
@@ -48,6 +50,7 @@ from ._paths import (
     mount_relative,
     resolve,
 )
+from ._pip_lines import pip_logical_lines, without_pip_comment
 from ._planned import OPEN_FOLDERS, FileIdentity, PlannedTree, SourceChanged
 from ._reader import CORRUPT, BoundedTarFile, BoundedTarInfo, open_tar
 from ._streams import CountingStream, DecompressAhead, ForwardReader, igzip_file
@@ -107,4 +110,7 @@ __all__ = [
     "FileIdentity",
     "PlannedTree",
     "SourceChanged",
+    # what an execution's archive carries, read by both sides: pip's requirements lines
+    "pip_logical_lines",
+    "without_pip_comment",
 ]

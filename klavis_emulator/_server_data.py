@@ -16,12 +16,11 @@ sizes). The stored document is the validated one, with the contract's defaults f
 from __future__ import annotations
 
 import email.utils
-import json
-from pathlib import Path
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ._contract import contract_schemas
 from ._contract_models import build_models
 from ._mail import MAX_ATTACHMENT_BYTES, document_problem, folder_problem, is_plain_address
 
@@ -125,14 +124,11 @@ _ROOTS: Final = {
     "poste_email_toolathlon": "PosteEmailData-Input",
     "canvas": "CanvasData-Input",
 }
-_CONTRACT: Final = Path(__file__).with_name("_openapi.json")
 
 
 def _models() -> dict[str, type[BaseModel]]:
-    with _CONTRACT.open("rb") as file:
-        schemas = json.load(file)["components"]["schemas"]
     built = build_models(
-        schemas,
+        contract_schemas(),
         _ROOTS.values(),
         base=_Strict,
         validators=_CHECKS,

@@ -39,6 +39,8 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from klavis_archive import pip_logical_lines
+
 from ._errors import InvalidInputError, InvalidSeedPathError
 from ._paths import normalize_seed_key
 from ._seed import DEFAULT_MAX_FILE_SIZE, OnDisk, SourceFile, plan_directory, plan_mapping
@@ -94,37 +96,6 @@ class _Budget:
     bytes: int = 0
 
 
-def _without_comment(line: str) -> str:
-    """``line`` without its comment, by pip's rule (``(^|\\s+)#.*$``: a ``#`` at the start or
-    after whitespace starts one), in one pass: the regular expression is quadratic."""
-    at = line.find("#")
-    while at > 0 and not line[at - 1].isspace():
-        at = line.find("#", at + 1)
-    return line if at < 0 else line[:at]
-
-
-def _logical_lines(text: str) -> list[tuple[int, str]]:
-    """pip's logical lines with their first line number: ``\\`` joins lines, comments go,
-    blank lines go."""
-    lines: list[tuple[int, str]] = []
-    pending: list[str] = []
-    start = 0
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not pending:
-            start = number
-        if raw.endswith("\\"):
-            pending.append(raw[:-1])
-            continue
-        pending.append(raw)
-        line = _without_comment("".join(pending)).strip()
-        pending = []
-        if line:
-            lines.append((start, line))
-    if pending and (line := _without_comment("".join(pending)).strip()):
-        lines.append((start, line))
-    return lines
-
-
 def _option_value(line: str, short: str, long: str) -> str | None:
     """The value when ``line`` is the option ``short``/``long`` (``-r x``, ``-rx``,
     ``--requirement x``, ``--requirement=x``), else None."""
@@ -141,7 +112,7 @@ def _flatten(
     """The requirement lines of ``text`` (read from ``shown``), nested ``-r`` files inlined
     (relative to ``base``, the folder of the file that names them)."""
     lines: list[str] = []
-    for number, line in _logical_lines(text):
+    for number, line in pip_logical_lines(text):
         where = f"{budget.what}: " if budget.what else ""
         where += f"{shown} line {number} ({line[:80]!r})"
         if _option_value(line, "-c", "--constraint") is not None:

@@ -24,6 +24,8 @@ import re
 from pathlib import Path
 from typing import Final
 
+from klavis_archive import pip_logical_lines
+
 __all__ = ["WHEELS_ONLY_HINT", "RequirementsRefused", "check_requirements"]
 
 _MAX_REQUIREMENTS_BYTES: Final = 1024 * 1024
@@ -82,41 +84,6 @@ def _refused(number: int, shown: str, reason: str) -> RequirementsRefused:
     return RequirementsRefused(
         f"requirements.txt line {number} ({line!r}) is refused: {reason}. {WHEELS_ONLY_HINT}"
     )
-
-
-def _without_comment(line: str) -> str:
-    """``line`` without its comment, by pip's rule (``(^|\\s+)#.*$``: a ``#`` at the start or
-    after whitespace starts one), in one pass: the regular expression is quadratic (it
-    backtracks over each run of whitespace: 40,000 spaces took 17 s, and the emulator reads
-    up to 1 MiB)."""
-    at = line.find("#")
-    while at > 0 and not line[at - 1].isspace():
-        at = line.find("#", at + 1)
-    return line if at < 0 else line[:at]
-
-
-def _logical_lines(text: str) -> list[tuple[int, str]]:
-    """pip's logical lines with their first line number: ``\\`` joins lines, comments go,
-    blank lines go. The library reads a requirements file the same way before it sends one
-    (``workflows._execution_input``, which this package may not import):
-    ``tests/test_pip_lines_twins.py`` holds the two to the same answers."""
-    lines: list[tuple[int, str]] = []
-    pending: list[str] = []
-    start = 0
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not pending:
-            start = number
-        if raw.endswith("\\"):
-            pending.append(raw[:-1])
-            continue
-        pending.append(raw)
-        line = _without_comment("".join(pending)).strip()
-        pending = []
-        if line:
-            lines.append((start, line))
-    if pending and (line := _without_comment("".join(pending)).strip()):
-        lines.append((start, line))
-    return lines
 
 
 def _inside(workdir: Path, relative: str, *, want_dir: bool) -> str | None:
@@ -250,7 +217,7 @@ def check_requirements(data: bytes, workdir: Path, shown_workdir: str) -> str:
             "requirements.txt is not UTF-8 text: it is refused (write it in UTF-8)."
         ) from None
     checked: list[str] = []
-    for number, line in _logical_lines(text):
+    for number, line in pip_logical_lines(text):
         if "${" in line:
             raise _refused(number, line, "${VARIABLES} are not expanded")
         tokens = line.split()

@@ -28,10 +28,11 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal, TypedDict, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypedDict
 
 from .._benchmark_data import BENCHMARKS
 from .._clock import Clock, isoformat
+from .._contract import contract_enum
 from .._exec import end_processes, sandbox_processes
 from .._workspace import remove_tree
 from .db import Database, Folders, from_row
@@ -53,27 +54,18 @@ __all__ = [
 
 logger = logging.getLogger("klavis_emulator")
 
-ServerName = Literal[
-    "filesystem",
-    "git",
-    "terminal",
-    "desktop-commander",
-    "arxiv",
-    "excel",
-    "word",
-    "powerpoint",
-    "code-executor",
-    "code-runner",
-    "pdf-tools",
-    "google_cloud",
-    "poste_email_toolathlon",
-    "canvas",
-    "localmemory",
-    "playwright",
-]
-"""The contract's ``LocalSandboxMCPServer`` enum, as a type."""
+LOCAL_SERVER_NAMES: Final[tuple[str, ...]] = contract_enum("LocalSandboxMCPServer")
+"""The contract's ``LocalSandboxMCPServer`` enum, read from it (:mod:`klavis_emulator._contract`);
+the library writes the same names out as its ``ServerName`` type (a type checker reads a
+``Literal`` only when it is written out; ``tests/workflows/test_config_errors.py`` holds the
+two equal)."""
 
-LOCAL_SERVER_NAMES: Final[tuple[str, ...]] = get_args(ServerName)
+if TYPE_CHECKING:
+    ServerName: TypeAlias = str
+else:
+    ServerName = Literal[LOCAL_SERVER_NAMES]
+"""One of :data:`LOCAL_SERVER_NAMES`, as a type (for pydantic: the enum of the emulator's
+``/openapi.json``; for a type checker, which cannot read the contract, a ``str``)."""
 
 FreshWorkspaces = Callable[[str, Sequence[str]], "Path | None"]
 """``(sandbox_id, server_names) -> folder or None``: see

@@ -176,7 +176,8 @@ def test_import_does_not_load_the_generated_models() -> None:
 
 
 def test_emulator_and_library_agree_on_the_server_names() -> None:
-    # the two packages may not import each other; both write the contract's enum out
+    # the two packages may not import each other: the emulator reads the contract's enum, the
+    # library writes it out (a type checker reads a Literal only when it is written out)
     from klavis_emulator._state import LOCAL_SERVER_NAMES
 
     assert tuple(LOCAL_SERVER_NAMES) == workflows.SERVER_NAMES

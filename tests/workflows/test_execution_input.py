@@ -5,17 +5,13 @@ from the end of the emulator's log."""
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from workflows import InvalidInputError
 from workflows._execution import ExitScan
 from workflows._execution_input import (
-    _without_comment,
     directory_execution_files,
     execution_files,
     read_requirements_file,
@@ -311,12 +307,6 @@ def test_a_long_run_of_spaces_costs_one_pass(tmp_path: Path) -> None:
     (tmp_path / "r.txt").write_text(f"{spaces}\nhttpx{spaces}# pinned{spaces}\n{spaces}attrs\n")
     assert read_requirements_file(tmp_path / "r.txt") == ["httpx", "attrs"]
     assert requirement_lines([f"rich{spaces}x"]) == [f"rich{spaces}x"]
-
-
-@given(st.text(alphabet=" \t\u00a0\u3000#ab=\\", max_size=16))
-def test_comments_go_as_pips_regular_expression_takes_them(line: str) -> None:
-    pip_rule = re.compile(r"(^|\s+)#.*$")  # pip's COMMENT_RE (pip/_internal/req/req_file.py)
-    assert _without_comment(line).strip() == pip_rule.sub("", line).strip()
 
 
 def test_a_main_script_path_is_packed_from_disk_within_the_file_limit(tmp_path: Path) -> None:
