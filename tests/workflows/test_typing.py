@@ -8,6 +8,7 @@ installed (the ``pandas`` extra brings it). One mypy run checks every case.
 from __future__ import annotations
 
 import re
+import sys
 import textwrap
 from pathlib import Path
 
@@ -88,14 +89,22 @@ BAD = textwrap.dedent(
 def test_mypy_holds_tasks_server_names_and_frames_to_their_types(tmp_path: Path) -> None:
     (tmp_path / "good.py").write_text(GOOD + EVERY_NAME)
     (tmp_path / "bad.py").write_text(BAD)
-    stdout, stderr, status = mypy_api.run(
-        [
-            *("--strict", "--config-file", "/dev/null", "--cache-dir", str(tmp_path / "cache")),
-            *("--no-pretty", "--no-error-summary", "--hide-error-context", "--show-error-codes"),
-            str(tmp_path / "good.py"),
-            str(tmp_path / "bad.py"),
-        ]
-    )
+    # mypy's main raises the process's recursion limit (to 2**14) and leaves it so: put it
+    # back, or the tests this worker runs next (tarfile's recursion on a header chain, a
+    # tree deeper than shutil's recursion) see another interpreter than a user's
+    limit = sys.getrecursionlimit()
+    try:
+        stdout, stderr, status = mypy_api.run(
+            [
+                *("--strict", "--config-file", "/dev/null", "--cache-dir", str(tmp_path / "cache")),
+                *("--no-pretty", "--no-error-summary", "--hide-error-context"),
+                "--show-error-codes",
+                str(tmp_path / "good.py"),
+                str(tmp_path / "bad.py"),
+            ]
+        )
+    finally:
+        sys.setrecursionlimit(limit)
     lines = [line.replace(str(tmp_path) + "/", "") for line in stdout.splitlines()]
     errors = [line for line in lines if ": error:" in line]
     notes = [line for line in lines if "Revealed type" in line]
