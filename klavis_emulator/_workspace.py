@@ -6,10 +6,11 @@ any folder and put a symbolic link in its place. A walk that joins paths (``root
 opens them has the kernel resolve every component again, so a swap between the listing and the
 open leads the emulator wherever the link points: its own data folder (``signing.key``, the
 database) or other tenants' workspaces. Here every folder is opened relative to its parent's
-descriptor with ``O_NOFOLLOW | O_DIRECTORY``, and everything in it is listed, ``lstat``-ed and
-opened relative to that descriptor. A swap after a folder was opened changes nothing the walk
-reads (the descriptor keeps naming the folder it opened); a swap before makes the open fail
-(``ELOOP``, ``ENOTDIR``) and the entry is left out, like an entry that vanishes while walked.
+descriptor with ``O_NOFOLLOW | O_DIRECTORY``, and everything in it is listed (with the type
+the listing gives) and opened relative to that descriptor. A swap after a folder was opened
+changes nothing the walk reads (the descriptor keeps naming the folder it opened); a swap
+before makes the open fail (``ELOOP``, ``ENOTDIR``) or open something else than the listing
+said, and the entry is left out, like an entry that vanishes while walked.
 Files are opened with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO put in a file's place does not block
 the emulator) and described by ``fstat`` of the open file, so a member's header and its bytes
 come from the same file.
@@ -60,6 +61,7 @@ _COPY_CHUNK: Final = 1024 * 1024
 _DUMP_COMPRESSLEVEL: Final = 1
 
 Kind = Literal["folder", "file", "link", "end"]
+_Hint = Literal["folder", "file", "link", "other"]
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ class _Folder:
         self.fd = fd
         self.stat = info
         self.identity = (info.st_dev, info.st_ino)
-        self.names: list[str] = []
+        self.names: list[tuple[str, _Hint]] = []
 
 
 class _Lost(Exception):
@@ -128,7 +130,7 @@ def walk(root: str | os.PathLike[str]) -> Iterator[WalkEntry]:
                 _close(folder)
                 yield WalkEntry("end", folder.parts, folder.stat)
                 continue
-            name = folder.names.pop()
+            name, hint = folder.names.pop()
             try:
                 parent = _descriptor(stack)
             except _Lost:
@@ -137,7 +139,7 @@ def walk(root: str | os.PathLike[str]) -> Iterator[WalkEntry]:
             parts = (*folder.parts, name)
             if not _within_limits(parts):
                 continue
-            step = _visit(parent, name, parts)
+            step = _visit(parent, name, hint, parts)
             if step is None:
                 continue
             if step.kind == "folder":
@@ -158,36 +160,58 @@ def walk(root: str | os.PathLike[str]) -> Iterator[WalkEntry]:
             _close(folder)
 
 
-def _sorted_names(fd: int) -> list[str]:
-    """The folder's names, sorted backwards (the walk pops them from the end)."""
+def _sorted_names(fd: int) -> list[tuple[str, _Hint]]:
+    """The folder's names, each with what its listing says it is, sorted backwards (the walk
+    pops them from the end)."""
     try:
-        return sorted(os.listdir(fd), reverse=True)
+        with os.scandir(fd) as listing:
+            names = [(entry.name, _hint(entry)) for entry in listing]
     except OSError:
         return []
+    names.sort(reverse=True)
+    return names
 
 
-def _visit(parent: int, name: str, parts: tuple[str, ...]) -> WalkEntry | None:
-    """The step for ``name`` in the folder ``parent``, or None to leave it out (gone,
-    swapped for a link meanwhile, or a FIFO, socket or device)."""
+def _hint(entry: os.DirEntry[str]) -> _Hint:
+    """What the listing says ``entry`` is (its ``d_type``; an ``lstat`` where the file system
+    does not say): only a hint, as the entry can be swapped before it is opened."""
     try:
-        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if entry.is_file(follow_symlinks=False):
+            return "file"
+        if entry.is_dir(follow_symlinks=False):
+            return "folder"
+        if entry.is_symlink():
+            return "link"
     except OSError:
-        return None
-    mode = info.st_mode
+        pass
+    return "other"
+
+
+def _visit(parent: int, name: str, hint: _Hint, parts: tuple[str, ...]) -> WalkEntry | None:
+    """The step for ``name`` in the folder ``parent``, or None to leave it out (gone,
+    swapped for something else meanwhile, or a FIFO, socket or device).
+
+    ``hint`` (the listing's type) picks the one call that opens the entry; what is opened is
+    checked by ``fstat`` (``lstat`` for a link), so a swap after the listing leaves the entry
+    out (an ``O_NOFOLLOW`` open of a link fails with ``ELOOP``) and never follows a link. No
+    ``lstat`` before the open: on 5,000 files of 4 KiB it was a fifth of a dump's calls.
+    """
     try:
-        if stat.S_ISLNK(mode):
-            return WalkEntry("link", parts, info, target=os.readlink(name, dir_fd=parent))
-        if stat.S_ISDIR(mode):
-            fd = os.open(name, _FOLDER_FLAGS, dir_fd=parent)
-            return WalkEntry("folder", parts, os.fstat(fd), fd)
-        if stat.S_ISREG(mode):
+        if hint == "file":
             fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
             opened = os.fstat(fd)
             if not stat.S_ISREG(opened.st_mode):  # replaced meanwhile (O_NONBLOCK: no wait)
                 os.close(fd)
                 return None
             return WalkEntry("file", parts, opened, fd)
-    except OSError:  # ELOOP, ENOTDIR, ENOENT...: swapped or removed since the lstat
+        if hint == "folder":
+            fd = os.open(name, _FOLDER_FLAGS, dir_fd=parent)
+            return WalkEntry("folder", parts, os.fstat(fd), fd)
+        if hint == "link":
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                return WalkEntry("link", parts, info, target=os.readlink(name, dir_fd=parent))
+    except OSError:  # ELOOP, ENOTDIR, ENOENT...: swapped or removed since the listing
         return None
     return None
 

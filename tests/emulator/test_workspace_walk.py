@@ -88,6 +88,35 @@ def test_a_folder_swapped_before_it_is_opened_is_left_out(tmp_path: Path) -> Non
     assert kinds.get("./dir") in (None, "link")
 
 
+def test_files_swapped_after_the_listing_are_left_out_never_followed_never_waited_on(
+    tmp_path: Path,
+) -> None:
+    """The walk opens each entry as its folder's listing typed it (no ``lstat`` first): a
+    file replaced after the listing by a link to a secret, a FIFO (no writer: an open
+    without ``O_NONBLOCK`` would wait for ever) or a folder is left out, and its
+    neighbours are read."""
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("a.txt", "b.txt", "c.txt", "d.txt", "e.txt"):
+        (root / name).write_bytes(b"mine")
+    outside = _outside(tmp_path)
+    read: dict[str, bytes] = {}
+    kinds: dict[str, str] = {}
+    for entry in walk(root):
+        kinds[entry.arcname] = entry.kind
+        if entry.kind == "folder" and entry.arcname == ".":  # listed: now swap its files
+            for name in ("b.txt", "c.txt", "d.txt"):
+                os.unlink(root / name)
+            os.symlink(outside / "b.txt", root / "b.txt")
+            os.mkfifo(root / "c.txt")
+            (root / "d.txt").mkdir()
+            (root / "d.txt" / "inner").write_bytes(b"new")
+        if entry.kind == "file":
+            read[entry.arcname] = _read(entry.fd)
+    assert read == {"./a.txt": b"mine", "./e.txt": b"mine"}
+    assert set(kinds) == {".", "./a.txt", "./e.txt"}
+
+
 def test_deep_trees_keep_few_descriptors_and_stop_at_the_path_limit(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
