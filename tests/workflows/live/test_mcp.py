@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import shutil
 import socket
+import ssl
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -113,6 +114,26 @@ def test_a_blocking_session_that_cannot_open_says_why() -> None:
     with SilentService() as silent, pytest.raises(ApiTimeoutError):
         McpSession(f"{silent.url}/git/mcp/", timeout=0.5).open()
     assert not _session_threads()
+
+
+def test_one_shot_calls_share_one_tls_context(
+    conn: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each one-shot call builds an HTTP client; none loads the system's certificates again
+    (about 20 ms of CPU each time, on loopback where no TLS is used)."""
+    loads: list[object] = []
+    load = ssl.SSLContext.load_verify_locations
+
+    def counted(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args)
+        load(context, *args, **kwargs)
+
+    with LocalSandbox.acquire(["filesystem"], **conn) as sb:  # type: ignore[arg-type]
+        monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+        for _ in range(3):
+            assert "write_file" in {t.name for t in sb.list_tools("filesystem")}
+            assert not sb.call_tool("filesystem", "list_allowed_directories").is_error
+    assert len(loads) <= 1  # the first use in this process, if no test came before
 
 
 def test_a_released_sandbox_tools_fail_cleanly(face: Face, conn: dict[str, str]) -> None:
