@@ -32,7 +32,7 @@ from .data_overlay import inside_path
 
 __all__ = ["end_processes", "kill_group", "sandbox_processes"]
 
-_POLL: Final = 0.02
+_POLL: Final = 0.005
 
 
 def _binds(command: list[str], workspace: str) -> bool:
