@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import signal
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,23 @@ def _sigint_left_as_found() -> Iterator[None]:
     raise AssertionError(
         f"this test left SIGINT {'blocked in the main thread' if blocked else 'ignored'} "
         f"in the test process (before: blocked {before[0]}, ignored {before[1]}); put back"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _recursion_limit_left_as_found() -> Iterator[None]:
+    """A test that leaves the interpreter's recursion limit changed fails itself, and the
+    limit is put back: the tests after it would run under another limit (``mypy.api.run``
+    leaves 2**14, under which an archive test's 3,000-header chain no longer overflowed,
+    and that test failed only in the order worksteal gave it)."""
+    before = sys.getrecursionlimit()
+    yield
+    after = sys.getrecursionlimit()
+    if after == before:
+        return
+    sys.setrecursionlimit(before)
+    raise AssertionError(
+        f"this test left the recursion limit at {after} (it was {before}); put back"
     )
 
 
