@@ -270,30 +270,42 @@ def copy_tree(source: Path, destination: Path) -> None:
     """Copy the folder ``source`` to the new folder ``destination``, keeping links as links.
 
     ``source`` is read with :func:`walk` (a sandbox may be changing it); ``destination`` is the
-    emulator's own (a staging folder nobody else reaches), written relative to its descriptor
-    (a path under it may be longer than the host's PATH_MAX allows with its prefix). Files get
-    their mode and times, folders theirs once their entries are written. FIFOs, sockets and
-    devices made in the sandbox are left out (dumps leave them out too).
+    emulator's own (a staging folder nobody else reaches), written relative to the descriptor
+    of the folder being filled, one name at a time: the walk's way down opens each new folder
+    from its parent, its way up opens ``..`` (safe here: no one else can move the staging
+    folders). Joined paths from the top made the kernel resolve every level again for each
+    entry: quadratic in a tree's depth (2,049 levels, the deepest a path may be, cost about
+    2 s of ``mkdir`` alone), and longer than PATH_MAX allows. Files get their mode and times,
+    folders theirs once their entries are written. FIFOs, sockets and devices made in the
+    sandbox are left out (dumps leave them out too).
     """
     os.mkdir(destination, 0o700)
-    top = os.open(destination, _FOLDER_FLAGS)
+    current = os.open(destination, _FOLDER_FLAGS)
     try:
         for entry in walk(source):
-            target = "/".join(entry.parts) or "."
+            name = entry.parts[-1] if entry.parts else ""
             if entry.kind == "folder":
                 if entry.parts:
-                    os.mkdir(target, 0o700, dir_fd=top)
+                    os.mkdir(name, 0o700, dir_fd=current)
+                    inner = os.open(name, _FOLDER_FLAGS, dir_fd=current)
+                    os.close(current)
+                    current = inner
             elif entry.kind == "file":
-                _copy_file(entry, target, top)
+                _copy_file(entry, name, current)
             elif entry.kind == "link":
-                os.symlink(entry.target, target, dir_fd=top)
+                os.symlink(entry.target, name, dir_fd=current)
                 with contextlib.suppress(OSError):
-                    os.utime(target, ns=_times(entry.stat), dir_fd=top, follow_symlinks=False)
+                    os.utime(name, ns=_times(entry.stat), dir_fd=current, follow_symlinks=False)
             else:  # the folder's entries are written: its own mode and times
-                os.chmod(target, stat.S_IMODE(entry.stat.st_mode), dir_fd=top)
-                os.utime(target, ns=_times(entry.stat), dir_fd=top)
+                # its parent first, while this folder is still the 0700 it was made
+                parent = os.open("..", _FOLDER_FLAGS, dir_fd=current) if entry.parts else -1
+                os.fchmod(current, stat.S_IMODE(entry.stat.st_mode))
+                os.utime(current, ns=_times(entry.stat))
+                if parent >= 0:
+                    os.close(current)
+                    current = parent
     finally:
-        os.close(top)
+        os.close(current)
 
 
 def _times(info: os.stat_result) -> tuple[int, int]:

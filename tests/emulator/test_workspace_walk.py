@@ -198,9 +198,22 @@ def test_copy_tree_copies_contents_modes_times_and_links(tmp_path: Path) -> None
     os.utime(source / "sub" / "run.sh", ns=(1_000_000_000, 2_000_000_000))
     os.symlink("/data/sub/run.sh", source / "abs")
     os.mkfifo(source / "fifo")
+    # nested folders, read-only and timed: written first, then given their modes and times
+    (source / "sub" / "ro" / "deeper").mkdir(parents=True)
+    (source / "sub" / "ro" / "deeper" / "f").write_bytes(b"in a read-only folder")
+    for depth, folder in enumerate((source / "sub" / "ro" / "deeper", source / "sub" / "ro")):
+        os.utime(folder, ns=(1_000_000_000, 3_000_000_000 + depth))
+        folder.chmod(0o500)
     (source / "sub").chmod(0o705)
     copy = tmp_path / "copy"
     copy_tree(source, copy)
+    for depth, folder in enumerate((copy / "sub" / "ro" / "deeper", copy / "sub" / "ro")):
+        assert folder.stat().st_mode & 0o777 == 0o500
+        assert folder.stat().st_mtime_ns == 3_000_000_000 + depth
+    assert (copy / "sub" / "ro" / "deeper" / "f").read_bytes() == b"in a read-only folder"
+    for tree in (source, copy):  # writable again, for pytest's cleanup as another user
+        for folder in (tree / "sub" / "ro", tree / "sub" / "ro" / "deeper"):
+            folder.chmod(0o700)
     assert (copy / "sub" / "run.sh").read_bytes() == b"#!/bin/sh\n"
     assert (copy / "sub" / "run.sh").stat().st_mode & 0o777 == 0o750
     assert (copy / "sub" / "run.sh").stat().st_mtime_ns == 2_000_000_000
