@@ -31,12 +31,12 @@ import contextlib
 import functools
 import importlib
 import importlib.metadata
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigurationError, MissingExtraError
+from ._tls import shared_ssl_context
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -136,29 +136,6 @@ def _http() -> Any:
     return importlib.import_module("httpx" if is_legacy() else "httpx2")
 
 
-@functools.cache
-def _shared_ssl_context(library: str, trust: tuple[str | None, str | None]) -> Any:
-    """One TLS context per HTTP library (and per ``SSL_CERT_FILE``/``SSL_CERT_DIR``, which
-    that library reads), as the library builds its default (``create_ssl_context()``), or
-    None where it has no such function (``httpx`` before 0.28: its own default then).
-
-    Why: each ``AsyncClient`` built without one loads the system's certificates, about 20 ms
-    of CPU (measured: 20 ms of a 47 ms one-shot ``list_tools`` on loopback, where no TLS is
-    even used), and every one-shot MCP call builds a client. The library's API clients share
-    theirs the same way (:func:`workflows._transport.shared_ssl_context`).
-    """
-    del trust  # a key of the cache only
-    build = getattr(importlib.import_module(library), "create_ssl_context", None)
-    return None if build is None else build()
-
-
-def _ssl_options(http: Any) -> dict[str, Any]:
-    """``verify=`` the shared context of ``http``'s library, where it has one."""
-    trust = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
-    context = _shared_ssl_context(http.__name__, trust)
-    return {} if context is None else {"verify": context}
-
-
 def http_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
     """The SDK's HTTP library's (timeout, transport) exception classes, builtins included."""
     http = _http()
@@ -209,7 +186,7 @@ async def streams(
                 auth=auth,
                 event_hooks=hooks,
                 follow_redirects=True,
-                **_ssl_options(http),
+                verify=shared_ssl_context(http.__name__),
             )
 
         async with transport.streamablehttp_client(
@@ -228,7 +205,7 @@ async def streams(
             headers=dict(headers or {}),
             timeout=http.Timeout(timeout, read=read_timeout),
             event_hooks=hooks,
-            **_ssl_options(http),
+            verify=shared_ssl_context(http.__name__),
         ) as client,
         streamable_http_client(url, http_client=client) as (read, write),
     ):

@@ -13,8 +13,6 @@ from __future__ import annotations
 import email.utils
 import logging
 import re
-import ssl
-import threading
 import time
 from collections.abc import Generator
 from datetime import datetime, timezone
@@ -30,6 +28,7 @@ from ._errors import (
     error_from_status,
 )
 from ._redaction import redact_url
+from ._tls import shared_ssl_context
 
 __all__ = [
     "BearerAuth",
@@ -195,19 +194,6 @@ def async_api_hooks() -> dict[str, list[Any]]:
     """Event hooks of the async API client: time, log, and raise our error on any status
     >= 400."""
     return {"request": [_aon_request], "response": [_aon_response]}
-
-
-_ssl_context: ssl.SSLContext | None = None
-_ssl_lock = threading.Lock()
-
-
-def shared_ssl_context() -> ssl.SSLContext:
-    """One TLS context for every client: building one costs ~20 ms of CPU, so share it."""
-    global _ssl_context
-    with _ssl_lock:
-        if _ssl_context is None:
-            _ssl_context = httpx.create_ssl_context()
-        return _ssl_context
 
 
 def _limits() -> httpx.Limits:

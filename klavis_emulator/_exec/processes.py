@@ -97,8 +97,9 @@ def sandbox_processes(workspace: Path, *also: Path) -> list[psutil.Process]:
             process = todo.pop()
             try:
                 bound = _bound(process.cmdline())
-                ours = bound in binds if bound is not None else False
-                if bound is None:
+                if bound is not None:  # a sandbox's bwrap: ours, or another's left alone
+                    ours = bound in binds
+                else:
                     cwd = process.cwd()
                     ours = any(_inside(cwd, folder) for folder in folders)
             except psutil.Error:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from workflows._transport import shared_ssl_context
+from workflows._tls import shared_ssl_context
 
 PROBE_SECONDS = 5.0
 """How long one probe may take (connect and answer)."""
