@@ -53,10 +53,14 @@ class CountingStream(io.RawIOBase):
         return self._writing
 
     def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer)
-        data = self._raw.read(len(view))
-        n = len(data)
-        view[:n] = data
+        into = getattr(self._raw, "readinto", None)
+        if into is not None:  # straight into the reader's buffer: one copy, not two
+            n = into(buffer) or 0
+        else:
+            view = memoryview(buffer)
+            data = self._raw.read(len(view))
+            n = len(data)
+            view[:n] = data
         self.count += n
         return n
 

@@ -136,3 +136,40 @@ def test_what_the_reader_has_not_taken_past_the_memory_cap_waits_in_the_file() -
         assert os.fstat(sink._fd).st_size >= MEMORY_CAP  # spilled, not held in memory
         go.set()
         assert sink.finish() == b"".join(pieces)
+
+
+def test_a_reader_filling_its_buffer_takes_every_byte_in_order_from_memory_and_the_file() -> None:
+    """``readinto`` (how the gzip reader takes its input) fills the buffer from as many pieces
+    as fit, whether they wait in memory or in the file past the cap."""
+    go = threading.Event()
+    fills: list[int] = []
+
+    def consume(stream: IO[bytes]) -> bytes:
+        assert go.wait(30)
+        out, buffer = bytearray(), bytearray(300_007)
+        while filled := stream.readinto(buffer):  # type: ignore[attr-defined]
+            fills.append(filled)
+            out += buffer[:filled]
+        return bytes(out)
+
+    small = [bytes([n]) * 1_000 for n in range(5)]  # several of them fill one buffer
+    pieces = small + [bytes([n]) * 1_000_003 for n in range(3 * MEMORY_CAP // 1_000_003)]
+    with ReadAlong(consume) as sink:
+        _attempt(sink, *pieces)
+        assert os.fstat(sink._fd).st_size >= MEMORY_CAP
+        go.set()
+        assert sink.finish() == b"".join(pieces)
+    assert fills[0] == 300_007  # the five small pieces and the start of the next
+
+
+def test_a_whole_piece_is_read_as_it_arrived_and_a_part_of_one_as_a_copy() -> None:
+    pieces = [b"a" * 10, b"b" * 10]
+
+    def consume(stream: IO[bytes]) -> list[bytes]:
+        return [stream.read(100), stream.read(4), stream.read(100), stream.read(100)]
+
+    with ReadAlong(consume) as sink:
+        _attempt(sink, *pieces)
+        first, part, rest, end = sink.finish()
+    assert first is pieces[0]  # not copied
+    assert (part, rest, end) == (b"bbbb", b"bbbbbb", b"")

@@ -83,39 +83,68 @@ class _Follower:
         self._generation = generation
         self._position = 0
 
-    def read(self, size: int = -1, /) -> bytes:
+    def _wait(self) -> _Generation[Any] | None:
+        """Under the lock: the generation once it has bytes pending, or None at its end."""
         owner, generation = self._owner, self._generation
-        with owner._changed:
-            while True:
-                if owner._current is not generation or owner._closed:
-                    raise Superseded
-                if generation.pending:
-                    break
-                if generation.complete:
-                    return b""
-                owner._changed.wait()
-            head = generation.pending[0]
-            if isinstance(head, memoryview):
-                take = len(head) if size is None or size < 0 else min(size, len(head))
-                data = bytes(head[:take])
-                if take == len(head):
-                    generation.pending.popleft()
-                else:
-                    generation.pending[0] = head[take:]
-                generation.in_memory -= take
+        while True:
+            if owner._current is not generation or owner._closed:
+                raise Superseded
+            if generation.pending:
+                return generation
+            if generation.complete:
+                return None
+            owner._changed.wait()
+
+    def read(self, size: int = -1, /) -> bytes:
+        with self._owner._changed:
+            generation = self._wait()
+            if generation is None:
+                return b""
+            part = self._take(generation, size if size is not None and size >= 0 else None)
+        self._position += len(part)
+        piece = part.obj if isinstance(part, memoryview) else part
+        if isinstance(piece, bytes) and len(piece) == len(part):
+            return piece  # a whole piece as it arrived (or as read from the file): no copy
+        return bytes(part)
+
+    def readinto(self, buffer: Any, /) -> int:
+        """Fill ``buffer`` from the pieces waiting, as many as fit (one copy each, where
+        ``read`` and then a copy into the caller's buffer made two): the gzip reader reads its
+        compressed input so."""
+        view = memoryview(buffer).cast("B")
+        filled = 0
+        with self._owner._changed:
+            generation = self._wait()
+            while generation is not None and generation.pending and filled < len(view):
+                part = self._take(generation, len(view) - filled)
+                view[filled : filled + len(part)] = part
+                filled += len(part)
+        self._position += filled
+        return filled
+
+    def _take(self, generation: _Generation[Any], size: int | None) -> memoryview | bytes:
+        """Under the lock: up to ``size`` bytes (all, if None) of the head of the queue, a view
+        of a piece in memory or bytes of the file (read under the lock: a new attempt empties
+        the file, and a writer reuses it)."""
+        head = generation.pending[0]
+        if isinstance(head, memoryview):
+            part = head if size is None else head[:size]
+            if len(part) == len(head):
+                generation.pending.popleft()
             else:
-                offset, length = head
-                take = length if size is None or size < 0 else min(size, length)
-                # read under the lock: a new attempt empties the file, and a writer reuses it
-                data = os.pread(owner._fd, take, offset)
-                if len(data) != take:  # pragma: no cover - the temporary file was tampered with
-                    raise OSError("the downloaded archive's temporary file is short")
-                if take == length:
-                    generation.pending.popleft()
-                    generation.in_file -= 1
-                else:
-                    generation.pending[0] = (offset + take, length - take)
-        self._position += len(data)
+                generation.pending[0] = head[len(part) :]
+            generation.in_memory -= len(part)
+            return part
+        offset, length = head
+        take = length if size is None else min(size, length)
+        data = os.pread(self._owner._fd, take, offset)
+        if len(data) != take:  # pragma: no cover - the temporary file was tampered with
+            raise OSError("the downloaded archive's temporary file is short")
+        if take == length:
+            generation.pending.popleft()
+            generation.in_file -= 1
+        else:
+            generation.pending[0] = (offset + take, length - take)
         return data
 
     def readable(self) -> bool:
