@@ -36,7 +36,6 @@ from typing import IO, Any, cast
 from isal import igzip
 
 from klavis_archive._gzip_writer import GzipWriter
-from klavis_archive._limits import CHUNK_SIZE
 from klavis_archive._packer import COMPRESS_BLOCK
 
 __all__ = [
@@ -94,12 +93,11 @@ def compress(data: bytes | memoryview) -> tuple[bytes, float]:
     """``data`` compressed at ISA-L level 1 by the packers' rule (:class:`GzipWriter`: a block
     that will not shrink is stored untried) on a thread of its own, as the packers do; and
     the seconds taken."""
+    owned = data if isinstance(data, bytes) else bytes(data)  # cut into views, not copies
     sink = _Pieces()
     started = time.perf_counter()
     writer = GzipWriter(cast("IO[bytes]", sink), compresslevel=1, block_size=COMPRESS_BLOCK)
-    view = memoryview(data)
-    for start in range(0, len(view), CHUNK_SIZE):  # as the packers hand it over
-        writer.write(view[start : start + CHUNK_SIZE])
+    writer.write(owned)
     writer.close()
     seconds = time.perf_counter() - started
     return b"".join(sink.pieces), seconds

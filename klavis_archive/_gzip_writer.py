@@ -30,11 +30,14 @@ import io
 import queue
 import struct
 import threading
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final, cast
 
 from isal import isal_zlib
 
-__all__ = ["SAMPLE", "STORE_RATIO", "GzipWriter"]
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+__all__ = ["SAMPLE", "STORE_RATIO", "GzipWriter", "open_gzip_writer"]
 
 SAMPLE: Final = 8 * 1024
 """Bytes of each block compressed to judge it (a quarter from each quarter of the block)."""
@@ -57,7 +60,7 @@ def _stored_blocks(data: memoryview) -> list[bytes | memoryview]:
     return pieces
 
 
-def _will_not_shrink(block: bytes, judge: Any) -> bool:
+def _will_not_shrink(block: bytes | memoryview, judge: Any) -> bool:
     """Whether :data:`SAMPLE` bytes of ``block``, taken from four places (so that one kind of
     file at its start does not decide for the whole block), stay above :data:`STORE_RATIO`
     of their size once compressed by ``judge`` (a compressor kept for this, forgetting its
@@ -85,7 +88,7 @@ class GzipWriter(io.RawIOBase):
         self._level = compresslevel
         self._block_size = block_size
         self._pending = bytearray()
-        self._blocks: queue.Queue[bytes | None] = queue.Queue(queue_size)
+        self._blocks: queue.Queue[bytes | memoryview | None] = queue.Queue(queue_size)
         self._error: BaseException | None = None
         self._judge: Any = isal_zlib.compressobj(compresslevel, isal_zlib.DEFLATED, -15)
         self._compressor: Any = None  # for the blocks that shrink, made at the first one
@@ -103,10 +106,13 @@ class GzipWriter(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
-        """Take ``data``; each full block goes to the thread (raise its failure, if any)."""
+        """Take ``data``; each full block goes to the thread (raise its failure, if any).
+        Blocks cut from a ``bytes`` object go as views of it (it cannot change); from anything
+        else, as copies."""
         if self._finished:
             raise ValueError("write to a closed gzip stream")
         self._raise_failure()
+        owned = type(data) is bytes
         view = memoryview(data).cast("B")
         taken = len(view)
         pending, size = self._pending, self._block_size
@@ -119,7 +125,7 @@ class GzipWriter(io.RawIOBase):
             self._hand_over(bytes(pending))
             pending.clear()
         while len(view) >= size:
-            self._hand_over(bytes(view[:size]))
+            self._hand_over(view[:size] if owned else bytes(view[:size]))
             view = view[size:]
         pending += view
         return taken
@@ -150,7 +156,7 @@ class GzipWriter(io.RawIOBase):
             self._stop_thread()
             super().close()
 
-    def _hand_over(self, block: bytes | None) -> None:
+    def _hand_over(self, block: bytes | memoryview | None) -> None:
         while self._thread.is_alive():
             try:
                 self._blocks.put(block, timeout=0.1)
@@ -192,7 +198,7 @@ class GzipWriter(io.RawIOBase):
                 if block is _STOP:
                     return
 
-    def _add(self, block: bytes) -> None:
+    def _add(self, block: bytes | memoryview) -> None:
         self._crc = isal_zlib.crc32(block, self._crc)
         self._size += len(block)
         if _will_not_shrink(block, self._judge):
@@ -213,3 +219,32 @@ class GzipWriter(io.RawIOBase):
             compressor = isal_zlib.compressobj(self._level, isal_zlib.DEFLATED, -15)
         self._out.write(compressor.flush(isal_zlib.Z_FINISH))  # the final block
         self._out.write(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))
+
+
+class _Gathering(io.BufferedWriter):
+    """The writer's front: small writes (a small member's header, contents and padding) gather
+    in C, as ``igzip_threaded``'s do (one Python call each cost 8 % of a dump of 5,000 small
+    files); a ``bytes`` object of a block or more goes straight to the writer, after what was
+    gathered, so that its blocks are views of it. (``BufferedWriter`` would hand it over as a
+    view of memory it does not own, which the writer must copy: 64 MiB of file contents
+    packed 0.063 -> 0.056 s without that copy.)"""
+
+    def __init__(self, writer: GzipWriter, block_size: int) -> None:
+        super().__init__(writer, buffer_size=block_size)
+        self._writer = writer
+        self._block_size = block_size
+
+    def write(self, buffer: ReadableBuffer, /) -> int:
+        if type(buffer) is bytes and len(buffer) >= self._block_size:
+            super().flush()
+            return self._writer.write(buffer)
+        return super().write(buffer)
+
+
+def open_gzip_writer(out: IO[bytes], *, compresslevel: int, block_size: int) -> IO[bytes]:
+    """A :class:`GzipWriter` over ``out`` behind the buffer that gathers small writes: what the
+    packer writes to. Close it to end the stream."""
+    return cast(
+        "IO[bytes]",
+        _Gathering(GzipWriter(out, compresslevel=compresslevel, block_size=block_size), block_size),
+    )

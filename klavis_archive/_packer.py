@@ -9,14 +9,13 @@ by :class:`~klavis_archive.FastTarInfo` (build members from it).
 
 from __future__ import annotations
 
-import io
 import tarfile
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, Final, cast
 
 from isal import igzip_threaded
 
-from ._gzip_writer import GzipWriter
+from ._gzip_writer import open_gzip_writer
 from ._limits import CHUNK_SIZE
 from ._streams import CountingStream, igzip_file
 from ._tar_header import common_header
@@ -57,10 +56,7 @@ class TarSink:
 
 def _open_compressor(out: IO[bytes], compresslevel: int, threads: int) -> IO[bytes]:
     if threads == 1 and compresslevel > 0:  # blocks that will not shrink are stored untried
-        writer = GzipWriter(out, compresslevel=compresslevel, block_size=COMPRESS_BLOCK)
-        # small writes (a small file's header, contents and padding) gather in C, as
-        # igzip_threaded's do: one Python call per member cost 8 % of 5,000 small files' dump
-        return cast("IO[bytes]", io.BufferedWriter(writer, buffer_size=COMPRESS_BLOCK))
+        return open_gzip_writer(out, compresslevel=compresslevel, block_size=COMPRESS_BLOCK)
     if threads > 0:
         return cast(
             "IO[bytes]",

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
 
 from klavis_archive import TarPacker
-from klavis_archive._gzip_writer import GzipWriter
+from klavis_archive._gzip_writer import GzipWriter, open_gzip_writer
 
 _BLOCK = 64 * 1024
 _HEADER, _FINAL_BLOCK, _TRAILER = 10, 2, 8
@@ -181,3 +181,30 @@ def test_the_packer_writes_archives_tar_reads_in_stream_mode(tmp_path: Path) -> 
     if shutil.which("tar"):
         listed = subprocess.run(["tar", "tzf", os.fspath(archive)], capture_output=True, check=True)
         assert sorted(listed.stdout.decode().split()) == sorted(members)
+
+
+def test_a_buffer_changed_after_it_was_written_changes_nothing_written() -> None:
+    """Only ``bytes`` (which cannot change) are cut into views; a bytearray or a view of one is
+    copied, since its owner may reuse it at once (as ``BufferedWriter`` does its buffer)."""
+    data = _noise(3 * _BLOCK) + _text(3 * _BLOCK)
+    buffer = bytearray(data)
+    out = io.BytesIO()
+    writer = GzipWriter(out, compresslevel=1, block_size=_BLOCK)
+    writer.write(buffer)
+    writer.write(memoryview(buffer)[: _BLOCK + 5])
+    buffer[:] = bytes(len(buffer))  # reused before the thread took the blocks
+    writer.close()
+    assert zlib.decompress(out.getvalue(), 31) == data + data[: _BLOCK + 5]
+
+
+def test_small_writes_and_big_bytes_stay_in_order_through_the_packers_front() -> None:
+    """:func:`open_gzip_writer` gathers small writes and sends big ``bytes`` straight on: what
+    comes out is what went in, in order, and the same bytes as the writer alone."""
+    pieces = [b"header" * 50, _noise(3 * _BLOCK + 11), b"pad" * 3, _text(2 * _BLOCK), b"x"]
+    out = io.BytesIO()
+    front = open_gzip_writer(out, compresslevel=1, block_size=_BLOCK)
+    for piece in pieces:
+        front.write(piece)
+    front.close()
+    assert zlib.decompress(out.getvalue(), 31) == b"".join(pieces)
+    assert out.getvalue() == _gzip(b"".join(pieces), pieces=len(b"".join(pieces)))
