@@ -48,6 +48,7 @@ STORE_RATIO: Final = 0.97
 _STORED_MAX: Final = 0xFFFF  # bytes of one stored deflate block
 _HEADER: Final = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # no name, no time, OS unknown
 _STOP: Final = None
+_WAITING: Final = 2  # blocks handed over, not yet taken (1 and 4 packed as fast)
 
 
 def _stored_blocks(data: memoryview) -> list[bytes | memoryview]:
@@ -76,11 +77,9 @@ def _will_not_shrink(block: bytes | memoryview, judge: Any) -> bool:
 class GzipWriter(io.RawIOBase):
     """A writable gzip stream over ``out`` (written to and flushed, never closed), in blocks of
     ``block_size`` handed to one thread that compresses them at ISA-L ``compresslevel`` (1-3)
-    or stores them (see the module). At most ``queue_size`` blocks wait for the thread."""
+    or stores them (see the module). At most :data:`_WAITING` blocks wait for the thread."""
 
-    def __init__(
-        self, out: IO[bytes], *, compresslevel: int, block_size: int, queue_size: int = 2
-    ) -> None:
+    def __init__(self, out: IO[bytes], *, compresslevel: int, block_size: int) -> None:
         super().__init__()
         if not 1 <= compresslevel <= 3:  # ISA-L's level 0 never stores: no sample can judge it
             raise ValueError(f"GzipWriter compresses at ISA-L levels 1-3, not {compresslevel}")
@@ -88,7 +87,7 @@ class GzipWriter(io.RawIOBase):
         self._level = compresslevel
         self._block_size = block_size
         self._pending = bytearray()
-        self._blocks: queue.Queue[bytes | memoryview | None] = queue.Queue(queue_size)
+        self._blocks: queue.Queue[bytes | memoryview | None] = queue.Queue(_WAITING)
         self._error: BaseException | None = None
         self._judge: Any = isal_zlib.compressobj(compresslevel, isal_zlib.DEFLATED, -15)
         self._compressor: Any = None  # for the blocks that shrink, made at the first one
@@ -142,15 +141,14 @@ class GzipWriter(io.RawIOBase):
         if self.closed:
             return
         try:
-            if not self._finished and self._error is None:
+            if self._error is None:
                 if self._pending:
                     self._hand_over(bytes(self._pending))
                     self._pending.clear()
                 self._hand_over(_STOP)
                 self._thread.join()
-            if not self._finished:
-                self._raise_failure()
-                self._out.flush()
+            self._raise_failure()
+            self._out.flush()
         finally:
             self._finished = True
             self._stop_thread()
